@@ -1,0 +1,21 @@
+"""ctxlm: word-level language models that look back at their context."""
+from .config import Config, load_toml
+from .data.vocab import Vocabulary
+from .errors import CtxlmError
+from .evaluation import evaluate_sentences, evaluate_stream
+from .models import build_model
+from .run import Run, load
+from .training.trainer import Trainer
+
+__version__ = "0.1.0"
+
+
+def train(config: Config, run_dir, data_dir=None, resume: bool = False) -> dict:
+    """Train (or resume) a run directory and return its results (valid/test perplexity of the best epoch)."""
+    return Trainer(config, run_dir, data_dir, resume).fit()
+
+
+evaluate = evaluate_stream
+
+__all__ = ["Config", "CtxlmError", "Run", "Trainer", "Vocabulary", "build_model", "evaluate", "evaluate_sentences",
+           "evaluate_stream", "load", "load_toml", "train"]

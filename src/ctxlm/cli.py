@@ -1,0 +1,238 @@
+"""The `ctxlm` command: train, eval, score, generate, info, datasets, models."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from .errors import CtxlmError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, non-zero exit
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _config(args):
+    from .config import Config, apply_overrides, load_toml
+
+    config = load_toml(args.config) if args.config else Config()
+    apply_overrides(config, args.set or [])
+    return config
+
+
+def cmd_train(args) -> int:
+    from .training.trainer import Trainer
+
+    if args.resume:
+        config = _config(args) if (args.config or args.set) else None
+        trainer = Trainer(config, args.resume, args.data_dir, resume=True)
+    else:
+        config = _config(args)
+        run_dir = args.run_dir or Path("runs") / (Path(args.config).stem if args.config else config.model.name)
+        trainer = Trainer(config, run_dir, args.data_dir)
+    try:
+        results = trainer.fit()
+    except KeyboardInterrupt:
+        return 130
+    _print_table(trainer.run_dir, results)
+    return 0
+
+
+def _print_table(run_dir, results) -> None:
+    print(f"\nrun {run_dir} (best epoch {results['best_epoch']}, {results['train_wall_s']:.0f} s training)")
+    print(f"{'split':<8}{'tokens':>10}{'perplexity':>12}")
+    for split in ("valid", "test"):
+        if split in results:
+            print(f"{split:<8}{results[split]['tokens']:>10,}{results[split]['ppl']:>12.2f}")
+
+
+def cmd_eval(args) -> int:
+    from .data.corpus import read_tokens
+    from .data.vocab import EOS
+    from .evaluation import evaluate_stream
+    from .run import load
+    from .training.trainer import evaluate_split, prepare_data
+
+    run = load(args.run)
+    if args.batch_size:
+        run.config.data.eval_batch_size = args.batch_size
+    if args.chunk:
+        run.config.data.eval_chunk = args.chunk
+    results = {}
+    if args.file:
+        ids = run.vocab.encode([EOS] + read_tokens(args.file))
+        results[args.file] = evaluate_stream(run.model, ids, run.config.data.eval_batch_size, run.config.data.eval_chunk)
+    else:
+        data = prepare_data(run.config, args.data_dir, run.vocab)
+        for split in args.split or ("valid", "test"):
+            if split not in data.ids:
+                raise CtxlmError(f"--split {split}: dataset {run.config.data.dataset!r} has splits {', '.join(data.ids)}")
+            results[split] = evaluate_split(run.model, run.config, data.ids[split], run.vocab.eos, "cpu")
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        print(f"{'split':<12}{'tokens':>10}{'nll':>10}{'perplexity':>12}")
+        for name, r in results.items():
+            print(f"{name:<12}{r['tokens']:>10,}{r['nll'] / r['tokens']:>10.4f}{r['ppl']:>12.2f}")
+    return 0
+
+
+def cmd_score(args) -> int:
+    from .generate import score_tokens
+    from .run import load
+
+    run = load(args.run)
+    source = open(args.input, encoding="utf-8") if args.input and args.input != "-" else sys.stdin
+    state = None
+    with source:
+        for line in source:
+            tokens = line.split() + ["<eos>"]
+            log_probs, new_state = score_tokens(run.model, run.vocab, tokens, state if args.stream else None)
+            state = new_state
+            total = sum(log_probs)
+            print(json.dumps({"text": line.rstrip("\n"), "tokens": tokens,
+                              "unknown": [t not in run.vocab.index for t in tokens],
+                              "log_probs": [round(x, 5) for x in log_probs], "total": round(total, 5),
+                              "ppl": round(math.exp(-total / len(tokens)), 4)}))
+    return 0
+
+
+def cmd_generate(args) -> int:
+    import torch
+
+    from .generate import sample
+    from .run import load
+
+    run = load(args.run)
+    generator = torch.Generator().manual_seed(args.seed)
+    for _ in range(args.num):
+        words = sample(run.model, run.vocab, args.prompt.split(), args.max_tokens, args.temperature, args.top_k,
+                       args.top_p, generator)
+        print(" ".join(args.prompt.split() + words).replace(" <eos>", "\n").strip())
+    return 0
+
+
+def cmd_info(args) -> int:
+    from .config import Config, apply_overrides, load_toml
+    from .models import build_model
+
+    target = Path(args.target)
+    if target.is_dir():
+        from .run import load
+
+        run = load(target)
+        config, vocab_size, model = run.config, len(run.vocab), run.model
+    else:
+        config = apply_overrides(load_toml(target), args.set or [])
+        if args.vocab_size:
+            vocab_size = args.vocab_size
+        else:
+            from .training.trainer import prepare_data
+
+            vocab_size = len(prepare_data(config, args.data_dir).vocab)
+        model = build_model(config.model, vocab_size)
+    counts = model.parameter_counts()
+    print(config.to_toml())
+    print(f"vocabulary size          {vocab_size:,}")
+    print(f"parameters (θ_W+M)        {counts['total']:,}  ({counts['total'] / 1e6:.2f}M)")
+    print(f"without word embeddings (θ_M) {counts['without_embeddings']:,}  ({counts['without_embeddings'] / 1e6:.2f}M)")
+    return 0
+
+
+def cmd_datasets(args) -> int:
+    from .data.registry import DATASETS, locate
+
+    for name, info in DATASETS.items():
+        status = []
+        for key in info.files:
+            try:
+                status.append(f"{key}: {locate(name, key, args.data_dir, download=False)}")
+            except CtxlmError:
+                status.append(f"{key}: missing")
+        print(f"{name:<16}{info.description}\n{'':<16}" + f"\n{'':<16}".join(status))
+    return 0
+
+
+def cmd_models(args) -> int:
+    from .models import MODELS
+
+    for name, cls in sorted(MODELS.items()):
+        print(f"{name:<16}{(cls.__doc__ or '').strip().splitlines()[0]}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="ctxlm", description="Word-level language models that look back at their context.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def common_data(p):
+        p.add_argument("--data-dir", help="folder with the corpora (default: $CTXLM_DATA_DIR, then ~/.cache/ctxlm/data)")
+
+    p = sub.add_parser("train", help="train a model (from a preset) into a run directory",
+                       description="Train a model. Example: ctxlm train --config configs/daniluk/ptb-lstm.toml")
+    p.add_argument("--config", help="TOML preset (see configs/); defaults apply where it is silent")
+    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override one setting, e.g. --set train.epochs=3")
+    p.add_argument("--run-dir", help="where to write the run (default runs/<preset name>); must be new or empty")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run exactly where it stopped")
+    common_data(p)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("eval", help="perplexity of a trained run on its dataset's splits or on a file",
+                       description="Perplexity = exp(total NLL / tokens), every <eos> and <unk> counted (SPEC §0.2). "
+                                   "Stream evaluation uses batch size 1 in chunks of 1,000 tokens unless told otherwise.")
+    p.add_argument("run", help="run directory")
+    p.add_argument("--split", action="append", choices=["train", "valid", "test"], help="split(s) to evaluate (default valid and test)")
+    p.add_argument("--file", help="evaluate a text file (one sentence per line) instead")
+    p.add_argument("--batch-size", type=int, help="parallel streams (default from the run: 1)")
+    p.add_argument("--chunk", type=int, help="tokens per forward pass (default from the run: 1000)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    common_data(p)
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("score", help="per-token log-probabilities of text, as JSON lines",
+                       description="Score each input line (whitespace-tokenised, <eos> appended); natural-log probabilities.")
+    p.add_argument("run", help="run directory")
+    p.add_argument("--input", help="text file, one sentence per line (default: standard input)")
+    p.add_argument("--stream", action="store_true", help="carry the model state from line to line instead of starting each fresh")
+    p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("generate", help="sample text from a trained run")
+    p.add_argument("run", help="run directory")
+    p.add_argument("--prompt", default="", help="words to continue")
+    p.add_argument("--max-tokens", type=int, default=50)
+    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=0, help="sample among the k most likely words (0 = all)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold")
+    p.add_argument("--num", type=int, default=1, help="number of samples")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("info", help="configuration, vocabulary size and parameter counts of a run or preset")
+    p.add_argument("target", help="run directory or TOML preset")
+    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE")
+    p.add_argument("--vocab-size", type=int, help="for a preset: use this vocabulary size instead of reading the data")
+    common_data(p)
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("datasets", help="list the named datasets and where their files were found")
+    common_data(p)
+    p.set_defaults(func=cmd_datasets)
+
+    p = sub.add_parser("models", help="list the registered models")
+    p.set_defaults(func=cmd_models)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except CtxlmError as exc:
+        print(f"ctxlm: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("ctxlm: interrupted", file=sys.stderr)
+        return 130

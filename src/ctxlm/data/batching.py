@@ -1,0 +1,105 @@
+"""Batching regimes of SPEC §0.4: stream (A/A′, contiguous BPTT with reset mask) and sentence (B).
+
+Targets that are padding carry IGNORE (-100): they are never counted in loss or perplexity.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+IGNORE = -100
+
+
+@dataclass
+class Batch:
+    inputs: torch.Tensor              # [B, T] token ids
+    targets: torch.Tensor             # [B, T] next-token ids, IGNORE at padding
+    reset: torch.Tensor | None        # [B, T] bool: clear state and memory before this position
+    fresh_state: bool = False         # sentence regime: every batch starts from a zero state
+
+
+class StreamBatches:
+    """Regime A: one token stream cut into B contiguous rows, read in chunks of T with carried state.
+
+    `ids` must start with `<eos>` (SPEC §0.2 REC 3) so that every real token is a target. Unlike the
+    usual trimming, the tail is padded and masked, so no token is ever dropped: evaluation is exact for
+    any batch size. `doc_starts[i]` marks ids[i] as the first token of a document (state reset).
+    """
+
+    def __init__(self, ids: torch.Tensor, batch_size: int, bptt: int, doc_starts: torch.Tensor | None = None):
+        inputs, targets = ids[:-1], ids[1:]
+        count = targets.numel()
+        rows = max(1, min(batch_size, count))
+        length = -(-count // rows)
+        pad = rows * length - count
+        self.inputs = torch.cat([inputs, inputs.new_zeros(pad)]).view(rows, length)
+        self.targets = torch.cat([targets, targets.new_full((pad,), IGNORE)]).view(rows, length)
+        self.reset = None
+        if doc_starts is not None:
+            starts = doc_starts[:-1].bool()
+            self.reset = torch.cat([starts, starts.new_zeros(pad)]).view(rows, length)
+        self.bptt = bptt
+        self.num_tokens = count
+
+    def __len__(self) -> int:
+        return -(-self.inputs.size(1) // self.bptt)
+
+    def batch(self, index: int) -> Batch:
+        span = slice(index * self.bptt, (index + 1) * self.bptt)
+        reset = None if self.reset is None else self.reset[:, span]
+        return Batch(self.inputs[:, span], self.targets[:, span], reset)
+
+    def __iter__(self):
+        return (self.batch(i) for i in range(len(self)))
+
+
+def split_sentences(ids: torch.Tensor, eos: int) -> list[torch.Tensor]:
+    """Cut a token stream after every `<eos>`; each piece ends with `<eos>`."""
+    ends = (ids == eos).nonzero().flatten().tolist()
+    pieces, start = [], 0
+    for end in ends:
+        pieces.append(ids[start:end + 1])
+        start = end + 1
+    if start < ids.numel():
+        pieces.append(ids[start:])
+    return pieces
+
+
+class SentenceBatches:
+    """Regime B: each sentence on its own (input `<eos>` + sentence[:-1], target sentence), bucketed by length.
+
+    Sentences are sorted by length and cut into batches of B, so padding is minimal; `order()` gives a
+    shuffled batch order per epoch for training. `max_len` truncates (Salton: 35) — training only.
+    """
+
+    def __init__(self, sentences: list[torch.Tensor], batch_size: int, eos: int, max_len: int = 0):
+        if max_len:
+            sentences = [s[:max_len] for s in sentences]
+        by_length = sorted(range(len(sentences)), key=lambda i: sentences[i].numel())
+        self.batches = [[sentences[i] for i in by_length[k:k + batch_size]] for k in range(0, len(by_length), batch_size)]
+        self.eos = eos
+        self.num_tokens = sum(s.numel() for s in sentences)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def order(self, generator: torch.Generator | None) -> torch.Tensor:
+        if generator is None:
+            return torch.arange(len(self.batches))
+        return torch.randperm(len(self.batches), generator=generator)
+
+    def batch(self, index: int) -> Batch:
+        group = self.batches[index]
+        length = max(s.numel() for s in group)
+        inputs = torch.zeros(len(group), length, dtype=torch.long)
+        targets = torch.full((len(group), length), IGNORE, dtype=torch.long)
+        for row, sentence in enumerate(group):
+            n = sentence.numel()
+            targets[row, :n] = sentence
+            inputs[row, 0] = self.eos
+            inputs[row, 1:n] = sentence[:-1]
+        return Batch(inputs, targets, None, fresh_state=True)
+
+    def __iter__(self):
+        return (self.batch(i) for i in range(len(self)))

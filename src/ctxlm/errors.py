@@ -1,0 +1,8 @@
+"""User-facing errors: the CLI prints these as one line and exits non-zero."""
+
+
+class CtxlmError(Exception):
+    """A problem the user can fix (bad input, missing data, wrong option).
+
+    The message must name the file, line or option involved and say what to do.
+    """

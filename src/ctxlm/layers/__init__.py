@@ -1,0 +1,1 @@
+"""Reusable layers: output layers (softmax, tied)."""

@@ -1,0 +1,82 @@
+"""The LanguageModel interface and the model registry (ARCHITECTURE.md, "The model interface")."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ..errors import CtxlmError
+
+MODELS: dict[str, Callable[..., "LanguageModel"]] = {}
+
+
+def register(*names: str):
+    """Class decorator: make a model buildable by name from a ModelConfig."""
+    def wrap(cls):
+        for name in names:
+            MODELS[name] = cls
+        return cls
+    return wrap
+
+
+def build_model(config, vocab_size: int) -> "LanguageModel":
+    if config.name not in MODELS:
+        raise CtxlmError(f"unknown model {config.name!r} (model.name); known models: {', '.join(sorted(MODELS))}")
+    try:
+        return MODELS[config.name].from_config(config, vocab_size)
+    except ValueError as exc:
+        raise CtxlmError(f"model {config.name!r}: {exc}") from None
+
+
+@dataclass
+class ModelOutput:
+    hidden: torch.Tensor                  # [B, T, H]: what the output layer reads
+    state: Any                            # everything that crosses a chunk boundary
+    attention: torch.Tensor | None = None  # [B, T, L] for analysis, where the model attends
+
+
+def detach_state(state: Any) -> Any:
+    """Truncated BPTT: cut the graph at the chunk boundary, keep the values."""
+    if state is None:
+        return None
+    if isinstance(state, torch.Tensor):
+        return state.detach()
+    return type(state)(detach_state(s) for s in state)
+
+
+def reset_segments(reset: torch.Tensor | None, length: int):
+    """Split [0, length) at every column where some row resets: yields (start, end, rows or None)."""
+    if reset is None or not bool(reset.any()):
+        yield 0, length, None
+        return
+    columns = reset.any(0).nonzero().flatten().tolist()
+    bounds = sorted(set([0] + columns)) + [length]
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        rows = reset[:, start]
+        yield start, end, rows if bool(rows.any()) else None
+
+
+class LanguageModel(nn.Module):
+    """forward(inputs[B,T], state, reset[B,T]) -> ModelOutput; scoring goes through `self.output`."""
+
+    embedding: nn.Embedding
+    output: nn.Module
+
+    def forward(self, inputs: torch.Tensor, state: Any = None, reset: torch.Tensor | None = None) -> ModelOutput:
+        raise NotImplementedError
+
+    def log_probs(self, out: ModelOutput) -> torch.Tensor:
+        return self.output.log_probs(out.hidden)
+
+    def target_log_probs(self, out: ModelOutput, targets: torch.Tensor) -> torch.Tensor:
+        return self.output.target_log_probs(out.hidden, targets)
+
+    def loss(self, out: ModelOutput, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
+        return self.output.loss(out.hidden, targets)
+
+    def parameter_counts(self) -> dict[str, int]:
+        """Counts as the seed tables report them: θ_{W+M} (total) and θ_M (all but input word vectors)."""
+        total = sum(p.numel() for p in self.parameters())
+        return {"total": total, "without_embeddings": total - self.embedding.weight.numel()}

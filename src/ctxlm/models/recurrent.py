@@ -1,0 +1,71 @@
+"""RNN / GRU / LSTM language models (SPEC §1.5–1.7; Daniluk's vanilla LSTM LM is §1.7, eq 3.1)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..layers.output import SoftmaxOutput
+from .base import LanguageModel, ModelOutput, register, reset_segments
+
+_CELLS = {"lstm": (nn.LSTM, {}), "gru": (nn.GRU, {}), "rnn-tanh": (nn.RNN, {"nonlinearity": "tanh"}),
+          "rnn-relu": (nn.RNN, {"nonlinearity": "relu"})}
+
+
+@register(*_CELLS)
+class RecurrentLM(LanguageModel):
+    """Embedding → stacked recurrent layers (fused over the chunk) → softmax.
+
+    LSTM gates are the standard ones of SPEC §1.6a: f, i, o = σ(·), candidate tanh, h = o ⊙ tanh(c),
+    with the forget-gate bias initialised to `forget_bias` (1 in [000]). Dropout acts on
+    non-recurrent connections only (embedding output, between layers, top output).
+    """
+
+    def __init__(self, vocab_size: int, cell: str = "lstm", emb_size: int = 300, hidden_size: int = 300,
+                 layers: int = 1, dropout: float = 0.0, tie_weights: bool = False, init_range: float = 0.1,
+                 forget_bias: float = 1.0):
+        super().__init__()
+        if layers < 1 or emb_size < 1 or hidden_size < 1:
+            raise ValueError("layers, emb_size and hidden_size must be positive")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        rnn_class, extra = _CELLS[cell]
+        self.cell = cell
+        self.embedding = nn.Embedding(vocab_size, emb_size)
+        self.rnn = rnn_class(emb_size, hidden_size, layers, batch_first=True,
+                             dropout=dropout if layers > 1 else 0.0, **extra)
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.output = SoftmaxOutput(hidden_size, vocab_size, tied=self.embedding if tie_weights else None)
+        self.reset_parameters(init_range, forget_bias)
+
+    @classmethod
+    def from_config(cls, config, vocab_size: int) -> "RecurrentLM":
+        return cls(vocab_size, config.name, config.emb_size, config.hidden_size, config.layers, config.dropout,
+                   config.tie_weights, config.init_range, config.forget_bias)
+
+    def reset_parameters(self, init_range: float, forget_bias: float) -> None:
+        """Every parameter U(-r, r); LSTM forget-gate bias = forget_bias (split b_ih = fb, b_hh = 0)."""
+        for parameter in self.parameters():
+            nn.init.uniform_(parameter, -init_range, init_range)
+        if self.cell == "lstm":
+            hidden = self.rnn.hidden_size
+            for layer in range(self.rnn.num_layers):
+                getattr(self.rnn, f"bias_ih_l{layer}").data[hidden:2 * hidden].fill_(forget_bias)
+                getattr(self.rnn, f"bias_hh_l{layer}").data[hidden:2 * hidden].zero_()
+
+    def forward(self, inputs, state=None, reset=None) -> ModelOutput:
+        x = self.dropout(self.embedding(inputs))
+        pieces = []
+        for start, end, rows in reset_segments(reset, inputs.size(1)):
+            if rows is not None and state is not None:
+                state = self._zero_rows(state, rows)
+            y, state = self.rnn(x[:, start:end], state)
+            pieces.append(y)
+        hidden = pieces[0] if len(pieces) == 1 else torch.cat(pieces, 1)
+        return ModelOutput(self.dropout(hidden), state)
+
+    @staticmethod
+    def _zero_rows(state, rows):
+        keep = (~rows).to(state[0].dtype if isinstance(state, tuple) else state.dtype).view(1, -1, 1)
+        if isinstance(state, tuple):
+            return tuple(s * keep for s in state)
+        return state * keep

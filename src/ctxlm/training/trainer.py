@@ -1,0 +1,289 @@
+"""The training loop: SPEC §2 recipes (optimizer, schedule, clipping, early stopping with rollback).
+
+A run directory holds config.toml, vocab.txt, model.safetensors (the best weights so far),
+trainer_state.pt (everything needed to continue bit-identically: weights, optimizer, rates, RNG
+states, data position, carried recurrent state, metric history), metrics.jsonl and results.json.
+State is saved atomically after every epoch, every `checkpoint_every` batches and on Ctrl-C/SIGTERM.
+"""
+from __future__ import annotations
+
+import json
+import math
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..config import Config, load_toml
+from ..data.batching import SentenceBatches, StreamBatches, split_sentences
+from ..data.registry import load_corpus
+from ..data.vocab import EOS, Vocabulary
+from ..errors import CtxlmError
+from ..evaluation.perplexity import evaluate_sentences, evaluate_stream
+from ..models.base import LanguageModel, build_model, detach_state
+from . import checkpoint
+from .optim import build_optimizer, check_schedule, next_lr
+from .progress import Progress
+
+
+@dataclass
+class Data:
+    vocab: Vocabulary
+    ids: dict[str, torch.Tensor]    # per split, prefixed with `<eos>` so every token is a target
+    tags: dict[str, list[str]] | None
+
+
+def prepare_data(config: Config, data_dir=None, vocab: Vocabulary | None = None) -> Data:
+    files = {"train": config.data.train, "valid": config.data.valid, "test": config.data.test}
+    corpus = load_corpus(config.data.dataset, data_dir, files)
+    if vocab is None:
+        vocab = Vocabulary.build(corpus.splits["train"], config.data.max_vocab, config.data.min_count or corpus.min_count)
+    ids = {split: vocab.encode([EOS] + tokens) for split, tokens in corpus.splits.items()}
+    return Data(vocab, ids, corpus.tags)
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise CtxlmError("train.device = cuda but no CUDA device is available; use auto or cpu")
+    if name not in ("cpu", "cuda"):
+        raise CtxlmError(f"unknown device {name!r} (train.device); choose auto, cpu or cuda")
+    return torch.device(name)
+
+
+def evaluate_split(model: LanguageModel, config: Config, ids: torch.Tensor, eos: int, device) -> dict:
+    """Perplexity of one split in the model's regime (stream: carried state; sentence: each alone)."""
+    if config.data.batching == "sentence":
+        return evaluate_sentences(model, split_sentences(ids[1:], eos), eos, config.data.batch_size, device)
+    return evaluate_stream(model, ids, config.data.eval_batch_size, config.data.eval_chunk, device=device)
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+class Trainer:
+    """Train one run directory; `fit()` returns the final results (best model on valid and test)."""
+
+    def __init__(self, config: Config, run_dir: str | Path, data_dir=None, resume: bool = False, log=print):
+        self.run_dir, self.log = Path(run_dir), log
+        state_file = self.run_dir / "trainer_state.pt"
+        if resume:
+            self.resume_state = checkpoint.load_state(state_file)
+            config = self._merge_resume_config(config)
+        else:
+            if self.run_dir.exists() and any(self.run_dir.iterdir()):
+                raise CtxlmError(f"run directory {self.run_dir} is not empty; continue it with --resume or pick another --run-dir")
+            self.resume_state = None
+        self.config = config
+        check_schedule(config.train.schedule, config.train.lr_factor)
+        self.device = pick_device(config.train.device)
+        vocab = Vocabulary.load(self.run_dir / "vocab.txt") if resume else None
+        self.data = prepare_data(config, data_dir, vocab)
+        torch.manual_seed(config.train.seed)
+        self.model = build_model(config.model, len(self.data.vocab)).to(self.device)
+        self.optimizer = build_optimizer(config.train.optimizer, self.model.parameters(), config.train.lr, config.train.weight_decay)
+        self.stop_requested: str | None = None
+        self.on_batch = None    # optional callback(trainer, epoch, batch_number), used by tests and tools
+        self.identity = {"model": config.model.name, "vocab": self.data.vocab.fingerprint()}
+
+    def _merge_resume_config(self, given: Config) -> Config:
+        """On --resume the run's own config wins; only train.* settings may be changed."""
+        saved = load_toml(self.run_dir / "config.toml")
+        if given is not None:
+            for section in ("data", "model"):
+                if getattr(given, section) != getattr(saved, section):
+                    raise CtxlmError(f"--resume: [{section}] differs from {self.run_dir / 'config.toml'}; only [train] settings can change when resuming")
+            saved.train = given.train
+        return saved
+
+    # ---------------------------------------------------------------- state
+    def _batches(self):
+        d = self.config.data
+        train_ids = self.data.ids["train"]
+        if d.batching == "sentence":
+            return SentenceBatches(split_sentences(train_ids[1:], self.data.vocab.eos), d.batch_size, self.data.vocab.eos, d.max_sentence_len)
+        if d.batching != "stream":
+            raise CtxlmError(f"unknown batching {d.batching!r} (data.batching); choose stream or sentence")
+        return StreamBatches(train_ids, d.batch_size, d.bptt)
+
+    def _snapshot(self, epoch, position, order, carry, progress) -> dict:
+        state = {
+            "format": 1, "identity": self.identity, "epoch": epoch, "position": position, "order": order,
+            "model": checkpoint.unique_state_dict(self.model), "optimizer": self.optimizer.state_dict(),
+            "carry": detach_state(carry), "rng": torch.get_rng_state(), "generator": self.generator.get_state(),
+        }
+        if self.device.type == "cuda":
+            state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
+        state.update(progress)
+        return state
+
+    def _save(self, *args) -> None:
+        checkpoint.save_state(self.run_dir / "trainer_state.pt", self._snapshot(*args))
+
+    def _restore(self, state: dict):
+        if state.get("identity") != self.identity:
+            raise CtxlmError(f"{self.run_dir / 'trainer_state.pt'}: checkpoint belongs to another model or vocabulary")
+        with torch.no_grad():
+            own = self.model.state_dict()
+            for name, tensor in state["model"].items():
+                own[name].copy_(tensor)
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"])
+        self.generator.set_state(state["generator"])
+        if "cuda_rng" in state and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["cuda_rng"], self.device)
+        carry = state["carry"]
+        if carry is not None:
+            carry = type(carry)(t.to(self.device) for t in carry) if isinstance(carry, tuple) else carry.to(self.device)
+        return state["epoch"], state["position"], state["order"], carry
+
+    # ---------------------------------------------------------------- loop
+    def _handle_signal(self, signum, frame):
+        self.stop_requested = signal.Signals(signum).name
+
+    def request_stop(self, reason: str = "request") -> None:
+        self.stop_requested = reason
+
+    def fit(self) -> dict:
+        cfg, run_dir = self.config, self.run_dir
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.generator = torch.Generator().manual_seed(cfg.train.seed)
+        batches = self._batches()
+        progress = {"lr": cfg.train.lr, "best_valid": math.inf, "best_epoch": 0, "bad_epochs": 0,
+                    "epoch_nll": 0.0, "epoch_tokens": 0, "elapsed": 0.0, "history": [], "early_stopped": False}
+        if self.resume_state is not None:
+            epoch, position, order, carry = self._restore(self.resume_state)
+            progress.update({k: self.resume_state[k] for k in progress})
+            self.log(f"resuming {run_dir} at epoch {epoch}, batch {position}")
+        else:
+            epoch, position, order, carry = 1, 0, None, None
+            checkpoint.atomic_write_text(run_dir / "config.toml", cfg.to_toml())
+            self.data.vocab.save(run_dir / "vocab.txt")
+            counts = self.model.parameter_counts()
+            self.log(f"model {cfg.model.name}: {counts['total']:,} parameters ({counts['without_embeddings']:,} without word embeddings), "
+                     f"vocabulary {len(self.data.vocab):,}, device {self.device}")
+        self._write_metrics(progress["history"])
+        handlers = {s: signal.signal(s, self._handle_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            while epoch <= cfg.train.epochs and not progress["early_stopped"]:
+                if order is None:
+                    order = batches.order(self.generator) if isinstance(batches, SentenceBatches) else None
+                carry = self._run_epoch(batches, epoch, position, order, carry, progress)
+                if self.stop_requested:
+                    self._save(epoch, self._position, order, carry, progress)
+                    raise KeyboardInterrupt
+                self._end_epoch(epoch, progress)
+                epoch, position, order = epoch + 1, 0, None
+                if progress["early_stopped"]:
+                    self.log(f"early stop: no validation gain for {cfg.train.early_stop_patience} epochs")
+                self._save(epoch, position, order, carry, progress)
+        except KeyboardInterrupt:
+            self.log(f"interrupted ({self.stop_requested or 'SIGINT'}); state saved. Continue with: ctxlm train --resume {run_dir}")
+            raise
+        finally:
+            for s, h in handlers.items():
+                signal.signal(s, h)
+        return self.finish(progress)
+
+    def _run_epoch(self, batches, epoch, position, order, carry, progress):
+        cfg, model = self.config, self.model
+        model.train()
+        for group in self.optimizer.param_groups:
+            group["lr"] = progress["lr"]
+        count = len(batches) if not cfg.train.max_batches else min(len(batches), cfg.train.max_batches)
+        bar = Progress(count, f"epoch {epoch}", initial=position)
+        started, tokens_run = time.time(), 0
+        nll_total = torch.tensor(progress["epoch_nll"], dtype=torch.float64)
+        self._position = position
+        for number in range(position, count):
+            batch = batches.batch(int(order[number]) if order is not None else number)
+            if batch.fresh_state:
+                carry = None
+            inputs, targets = batch.inputs.to(self.device), batch.targets.to(self.device)
+            reset = None if batch.reset is None else batch.reset.to(self.device)
+            out = model(inputs, carry, reset)
+            nll, n = model.loss(out, targets)
+            self.optimizer.zero_grad(set_to_none=True)
+            (nll / max(n, 1)).backward()
+            if cfg.train.clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.clip)
+            self.optimizer.step()
+            carry = detach_state(out.state)
+            nll_total += nll.detach().double().cpu()
+            progress["epoch_tokens"] += n
+            tokens_run += n
+            self._position = number + 1
+            progress["epoch_nll"] = float(nll_total)
+            if bar.count % 10 == 0 or number + 1 == count:
+                mean = progress["epoch_nll"] / max(progress["epoch_tokens"], 1)
+                rate = tokens_run / max(time.time() - started, 1e-9)
+                bar.update(loss=f"{mean:.3f}", ppl=f"{math.exp(mean):.1f}", tok_s=f"{rate:,.0f}")
+            else:
+                bar.update()
+            if self.on_batch:
+                self.on_batch(self, epoch, number + 1)
+            if self.stop_requested:
+                break
+            if cfg.train.checkpoint_every and (number + 1) % cfg.train.checkpoint_every == 0 and number + 1 < count:
+                self._save(epoch, number + 1, order, carry, progress)
+        bar.close()
+        progress["elapsed"] += time.time() - started
+        self._epoch_rate = tokens_run / max(time.time() - started, 1e-9)
+        return carry
+
+    def _end_epoch(self, epoch: int, progress: dict) -> None:
+        cfg, vocab = self.config, self.data.vocab
+        valid = evaluate_split(self.model, cfg, self.data.ids["valid"], vocab.eos, self.device)
+        train_loss = progress["epoch_nll"] / max(progress["epoch_tokens"], 1)
+        improved = valid["ppl"] < progress["best_valid"]
+        if improved:
+            progress.update(best_valid=valid["ppl"], best_epoch=epoch, bad_epochs=0)
+            checkpoint.save_weights(self.model, self.run_dir / "model.safetensors",
+                                    {**self.identity, "epoch": str(epoch), "valid_ppl": f"{valid['ppl']:.4f}"})
+        else:
+            progress["bad_epochs"] += 1
+        record = {"epoch": epoch, "lr": progress["lr"], "train_loss": round(train_loss, 6),
+                  "train_ppl": round(math.exp(train_loss), 4), "valid_ppl": round(valid["ppl"], 4),
+                  "best": improved, "tokens_per_s": round(self._epoch_rate, 1), "elapsed_s": round(progress["elapsed"], 1)}
+        progress["history"].append(record)
+        self._write_metrics(progress["history"])
+        self._tensorboard(record)
+        self.log(f"epoch {epoch}: train ppl {record['train_ppl']:.2f}, valid ppl {valid['ppl']:.2f}, lr {progress['lr']:.3g}, "
+                 f"{self._epoch_rate:,.0f} tokens/s{' *' if improved else ''}")
+        progress["lr"] = next_lr(progress["lr"], cfg.train.schedule, cfg.train.lr_factor, cfg.train.decay_start, epoch, improved)
+        progress["epoch_nll"], progress["epoch_tokens"] = 0.0, 0
+        if cfg.train.early_stop_patience and progress["bad_epochs"] >= cfg.train.early_stop_patience:
+            progress["early_stopped"] = True
+
+    def _write_metrics(self, history: list[dict]) -> None:
+        checkpoint.atomic_write_text(self.run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in history))
+
+    def _tensorboard(self, record: dict) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            return
+        with SummaryWriter(str(self.run_dir / "tensorboard")) as writer:
+            for key in ("train_ppl", "valid_ppl", "lr", "tokens_per_s"):
+                writer.add_scalar(key, record[key], record["epoch"])
+
+    def finish(self, progress: dict) -> dict:
+        """Roll back to the best epoch's weights and report valid and test perplexity."""
+        vocab = self.data.vocab
+        checkpoint.load_weights(self.model, self.run_dir / "model.safetensors", self.identity)
+        results = {"best_epoch": progress["best_epoch"], "train_wall_s": round(progress["elapsed"], 1),
+                   "parameters": self.model.parameter_counts(), "commit": git_commit(), "device": str(self.device)}
+        for split in ("valid", "test"):
+            if split in self.data.ids:
+                results[split] = evaluate_split(self.model, self.config, self.data.ids[split], vocab.eos, self.device)
+        checkpoint.atomic_write_text(self.run_dir / "results.json", json.dumps(results, indent=2) + "\n")
+        return results
