@@ -4,7 +4,7 @@ Search order for every file: `--data-dir`, then `$CTXLM_DATA_DIR`, then the user
 (`$XDG_CACHE_HOME/ctxlm/data`, default `~/.cache/ctxlm/data`). In each root the file may sit in the
 dataset's folder or at the top level, plain or gzipped. Checksums are of the *uncompressed* content,
 so a file and its `.gz` are equally valid. PTB and WikiText-2 download from their canonical public
-copies when they are found nowhere; the others say how to get them.
+copies when they are found nowhere (unless $CTXLM_OFFLINE is set); the others say how to get them.
 """
 from __future__ import annotations
 
@@ -151,6 +151,8 @@ def locate(dataset: str, key: str, data_dir: str | Path | None = None, download:
                 return path
         looked.append(str(root / entry.folder))
     reason = "no public download is registered"
+    if os.environ.get("CTXLM_OFFLINE"):
+        download, reason = False, "downloads are off ($CTXLM_OFFLINE is set)"
     if download and entry.url:
         target = cache_dir() / entry.folder / entry.names[0]
         try:

@@ -25,6 +25,7 @@ def _atomic(path: str | Path, write) -> None:
     os.close(handle)
     try:
         write(tmp)
+        os.chmod(tmp, 0o644)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)

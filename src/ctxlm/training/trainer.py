@@ -70,6 +70,18 @@ def git_commit() -> str:
         return "unknown"
 
 
+def train_step(model, optimizer, inputs, targets, reset, carry, clip: float):
+    """One truncated-BPTT update on the batch-mean NLL; returns (summed NLL, target count, detached state)."""
+    out = model(inputs, carry, reset)
+    nll, count = model.loss(out, targets)
+    optimizer.zero_grad(set_to_none=True)
+    (nll / max(count, 1)).backward()
+    if clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    return nll.detach(), count, detach_state(out.state)
+
+
 class Trainer:
     """Train one run directory; `fit()` returns the final results (best model on valid and test)."""
 
@@ -210,15 +222,8 @@ class Trainer:
                 carry = None
             inputs, targets = batch.inputs.to(self.device), batch.targets.to(self.device)
             reset = None if batch.reset is None else batch.reset.to(self.device)
-            out = model(inputs, carry, reset)
-            nll, n = model.loss(out, targets)
-            self.optimizer.zero_grad(set_to_none=True)
-            (nll / max(n, 1)).backward()
-            if cfg.train.clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.clip)
-            self.optimizer.step()
-            carry = detach_state(out.state)
-            nll_total += nll.detach().double().cpu()
+            nll, n, carry = train_step(model, self.optimizer, inputs, targets, reset, carry, cfg.train.clip)
+            nll_total += nll.double().cpu()
             progress["epoch_tokens"] += n
             tokens_run += n
             self._position = number + 1

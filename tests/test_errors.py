@@ -1,0 +1,117 @@
+"""Bad input: one clear line on stderr, a non-zero exit, nothing overwritten."""
+import gzip
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import tiny_config
+
+CLI = [sys.executable, "-m", "ctxlm"]
+
+
+def run(*args, cwd=None):
+    return subprocess.run(CLI + [str(a) for a in args], capture_output=True, text=True, cwd=cwd)
+
+
+def one_line_error(result, *needles):
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def test_missing_dataset_says_where_it_looked_and_how_to_get_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("CTXLM_DATA_DIR", raising=False)
+    result = run("train", "--set", "data.dataset=ptb", "--data-dir", tmp_path / "nowhere", "--run-dir", tmp_path / "r")
+    one_line_error(result, "ptb.train.txt not found", str(tmp_path / "nowhere"), "To get it")
+
+
+def test_checksum_mismatch(tmp_path, monkeypatch):
+    monkeypatch.delenv("CTXLM_DATA_DIR", raising=False)
+    (tmp_path / "ptb").mkdir()
+    for split in ("train", "valid", "test"):
+        (tmp_path / "ptb" / f"ptb.{split}.txt").write_text(" not the real ptb \n")
+    result = run("train", "--set", "data.dataset=ptb", "--data-dir", tmp_path, "--run-dir", tmp_path / "r")
+    one_line_error(result, "checksum mismatch", "ptb.train.txt")
+
+
+@pytest.mark.parametrize("content", [b"", b"   \n\n", b"\x00\x01\x02binary\x00", gzip.compress(b"")])
+def test_empty_or_binary_corpus(tmp_path, corpus, content):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(content)
+    result = run("train", "--set", "data.dataset=files", "--set", f"data.train={bad}", "--set", f"data.valid={corpus['valid']}",
+                 "--set", f"data.test={corpus['test']}", "--run-dir", tmp_path / "r")
+    line = one_line_error(result, str(bad))
+    assert "empty" in line or "binary" in line
+
+
+def test_unknown_model_option_and_preset_key(tmp_path):
+    one_line_error(run("train", "--set", "model.name=transformerxl", "--run-dir", tmp_path / "r"), "unknown model", "lstm")
+    one_line_error(run("train", "--set", "model.hiden_size=3"), "unknown key model.hiden_size", "hidden_size")
+    one_line_error(run("train", "--set", "train.epochs=many"), "train.epochs must be a int")
+    one_line_error(run("train", "--bogus"), "unrecognized arguments: --bogus")
+    preset = tmp_path / "p.toml"
+    preset.write_text("[model]\nname = 'lstm'\nlayer = 2\n")
+    one_line_error(run("train", "--config", preset), str(preset), "unknown key model.layer")
+    one_line_error(run("train", "--config", tmp_path / "missing.toml"), "not found")
+
+
+def _train(config, run_dir):
+    from ctxlm.training.trainer import Trainer
+
+    Trainer(config, run_dir).fit()
+
+
+def test_weights_from_another_vocabulary_or_model_are_refused(tmp_path, corpus):
+    from conftest import write_corpus
+
+    config = tiny_config(corpus)
+    config.train.epochs = 1
+    _train(config, tmp_path / "a")
+    (tmp_path / "other_corpus").mkdir()
+    other = write_corpus(tmp_path / "other_corpus", seed=5)
+    other_config = tiny_config(other)
+    other_config.data.max_vocab = 10
+    other_config.train.epochs = 1
+    _train(other_config, tmp_path / "b")
+    shutil.copy(tmp_path / "b" / "model.safetensors", tmp_path / "a" / "model.safetensors")
+    one_line_error(run("eval", tmp_path / "a"), "different vocab")
+
+    config_gru = tiny_config(corpus, name="gru")
+    config_gru.train.epochs = 1
+    _train(config_gru, tmp_path / "c")
+    shutil.copy(tmp_path / "c" / "model.safetensors", tmp_path / "b" / "model.safetensors")
+    one_line_error(run("eval", tmp_path / "b"), "different model")
+
+
+def test_truncated_checkpoint_keeps_the_previous_one(tmp_path, corpus):
+    config = tiny_config(corpus)
+    config.train.epochs = 2
+    _train(config, tmp_path / "a")
+    state = tmp_path / "a" / "trainer_state.pt"
+    previous = tmp_path / "a" / "trainer_state.prev.pt"
+    assert previous.exists()
+    previous_bytes = previous.read_bytes()
+    state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
+    truncated = state.read_bytes()
+    one_line_error(run("train", "--resume", tmp_path / "a"), "truncated or corrupt", "trainer_state.prev.pt")
+    assert state.read_bytes() == truncated and previous.read_bytes() == previous_bytes
+    weights = tmp_path / "a" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    one_line_error(run("eval", tmp_path / "a"), "truncated weights file")
+
+
+def test_run_directory_is_never_overwritten(tmp_path, corpus):
+    config = tiny_config(corpus)
+    config.train.epochs = 1
+    _train(config, tmp_path / "a")
+    before = (tmp_path / "a" / "model.safetensors").read_bytes()
+    from ctxlm.errors import CtxlmError
+
+    with pytest.raises(CtxlmError, match="not empty"):
+        _train(config, tmp_path / "a")
+    assert (tmp_path / "a" / "model.safetensors").read_bytes() == before

@@ -1,0 +1,146 @@
+"""Perplexity exactly as SPEC §0.2, on worked examples and against step-by-step evaluation."""
+import math
+
+import pytest
+import torch
+
+from ctxlm.data.batching import IGNORE, SentenceBatches, StreamBatches, split_sentences
+from ctxlm.evaluation import evaluate_sentences, evaluate_stream
+from ctxlm.models import build_model
+from ctxlm.config import ModelConfig
+
+
+def test_worked_example_from_pham_table_2_1():
+    probabilities = [0.1, 0.002, 0.05, 0.00001, 0.2, 0.00001, 0.05, 0.02, 0.001, 0.0007, 0.2]
+    ppl = math.exp(-sum(math.log(p) for p in probabilities) / len(probabilities))
+    assert ppl == pytest.approx(210.4, abs=0.05)
+
+
+class FixedDistribution(torch.nn.Module):
+    """A 'model' whose next-token distribution is a fixed table: lets us check the evaluator's sums."""
+
+    def __init__(self, probs):
+        super().__init__()
+        self.log_table = torch.log(torch.tensor(probs, dtype=torch.float64))
+
+    def forward(self, inputs, state=None, reset=None):
+        from ctxlm.models.base import ModelOutput
+
+        return ModelOutput(self.log_table.expand(*inputs.shape, -1), state)
+
+    def target_log_probs(self, out, targets):
+        valid = targets != IGNORE
+        return out.hidden.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1).masked_fill(~valid, 0.0)
+
+
+def test_evaluator_counts_every_target_once_for_any_batch_and_chunk():
+    probs = [0.5, 0.25, 0.125, 0.125]
+    ids = torch.tensor([0, 1, 2, 3, 3, 1, 0, 2, 2, 1, 3])
+    expected_nll = -sum(math.log(probs[i]) for i in ids[1:].tolist())
+    for batch_size, chunk in [(1, 1000), (1, 3), (3, 2), (4, 5), (20, 1)]:
+        result = evaluate_stream(FixedDistribution(probs), ids, batch_size, chunk)
+        assert result["tokens"] == 10
+        assert result["nll"] == pytest.approx(expected_nll, rel=1e-12)
+        assert result["ppl"] == pytest.approx(math.exp(expected_nll / 10), rel=1e-12)
+
+
+def lstm(vocab=30, **kwargs):
+    torch.manual_seed(0)
+    config = ModelConfig(emb_size=12, hidden_size=10, **kwargs)
+    return build_model(config, vocab).double().eval()
+
+
+def test_untrained_model_perplexity_is_near_vocabulary_size():
+    model = build_model(ModelConfig(emb_size=32, hidden_size=32, init_range=0.01), 500).eval()
+    ids = torch.randint(0, 500, (2000,), generator=torch.Generator().manual_seed(0))
+    ppl = evaluate_stream(model, ids)["ppl"]
+    assert 0.9 * 500 < ppl < 1.1 * 500
+
+
+@pytest.mark.parametrize("name", ["lstm", "gru", "rnn-tanh"])
+def test_chunked_stream_evaluation_equals_one_token_at_a_time(name):
+    model = lstm(name=name, layers=2)
+    ids = torch.randint(0, 30, (90,), generator=torch.Generator().manual_seed(1))
+    chunked = evaluate_stream(model, ids, batch_size=1, chunk=1000)
+    total, state = 0.0, None
+    with torch.no_grad():
+        for t in range(ids.numel() - 1):
+            out = model(ids[t].view(1, 1), state)
+            total -= float(model.target_log_probs(out, ids[t + 1].view(1, 1)))
+            state = out.state
+    assert chunked["nll"] == pytest.approx(total, rel=1e-10)
+    for batch_size, chunk in [(1, 7), (3, 11)]:
+        # more streams cut the history at stream starts, so only the count must match exactly
+        assert evaluate_stream(model, ids, batch_size, chunk)["tokens"] == 89
+
+
+def test_probabilities_sum_to_one():
+    model = lstm()
+    out = model(torch.randint(0, 30, (3, 8)))
+    total = model.log_probs(out).exp().sum(-1)
+    assert torch.allclose(total, torch.ones_like(total), atol=1e-12)
+
+
+def test_tied_output_probabilities_sum_to_one_and_share_weights():
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(emb_size=10, hidden_size=10, tie_weights=True), 30).double()
+    assert model.output.weight is model.embedding.weight
+    out = model(torch.randint(0, 30, (2, 5)))
+    assert torch.allclose(model.log_probs(out).exp().sum(-1), torch.ones(2, 5, dtype=torch.float64))
+
+
+def test_causality_future_tokens_never_change_past_log_probs():
+    model = lstm(layers=2)
+    ids = torch.randint(0, 30, (1, 40), generator=torch.Generator().manual_seed(2))
+    changed = ids.clone()
+    changed[0, 25:] = (changed[0, 25:] + 7) % 30
+    a = model.target_log_probs(model(ids[:, :-1]), ids[:, 1:])
+    b = model.target_log_probs(model(changed[:, :-1]), changed[:, 1:])
+    assert torch.equal(a[0, :24], b[0, :24])
+    assert not torch.equal(a[0, 24:], b[0, 24:])
+
+
+def test_reset_mask_equals_evaluating_documents_separately():
+    model = lstm()
+    doc_a = torch.randint(0, 30, (17,), generator=torch.Generator().manual_seed(3))
+    doc_b = torch.randint(0, 30, (23,), generator=torch.Generator().manual_seed(4))
+    joined = torch.cat([doc_a, doc_b])
+    starts = torch.zeros_like(joined, dtype=torch.bool)
+    starts[17] = True       # the input at position 17 starts document b: nothing before it is seen
+    together = evaluate_stream(model, joined, 1, 5, doc_starts=starts)
+    alone_a = evaluate_stream(model, torch.cat([doc_a, doc_b[:1]]), 1, 1000)
+    with torch.no_grad():
+        out = model(doc_b[:-1].view(1, -1))
+        alone_b = -float(model.target_log_probs(out, doc_b[1:].view(1, -1)).sum())
+    assert together["nll"] == pytest.approx(alone_a["nll"] + alone_b, rel=1e-10)
+
+
+def test_sentence_evaluation_ignores_padding_and_resets_each_sentence():
+    model = lstm()
+    eos = 0
+    stream = torch.tensor([5, 6, 7, eos, 8, eos, 9, 10, 11, 12, 13, eos])
+    sentences = split_sentences(stream, eos)
+    assert [s.tolist() for s in sentences] == [[5, 6, 7, 0], [8, 0], [9, 10, 11, 12, 13, 0]]
+    batched = evaluate_sentences(model, sentences, eos, batch_size=3)
+    single = sum(evaluate_sentences(model, [s], eos, batch_size=1)["nll"] for s in sentences)
+    assert batched["tokens"] == 12
+    assert batched["nll"] == pytest.approx(single, rel=1e-10)
+
+
+def test_stream_batches_cover_every_target_exactly_once():
+    ids = torch.arange(50)
+    batches = StreamBatches(ids, batch_size=4, bptt=6)
+    seen = torch.cat([b.targets[b.targets != IGNORE] for b in batches])
+    assert sorted(seen.tolist()) == list(range(1, 50))
+    first = batches.batch(0)
+    assert torch.equal(first.targets[:, :-1], first.inputs[:, 1:])
+
+
+def test_sentence_batches_truncate_and_bucket():
+    sentences = [torch.arange(1, n + 1) for n in (3, 9, 4, 8)]
+    batches = SentenceBatches(sentences, batch_size=2, eos=0, max_len=5)
+    assert len(batches) == 2
+    shapes = sorted(tuple(batches.batch(i).inputs.shape) for i in range(2))
+    assert shapes == [(2, 4), (2, 5)]
+    batch = batches.batch(0)
+    assert batch.inputs[0, 0] == 0 and batch.fresh_state

@@ -1,0 +1,81 @@
+"""Training: learning happens, interruption + resume is bit-identical, early stopping rolls back."""
+import json
+
+import pytest
+import torch
+
+from ctxlm.run import load
+from ctxlm.training.trainer import Trainer
+from safetensors.torch import load_file
+
+from conftest import tiny_config
+
+
+def metrics(run_dir):
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in ("tokens_per_s", "elapsed_s")} for r in rows]
+
+
+@pytest.mark.parametrize("batching", ["stream", "sentence"])
+def test_interrupted_and_resumed_run_is_bit_identical(tmp_path, corpus, batching):
+    config = tiny_config(corpus)
+    config.data.batching = batching
+    config.train.epochs = 3
+    straight = Trainer(config, tmp_path / "straight").fit()
+
+    def interrupt(trainer, epoch, batch):
+        if epoch == 2 and batch == 3:
+            trainer.request_stop("test")
+
+    first = Trainer(config, tmp_path / "resumed")
+    first.on_batch = interrupt
+    with pytest.raises(KeyboardInterrupt):
+        first.fit()
+    assert len(metrics(tmp_path / "resumed")) == 1
+    resumed = Trainer(None, tmp_path / "resumed", resume=True).fit()
+
+    a = load_file(str(tmp_path / "straight" / "model.safetensors"))
+    b = load_file(str(tmp_path / "resumed" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    state_a = torch.load(tmp_path / "straight" / "trainer_state.pt", weights_only=True)
+    state_b = torch.load(tmp_path / "resumed" / "trainer_state.pt", weights_only=True)
+    assert all(torch.equal(state_a["model"][k], state_b["model"][k]) for k in state_a["model"])
+    assert metrics(tmp_path / "straight") == metrics(tmp_path / "resumed")
+    assert straight["test"] == resumed["test"]
+
+
+def test_training_lowers_validation_perplexity_and_keeps_the_best(tmp_path, corpus):
+    config = tiny_config(corpus, dropout=0.0)
+    config.train.epochs, config.train.lr = 6, 0.01
+    results = Trainer(config, tmp_path / "run").fit()
+    history = metrics(tmp_path / "run")
+    assert history[-1]["valid_ppl"] < history[0]["valid_ppl"] < 25   # 20-word vocabulary + <eos>, <unk>
+    best = min(history, key=lambda r: r["valid_ppl"])
+    assert results["best_epoch"] == best["epoch"]
+    assert results["valid"]["ppl"] == pytest.approx(best["valid_ppl"], abs=1e-3)
+    run = load(tmp_path / "run")
+    assert run.model.parameter_counts() == results["parameters"]
+
+
+def test_plateau_schedule_and_early_stopping_roll_back(tmp_path, corpus):
+    config = tiny_config(corpus, dropout=0.0, emb_size=32, hidden_size=32)
+    config.train.epochs, config.train.lr = 30, 0.05     # the corpus is noise: the model soon overfits
+    config.train.schedule, config.train.lr_factor = "plateau", 4.0
+    config.train.early_stop_patience = 2
+    results = Trainer(config, tmp_path / "run").fit()
+    history = metrics(tmp_path / "run")
+    assert len(history) < 30
+    assert sum(not r["best"] for r in history) == 2
+    for before, after in zip(history, history[1:]):
+        assert after["lr"] == (before["lr"] if before["best"] else before["lr"] / 4)
+    assert results["valid"]["ppl"] == pytest.approx(min(r["valid_ppl"] for r in history), abs=1e-3)
+
+
+def test_decay_schedule_divides_after_start_epoch():
+    from ctxlm.training.optim import next_lr
+
+    rates, lr = [], 1.0
+    for epoch in range(1, 6):
+        rates.append(lr)
+        lr = next_lr(lr, "decay", 2.0, 3, epoch, improved=True)
+    assert rates == [1.0, 1.0, 1.0, 0.5, 0.25]
