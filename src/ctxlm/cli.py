@@ -1,4 +1,4 @@
-"""The `ctxlm` command: train, eval, score, generate, info, datasets, models."""
+"""The `ctxlm` command: train, eval, score, generate, info, export-arpa, import-arpa, datasets, models."""
 from __future__ import annotations
 
 import argparse
@@ -26,6 +26,16 @@ def _config(args):
 def cmd_train(args) -> int:
     from .training.trainer import Trainer
 
+    from .models import MODELS
+
+    if not args.resume:
+        config = _config(args)
+        if getattr(MODELS.get(config.model.name), "count_based", False):
+            from .training.count import estimate_run
+
+            run_dir = args.run_dir or Path("runs") / (Path(args.config).stem if args.config else config.model.name)
+            _print_table(run_dir, estimate_run(config, run_dir, args.data_dir))
+            return 0
     if args.resume:
         config = _config(args) if (args.config or args.set) else None
         trainer = Trainer(config, args.resume, args.data_dir, resume=True)
@@ -142,6 +152,36 @@ def cmd_info(args) -> int:
     return 0
 
 
+def cmd_export_arpa(args) -> int:
+    from .models.arpa import write_arpa
+    from .run import load
+
+    run = load(args.run)
+    if not getattr(run.model, "count_based", False):
+        raise CtxlmError(f"{args.run}: ARPA export needs an n-gram run (model.name = kneser-ney), not {run.config.model.name!r}")
+    write_arpa(run.model, run.vocab, args.output)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def cmd_import_arpa(args) -> int:
+    from .config import Config, apply_overrides
+    from .models.arpa import read_arpa
+    from .training import checkpoint
+
+    run_dir = Path(args.run_dir)
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise CtxlmError(f"run directory {run_dir} is not empty; pick another")
+    model, vocab = read_arpa(args.arpa)
+    config = apply_overrides(Config(), args.set or [])
+    config.model.name, config.model.order = "kneser-ney", model.order
+    checkpoint.atomic_write_text(run_dir / "config.toml", config.to_toml())
+    vocab.save(run_dir / "vocab.txt")
+    checkpoint.save_weights(model, run_dir / "model.safetensors", {"model": "kneser-ney", "vocab": vocab.fingerprint()})
+    print(f"imported a {model.order}-gram model with {len(vocab):,} words into {run_dir}")
+    return 0
+
+
 def cmd_datasets(args) -> int:
     from .data.registry import DATASETS, locate
 
@@ -216,6 +256,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vocab-size", type=int, help="for a preset: use this vocabulary size instead of reading the data")
     common_data(p)
     p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("export-arpa", help="write an n-gram run as an ARPA file (KenLM, SRILM can read it)")
+    p.add_argument("run", help="run directory of a kneser-ney model")
+    p.add_argument("output", help="ARPA file to write")
+    p.set_defaults(func=cmd_export_arpa)
+
+    p = sub.add_parser("import-arpa", help="make a run directory from an ARPA file, to eval and score it like any model")
+    p.add_argument("arpa", help="ARPA file")
+    p.add_argument("run_dir", help="new run directory")
+    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="e.g. --set data.dataset=wikitext-2 for `ctxlm eval`")
+    p.set_defaults(func=cmd_import_arpa)
 
     p = sub.add_parser("datasets", help="list the named datasets and where their files were found")
     common_data(p)

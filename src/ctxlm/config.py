@@ -28,7 +28,7 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = "lstm"              # lstm | gru | rnn-tanh | rnn-relu (see `ctxlm models`)
+    name: str = "lstm"              # lstm | gru | rnn-tanh | rnn-relu | kneser-ney (see `ctxlm models`)
     emb_size: int = 300
     hidden_size: int = 300
     layers: int = 1
@@ -36,6 +36,7 @@ class ModelConfig:
     tie_weights: bool = False
     init_range: float = 0.1         # U(-r, r) for every parameter
     forget_bias: float = 1.0        # LSTM forget-gate bias (SPEC §1.6a)
+    order: int = 5                  # n-gram order (kneser-ney)
 
 
 @dataclass

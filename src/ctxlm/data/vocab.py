@@ -22,9 +22,8 @@ class Vocabulary:
         self.index = {w: i for i, w in enumerate(self.words)}
         if len(self.index) != len(self.words):
             raise CtxlmError("vocabulary has duplicate words")
-        for special in (UNK, EOS):
-            if special not in self.index:
-                raise CtxlmError(f"vocabulary lacks the special token {special}")
+        if self.words[:2] != [EOS, UNK]:
+            raise CtxlmError(f"a vocabulary starts with {EOS} and {UNK} (ids 0 and 1); got {self.words[:2]}")
         self.unk = self.index[UNK]
         self.eos = self.index[EOS]
 

@@ -50,7 +50,8 @@ def unique_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def save_weights(model: torch.nn.Module, path: str | Path, metadata: dict[str, str]) -> None:
-    tensors = unique_state_dict(model)
+    """Neural models store their state dict; count-based models their tables (`model.tensors()`)."""
+    tensors = model.tensors() if hasattr(model, "tensors") else unique_state_dict(model)
     _atomic(path, lambda tmp: save_file(tensors, tmp, metadata=metadata))
 
 
@@ -71,6 +72,9 @@ def load_weights(model: torch.nn.Module, path: str | Path, expect: dict[str, str
         if metadata.get(key) != value:
             raise CtxlmError(f"{path}: weights were saved for a different {key} ({metadata.get(key, '?')[:16]} vs {value[:16]}); "
                              "use the config.toml and vocab.txt of the run that wrote them")
+    if hasattr(model, "load_tensors"):
+        model.load_tensors(tensors)
+        return metadata
     own = unique_state_dict(model)
     shapes = {k: tuple(v.shape) for k, v in own.items()}
     theirs = {k: tuple(v.shape) for k, v in tensors.items()}

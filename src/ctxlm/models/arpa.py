@@ -1,0 +1,138 @@
+"""ARPA back-off format, export and import, for the n-gram models of ngram.py.
+
+Log-probabilities and back-offs are base 10 in the file, natural internally. `<eos>` is written
+as `</s>`; `<s>` is the context-only start symbol (log p = -99). Importing builds a vocabulary of
+`<eos>`, `<unk>` and the file's other unigrams in file order.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ..data.vocab import EOS, UNK, Vocabulary
+from ..errors import CtxlmError
+from .ngram import KneserNeyLM, _Table
+
+LN10 = math.log(10.0)
+
+
+def write_arpa(model: KneserNeyLM, vocab: Vocabulary, path: str | Path) -> None:
+    from ..training.checkpoint import _atomic
+
+    names = np.array([("</s>" if w == EOS else w) for w in vocab.words] + ["<s>"], dtype=object)
+    words = [None, np.arange(model.base)[:, None]]
+    for n in range(2, model.order + 1):
+        keys = model.tables[n - 1].keys
+        words.append(np.concatenate([words[n - 1][keys // model.base], (keys % model.base)[:, None]], 1))
+
+    def write(tmp):
+        with open(tmp, "w", encoding="utf-8") as out:
+            out.write("\\data\\\n")
+            for n, table in enumerate(model.tables, 1):
+                out.write(f"ngram {n}={table.keys.size}\n")
+            for n, table in enumerate(model.tables, 1):
+                out.write(f"\n\\{n}-grams:\n")
+                log_prob = np.where(np.isfinite(table.log_prob), table.log_prob / LN10, -99.0)
+                backoff = table.log_backoff / LN10
+                text = [" ".join(row) for row in names[words[n]]]
+                if n < model.order:
+                    out.writelines(f"{p:.7f}\t{t}\t{b:.7f}\n" if b else f"{p:.7f}\t{t}\n"
+                                   for p, t, b in zip(log_prob, text, backoff))
+                else:
+                    out.writelines(f"{p:.7f}\t{t}\n" for p, t in zip(log_prob, text))
+            out.write("\n\\end\\\n")
+
+    _atomic(path, write)
+
+
+def read_arpa(path: str | Path) -> tuple[KneserNeyLM, Vocabulary]:
+    """Parse an ARPA file into a back-off model and its vocabulary; malformed files are clear errors."""
+    from ..data.corpus import read_text
+
+    lines = read_text(path).split("\n")
+    expected: dict[int, int] = {}
+    number = 0
+
+    def fail(message):
+        raise CtxlmError(f"{path}, line {number + 1}: {message}")
+
+    while number < len(lines) and lines[number].strip() != "\\data\\":
+        number += 1
+    if number == len(lines):
+        number = 0
+        fail("not an ARPA file (no \\data\\ header)")
+    number += 1
+    while number < len(lines) and lines[number].startswith("ngram "):
+        try:
+            order, count = lines[number][6:].split("=")
+            expected[int(order)] = int(count)
+        except ValueError:
+            fail(f"bad count line {lines[number]!r}")
+        number += 1
+    if not expected or sorted(expected) != list(range(1, len(expected) + 1)):
+        fail("missing or non-consecutive 'ngram N=count' lines")
+    entries: dict[int, list[tuple[float, list[str], float]]] = {}
+    order = 0
+    for number in range(number, len(lines)):
+        line = lines[number].strip()
+        if not line:
+            continue
+        if line == "\\end\\":
+            break
+        if line.startswith("\\") and line.endswith("-grams:"):
+            try:
+                order = int(line[1:-7])
+            except ValueError:
+                fail(f"bad section header {line!r}")
+            entries[order] = []
+            continue
+        fields = line.split("\t") if "\t" in line else line.split()
+        if not order:
+            fail("n-gram entry before any \\N-grams: section")
+        try:
+            log_prob = float(fields[0])
+            gram = fields[1].split() if "\t" in line else fields[1:1 + order]
+            backoff = float(fields[2]) if "\t" in line and len(fields) > 2 else (
+                float(fields[1 + order]) if "\t" not in line and len(fields) > 1 + order else 0.0)
+        except (ValueError, IndexError):
+            fail(f"bad n-gram entry {line!r}")
+        if len(gram) != order:
+            fail(f"expected {order} words in a {order}-gram entry, got {len(gram)}")
+        entries[order].append((log_prob, gram, backoff))
+    else:
+        fail("missing \\end\\")
+    for n, count in expected.items():
+        if len(entries.get(n, [])) != count:
+            raise CtxlmError(f"{path}: header says {count} {n}-grams, the file has {len(entries.get(n, []))}")
+
+    unigram_words = [g[0] for _, g, _ in entries[1]]
+    words = [EOS, UNK] + [w for w in unigram_words if w not in ("</s>", "<s>", UNK)]
+    vocab = Vocabulary(words)
+    model = KneserNeyLM(len(vocab), order=len(expected), eos=vocab.eos)
+    word_id = {("</s>" if w == EOS else w): i for i, w in enumerate(vocab.words)}
+    word_id["<s>"] = model.bos
+    tables = []
+    unigram_prob, unigram_backoff = np.full(model.base, -np.inf), np.zeros(model.base)
+    for log_prob, gram, backoff in entries[1]:
+        unigram_prob[word_id[gram[0]]] = log_prob * LN10
+        unigram_backoff[word_id[gram[0]]] = backoff * LN10
+    unigram_prob[model.bos] = -np.inf
+    tables.append(_Table(np.arange(model.base, dtype=np.int64), unigram_prob, unigram_backoff))
+    for n in range(2, len(expected) + 1):
+        try:
+            ids = np.array([[word_id[w] for w in gram] for _, gram, _ in entries[n]], dtype=np.int64).reshape(-1, n)
+        except KeyError as exc:
+            raise CtxlmError(f"{path}: {n}-gram uses {exc.args[0]!r}, which is not among the unigrams") from None
+        prefix = ids[:, 0]
+        for k in range(1, n - 1):
+            prefix = tables[k].find(prefix * model.base + ids[:, k])
+        if (prefix < 0).any():
+            raise CtxlmError(f"{path}: some {n}-grams have no {n - 1}-gram prefix entry; not a valid back-off model")
+        keys = prefix * model.base + ids[:, -1]
+        order_by = np.argsort(keys, kind="stable")
+        values = np.array([(p, b) for p, _, b in entries[n]], dtype=np.float64).reshape(-1, 2) * LN10
+        tables.append(_Table(keys[order_by], values[order_by, 0], values[order_by, 1]))
+    model.tables = tables
+    return model, vocab

@@ -1,0 +1,42 @@
+"""Estimating a count-based model into a run directory (the n-gram counterpart of Trainer.fit)."""
+from __future__ import annotations
+
+import json
+import resource
+import time
+from pathlib import Path
+
+from ..config import Config
+from ..errors import CtxlmError
+from ..models.base import build_model
+from . import checkpoint
+from .trainer import evaluate_split, git_commit, prepare_data
+
+
+def estimate_run(config: Config, run_dir: str | Path, data_dir=None, log=print) -> dict:
+    run_dir = Path(run_dir)
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise CtxlmError(f"run directory {run_dir} is not empty; pick another --run-dir")
+    data = prepare_data(config, data_dir)
+    model = build_model(config.model, len(data.vocab))
+    started = time.time()
+    try:
+        model.estimate(data.ids["train"][1:].numpy(), log)
+    except ValueError as exc:
+        raise CtxlmError(f"{config.data.dataset} train: {exc}") from None
+    seconds = time.time() - started
+    counts = model.ngram_counts()
+    log(f"{config.model.name} order {model.order}: n-grams per order {counts}, estimated in {seconds:.1f} s")
+    checkpoint.atomic_write_text(run_dir / "config.toml", config.to_toml())
+    data.vocab.save(run_dir / "vocab.txt")
+    checkpoint.save_weights(model, run_dir / "model.safetensors",
+                            {"model": config.model.name, "vocab": data.vocab.fingerprint(),
+                             "discounts": json.dumps(model.discounts)})
+    results = {"best_epoch": 0, "train_wall_s": round(seconds, 2), "ngrams": counts, "discounts": model.discounts,
+               "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024), "commit": git_commit(),
+               "parameters": model.parameter_counts(), "device": "cpu"}
+    for split in ("valid", "test"):
+        if split in data.ids:
+            results[split] = evaluate_split(model, config, data.ids[split], data.vocab.eos, "cpu")
+    checkpoint.atomic_write_text(run_dir / "results.json", json.dumps(results, indent=2) + "\n")
+    return results

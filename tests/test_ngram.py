@@ -1,0 +1,191 @@
+"""Kneser-Ney n-gram model: equals a plain dictionary implementation of the formulas, normalises,
+round-trips through ARPA, and agrees with KenLM's own query code."""
+import math
+from collections import Counter, defaultdict
+
+import numpy as np
+import pytest
+import torch
+
+from ctxlm.data.batching import IGNORE
+from ctxlm.evaluation import evaluate_stream
+from ctxlm.models.arpa import read_arpa, write_arpa
+from ctxlm.models.ngram import KneserNeyLM, discounts_from_counts
+from ctxlm.data.vocab import Vocabulary
+
+from conftest import DATA_DIR, needs_data
+
+EOS, BOS = 0, "<s>"
+
+
+def oracle_kneser_ney(sentences, order, vocab_size):
+    """Interpolated modified KN straight from the definitions, with dicts of tuples (slow, clear)."""
+    counts = [Counter() for _ in range(order + 1)]
+    for sentence in sentences:
+        padded = [BOS] + sentence
+        for i in range(1, len(padded)):
+            for n in range(1, order + 1):
+                if i - n + 1 < 0:
+                    break
+                counts[n][tuple(padded[i - n + 1:i + 1])] += 1
+    adjusted = [Counter() for _ in range(order + 1)]
+    adjusted[order] = Counter(counts[order])
+    for n in range(1, order):
+        for gram, c in counts[n].items():
+            if gram[0] == BOS:
+                adjusted[n][gram] = c
+        for gram in counts[n + 1]:
+            if gram[1:][0] != BOS:
+                adjusted[n][gram[1:]] += 1
+    discounts = [None] + [discounts_from_counts(np.array(list(adjusted[n].values())))[0] for n in range(1, order + 1)]
+
+    def d(n, a):
+        return 0.0 if a == 0 else discounts[n][min(a, 3) - 1]
+
+    totals, masses = [defaultdict(float) for _ in range(order + 1)], [defaultdict(float) for _ in range(order + 1)]
+    for n in range(1, order + 1):
+        for gram, a in adjusted[n].items():
+            totals[n][gram[:-1]] += a
+            masses[n][gram[:-1]] += d(n, a)
+
+    def prob(word, context):
+        n = len(context) + 1
+        if n == 1:
+            a = adjusted[1].get((word,), 0)
+            return (a - d(1, a)) / totals[1][()] + masses[1][()] / totals[1][()] / vocab_size
+        total = totals[n].get(tuple(context), 0.0)
+        if total == 0:
+            return prob(word, context[1:])
+        a = adjusted[n].get(tuple(context) + (word,), 0)
+        return (a - d(n, a)) / total + masses[n][tuple(context)] / total * prob(word, context[1:])
+
+    return prob
+
+
+def random_sentences(count, vocab_size, seed):
+    generator = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        length = generator.integers(1, 9)
+        # a skewed distribution so that counts of 1, 2, 3, 4 all occur
+        words = np.minimum(generator.geometric(0.25, size=length) + 1, vocab_size - 1)
+        out.append([int(w) for w in words] + [EOS])
+    return out
+
+
+@pytest.mark.parametrize("order", [1, 2, 3, 4])
+def test_equals_dictionary_oracle(order):
+    vocab_size = 12
+    train = random_sentences(400, vocab_size, seed=0)
+    model = KneserNeyLM(vocab_size, order).estimate(np.concatenate(train))
+    prob = oracle_kneser_ney(train, order, vocab_size)
+    test = random_sentences(30, vocab_size, seed=1)
+    stream = torch.tensor([EOS] + [w for s in test for w in s])
+    out = model(stream[:-1].view(1, -1))
+    ours = model.target_log_probs(out, stream[1:].view(1, -1))[0]
+    expected = []
+    for sentence in test:
+        padded = [BOS] + sentence
+        for i in range(1, len(padded)):
+            context = padded[max(0, i - order + 1):i]
+            expected.append(math.log(prob(padded[i], context)))
+    assert torch.allclose(ours, torch.tensor(expected, dtype=torch.float64), rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("order", [1, 2, 3, 5])
+def test_probabilities_sum_to_one(order):
+    model = KneserNeyLM(12, order).estimate(np.concatenate(random_sentences(300, 12, seed=2)))
+    stream = torch.tensor([EOS] + [w for s in random_sentences(5, 12, seed=3) for w in s])
+    out = model(stream.view(1, -1))
+    totals = model.log_probs(out).exp().sum(-1)
+    assert torch.allclose(totals, torch.ones_like(totals), atol=1e-9)
+    picked = model.log_probs(out)[0, :-1].gather(-1, stream[1:].view(-1, 1)).squeeze(-1)
+    assert torch.allclose(picked, model.target_log_probs(out, stream.view(1, -1).roll(-1, 1))[0, :-1], atol=1e-12)
+
+
+def test_chunking_state_and_causality():
+    model = KneserNeyLM(12, 4).estimate(np.concatenate(random_sentences(300, 12, seed=4)))
+    stream = torch.tensor([EOS] + [w for s in random_sentences(20, 12, seed=5) for w in s])
+    reference = evaluate_stream(model, stream, 1, 10_000)
+    for batch, chunk in [(1, 1), (1, 7)]:
+        assert evaluate_stream(model, stream, batch, chunk)["nll"] == pytest.approx(reference["nll"], rel=1e-12)
+    changed = stream.clone()
+    changed[30:] = (changed[30:] + 3) % 12
+    a = model.target_log_probs(model(stream[:-1].view(1, -1)), stream[1:].view(1, -1))
+    b = model.target_log_probs(model(changed[:-1].view(1, -1)), changed[1:].view(1, -1))
+    assert torch.equal(a[0, :29], b[0, :29])
+
+
+def test_arpa_round_trip(tmp_path):
+    words = ["<eos>", "<unk>"] + [f"w{i}" for i in range(10)]
+    vocab = Vocabulary(words)
+    model = KneserNeyLM(len(words), 3).estimate(np.concatenate(random_sentences(300, 12, seed=6)))
+    write_arpa(model, vocab, tmp_path / "m.arpa")
+    loaded, loaded_vocab = read_arpa(tmp_path / "m.arpa")
+    assert loaded_vocab.words == vocab.words
+    stream = torch.tensor([EOS] + [w for s in random_sentences(10, 12, seed=7) for w in s])
+    a = model.target_log_probs(model(stream[:-1].view(1, -1)), stream[1:].view(1, -1))
+    b = loaded.target_log_probs(loaded(stream[:-1].view(1, -1)), stream[1:].view(1, -1))
+    assert torch.allclose(a, b, atol=1e-6)   # 7 decimals of log10 in the file
+
+
+def test_kenlm_reads_our_arpa_and_agrees(tmp_path):
+    kenlm = pytest.importorskip("kenlm")
+    words = ["<eos>", "<unk>"] + [f"w{i}" for i in range(10)]
+    vocab = Vocabulary(words)
+    model = KneserNeyLM(len(words), 4).estimate(np.concatenate(random_sentences(500, 12, seed=8)))
+    write_arpa(model, vocab, tmp_path / "m.arpa")
+    reference = kenlm.Model(str(tmp_path / "m.arpa"))
+    test = random_sentences(40, 12, seed=9)
+    stream = torch.tensor([EOS] + [w for s in test for w in s])
+    ours = model.target_log_probs(model(stream[:-1].view(1, -1)), stream[1:].view(1, -1)).sum().item()
+    theirs = sum(reference.score(" ".join(words[w] for w in s[:-1]), bos=True, eos=True) for s in test) * math.log(10)
+    assert ours == pytest.approx(theirs, rel=1e-6)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("hello\n", "no \\data\\ header"),
+    ("\\data\\\nngram 1=2\n\n\\1-grams:\n-1.0\t</s>\n\\end\\\n", "header says 2 1-grams"),
+    ("\\data\\\nngram 1=1\n\n\\1-grams:\nabc\t</s>\n\\end\\\n", "line 5: bad n-gram entry"),
+    ("\\data\\\nngram 1=1\n\n\\1-grams:\n-1.0\t</s>\n", "missing \\end\\"),
+])
+def test_malformed_arpa_is_a_clear_error(tmp_path, text, message):
+    from ctxlm.errors import CtxlmError
+
+    (tmp_path / "bad.arpa").write_text(text)
+    with pytest.raises(CtxlmError, match=message.replace("\\", "\\\\")):
+        read_arpa(tmp_path / "bad.arpa")
+
+
+def test_order_below_one_and_empty_corpus_are_errors(tmp_path, corpus):
+    from test_errors import one_line_error, run
+
+    one_line_error(run("train", "--set", "model.name=kneser-ney", "--set", "model.order=0", "--set", "data.dataset=files",
+                       "--set", f"data.train={corpus['train']}", "--set", f"data.valid={corpus['valid']}",
+                       "--set", f"data.test={corpus['test']}", "--run-dir", tmp_path / "r"), "order must be at least 1")
+    (tmp_path / "empty.txt").write_text("")
+    one_line_error(run("train", "--set", "model.name=kneser-ney", "--set", "data.dataset=files",
+                       "--set", f"data.train={tmp_path / 'empty.txt'}", "--set", f"data.valid={corpus['valid']}",
+                       "--set", f"data.test={corpus['test']}", "--run-dir", tmp_path / "r"), "empty")
+
+
+@pytest.mark.data
+@needs_data("ptb/ptb.test.txt")
+def test_ptb_5gram_matches_kenlm_lmplz(tmp_path):
+    from ctxlm.config import load_toml
+    from ctxlm.training.count import estimate_run
+
+    results = estimate_run(load_toml("configs/ngram/ptb-kn5.toml"), tmp_path / "kn", DATA_DIR, log=lambda *a: None)
+    assert results["test"]["tokens"] == 82_430
+    assert results["test"]["ppl"] == pytest.approx(141.19, rel=0.005)   # KenLM lmplz -o 5 on the same text
+    kenlm = pytest.importorskip("kenlm")
+    from ctxlm.run import load
+
+    run = load(tmp_path / "kn")
+    write_arpa(run.model, run.vocab, tmp_path / "kn.arpa")
+    reference = kenlm.Model(str(tmp_path / "kn.arpa"))
+    total, count = 0.0, 0
+    for line in open(f"{DATA_DIR}/ptb/ptb.test.txt"):
+        total += reference.score(line.strip(), bos=True, eos=True)
+        count += len(line.split()) + 1
+    assert 10 ** (-total / count) == pytest.approx(results["test"]["ppl"], rel=1e-4)
