@@ -200,7 +200,7 @@ def cmd_models(args) -> int:
     from .models import MODELS
 
     for name, cls in sorted(MODELS.items()):
-        print(f"{name:<16}{(cls.__doc__ or '').strip().splitlines()[0]}")
+        print(f"{name:<20}{(cls.__doc__ or '').strip().splitlines()[0]}")
     return 0
 
 

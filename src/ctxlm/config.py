@@ -28,7 +28,7 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = "lstm"              # lstm | gru | rnn-tanh | rnn-relu | kneser-ney (see `ctxlm models`)
+    name: str = "lstm"              # lstm, gru, attention, key-value, rnn-ngram, kneser-ney, ... (`ctxlm models`)
     emb_size: int = 300
     hidden_size: int = 300
     layers: int = 1
@@ -37,6 +37,9 @@ class ModelConfig:
     init_range: float = 0.1         # U(-r, r) for every parameter
     forget_bias: float = 1.0        # LSTM forget-gate bias (SPEC §1.6a)
     order: int = 5                  # n-gram order (kneser-ney)
+    window: int = 4                 # attention window a: past outputs attended (Daniluk models)
+    ngram: int = 1                  # N of the RNN N-gram model (rnn-ngram)
+    score: str = "single"           # attentive-lm attention score: single | combined
 
 
 @dataclass

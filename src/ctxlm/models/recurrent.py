@@ -53,19 +53,20 @@ class RecurrentLM(LanguageModel):
                 getattr(self.rnn, f"bias_hh_l{layer}").data[hidden:2 * hidden].zero_()
 
     def forward(self, inputs, state=None, reset=None) -> ModelOutput:
-        x = self.dropout(self.embedding(inputs))
-        pieces = []
-        for start, end, rows in reset_segments(reset, inputs.size(1)):
-            if rows is not None and state is not None:
-                state = self._zero_rows(state, rows)
-            y, state = self.rnn(x[:, start:end], state)
-            pieces.append(y)
-        hidden = pieces[0] if len(pieces) == 1 else torch.cat(pieces, 1)
+        hidden, state = run_recurrent(self.rnn, self.dropout(self.embedding(inputs)), state, reset)
         return ModelOutput(self.dropout(hidden), state)
 
-    @staticmethod
-    def _zero_rows(state, rows):
-        keep = (~rows).to(state[0].dtype if isinstance(state, tuple) else state.dtype).view(1, -1, 1)
-        if isinstance(state, tuple):
-            return tuple(s * keep for s in state)
-        return state * keep
+
+def run_recurrent(rnn: nn.RNNBase, x: torch.Tensor, state, reset: torch.Tensor | None):
+    """Run a fused (batch_first) RNN over the chunk, zeroing the state of rows where `reset` is set.
+
+    The chunk is split only at columns where some row resets, so the usual case is one fused call.
+    """
+    pieces = []
+    for start, end, rows in reset_segments(reset, x.size(1)):
+        if rows is not None and state is not None:
+            keep = (~rows).to(x.dtype).view(1, -1, 1)
+            state = tuple(s * keep for s in state) if isinstance(state, tuple) else state * keep
+        y, state = rnn(x[:, start:end], state)
+        pieces.append(y)
+    return (pieces[0] if len(pieces) == 1 else torch.cat(pieces, 1)), state

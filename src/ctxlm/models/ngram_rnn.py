@@ -1,0 +1,58 @@
+"""RNN N-gram (RNNN) language model (Daniluk 2016, [000] §3.2; SPEC §1.8 with REC §6.2 5–6)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..layers.history import empty_memory, windowed_history, windows
+from ..layers.output import SoftmaxOutput
+from .base import LanguageModel, ModelOutput, register
+from .recurrent import run_recurrent
+
+
+@register("rnn-ngram")
+class RNNNgramLM(LanguageModel):
+    """Slices of past LSTM outputs predict words at different distances ahead ("RNN-N" in the tables).
+
+    h_j ∈ R^k splits into N+1 contiguous slices of q = k/(N+1); slice m of the output m−1 steps back
+    is responsible for the next word:
+        C_j  = [h_j^1; h_{j−1}^2; …; h_{j−N}^{N+1}] ∈ R^k,   h*_j = tanh(W^C C_j)   (eq 3.3, no bias)
+        p(w_{j+1}) = softmax(W h*_j + b),  W ∈ R^{V×q}
+    Missing past outputs (stream or document start) are zero vectors; the N previous outputs are
+    carried across chunks (detached). Only the next-word loss trains the future slices.
+    """
+
+    def __init__(self, vocab_size: int, emb_size: int = 252, hidden_size: int = 504, ngram: int = 1,
+                 init_range: float = 0.1, forget_bias: float = 1.0):
+        super().__init__()
+        if ngram < 1:
+            raise ValueError(f"rnn-ngram needs N ≥ 1 (model.ngram), got {ngram}")
+        if hidden_size % (ngram + 1):
+            raise ValueError(f"rnn-ngram splits the LSTM output into N+1 = {ngram + 1} slices: "
+                             f"hidden_size {hidden_size} is not divisible by {ngram + 1}")
+        self.ngram, self.slice = ngram, hidden_size // (ngram + 1)
+        self.embedding = nn.Embedding(vocab_size, emb_size)
+        self.rnn = nn.LSTM(emb_size, hidden_size, batch_first=True)
+        self.W_C = nn.Linear(hidden_size, self.slice, bias=False)
+        self.output = SoftmaxOutput(self.slice, vocab_size)
+        for parameter in self.parameters():
+            nn.init.uniform_(parameter, -init_range, init_range)
+        self.rnn.bias_ih_l0.data[hidden_size:2 * hidden_size].fill_(forget_bias)
+        self.rnn.bias_hh_l0.data[hidden_size:2 * hidden_size].zero_()
+
+    @classmethod
+    def from_config(cls, config, vocab_size: int) -> "RNNNgramLM":
+        return cls(vocab_size, config.emb_size, config.hidden_size, config.ngram, config.init_range, config.forget_bias)
+
+    def forward(self, inputs, state=None, reset=None) -> ModelOutput:
+        batch, length = inputs.shape
+        recurrent, memory, valid = (None, None, None) if state is None else (state[:2], state[2], state[3])
+        outputs, recurrent = run_recurrent(self.rnn, self.embedding(inputs), recurrent, reset)
+        if memory is None:
+            memory, valid = empty_memory(batch, self.ngram, outputs.size(-1), outputs)
+        extended, slot_valid, memory, valid = windowed_history(memory, valid, outputs, reset)
+        past = windows(extended, self.ngram, length) * slot_valid.unsqueeze(-1)      # [B, T, N, k], oldest first
+        q = self.slice
+        parts = [outputs[..., :q]] + [past[:, :, self.ngram - m, m * q:(m + 1) * q] for m in range(1, self.ngram + 1)]
+        hidden = torch.tanh(self.W_C(torch.cat(parts, -1)))
+        return ModelOutput(hidden, (*recurrent, memory, valid))
