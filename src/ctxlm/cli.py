@@ -20,6 +20,13 @@ def _config(args):
 
     config = load_toml(args.config) if args.config else Config()
     apply_overrides(config, args.set or [])
+    if getattr(args, "match_params", None):
+        from .models.budget import match_params
+        from .training.trainer import prepare_data
+
+        vocab_size = getattr(args, "vocab_size", None) or len(prepare_data(config, args.data_dir).vocab)
+        match_params(config.model, vocab_size, args.match_params)
+        print(f"--match-params {args.match_params}: emb_size = {config.model.emb_size}, hidden_size = {config.model.hidden_size}")
     return config
 
 
@@ -136,7 +143,8 @@ def cmd_info(args) -> int:
         run = load(target)
         config, vocab_size, model = run.config, len(run.vocab), run.model
     else:
-        config = apply_overrides(load_toml(target), args.set or [])
+        args.config = str(target)
+        config = _config(args)
         if args.vocab_size:
             vocab_size = args.vocab_size
         else:
@@ -217,6 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override one setting, e.g. --set train.epochs=3")
     p.add_argument("--run-dir", help="where to write the run (default runs/<preset name>); must be new or empty")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run exactly where it stopped")
+    p.add_argument("--match-params", metavar="MODEL:WxK", help="pick emb/hidden sizes so the model has at most the "
+                   "parameters of MODEL with embedding W and hidden K, e.g. lstm:300x300 (Daniluk's budgets)")
     common_data(p)
     p.set_defaults(func=cmd_train)
 
@@ -254,6 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target", help="run directory or TOML preset")
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE")
     p.add_argument("--vocab-size", type=int, help="for a preset: use this vocabulary size instead of reading the data")
+    p.add_argument("--match-params", metavar="MODEL:WxK", help="pick emb/hidden sizes so the model has at most the "
+                   "parameters of MODEL with embedding W and hidden K, e.g. lstm:300x300 (Daniluk's budgets)")
     common_data(p)
     p.set_defaults(func=cmd_info)
 

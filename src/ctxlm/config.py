@@ -57,6 +57,7 @@ class TrainConfig:
     device: str = "auto"            # auto | cpu | cuda
     checkpoint_every: int = 500     # also checkpoint mid-epoch every N batches (0 = only per epoch)
     max_batches: int = 0            # cap batches per epoch (0 = all), for smoke tests and demos
+    threads: int = 0                # CPU threads for PyTorch (0 = its default)
 
 
 @dataclass
@@ -122,7 +123,7 @@ def apply(config: Config, section: str, key: str, value: Any, source: str) -> No
 
 
 def load_toml(path: str | Path, config: Config | None = None) -> Config:
-    """Read a TOML preset on top of `config` (default: the built-in defaults)."""
+    """Read a TOML preset on top of `config` (default: the built-in defaults), after its `base` preset."""
     config = config or Config()
     path = Path(path)
     try:
@@ -131,6 +132,11 @@ def load_toml(path: str | Path, config: Config | None = None) -> Config:
         raise CtxlmError(f"config file {path} not found; presets live in configs/ (e.g. configs/daniluk/ptb-lstm.toml)") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise CtxlmError(f"{path}: not valid TOML ({exc})") from None
+    if "base" in raw:   # a preset may build on another: base = "ptb-lstm.toml" (relative to this file)
+        base = raw.pop("base")
+        if not isinstance(base, str):
+            raise CtxlmError(f"{path}: base must be a file name, e.g. base = \"ptb-lstm.toml\"")
+        config = load_toml(path.parent / base, config)
     for section, values in raw.items():
         if not isinstance(values, dict):
             raise CtxlmError(f"{path}: top-level key {section!r} must be a [section]")

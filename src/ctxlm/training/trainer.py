@@ -98,6 +98,8 @@ class Trainer:
         self.config = config
         check_schedule(config.train.schedule, config.train.lr_factor)
         self.device = pick_device(config.train.device)
+        if config.train.threads:
+            torch.set_num_threads(config.train.threads)
         vocab = Vocabulary.load(self.run_dir / "vocab.txt") if resume else None
         self.data = prepare_data(config, data_dir, vocab)
         torch.manual_seed(config.train.seed)

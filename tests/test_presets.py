@@ -1,0 +1,51 @@
+"""Every preset loads, builds, and has the parameter counts of the table row it reproduces."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from ctxlm.config import load_toml
+from ctxlm.models import build_model
+from ctxlm.models.budget import match_params
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+# SPEC Tables 4.8 / 4.10: θ_{W+M}, θ_M in millions (PTB, V = 10,000)
+TABLE_4_8 = {
+    "ptb-lstm": (6.7, 3.7), "ptb-lstm-2layers": (7.5, 4.5), "ptb-lstm-3layers": (8.2, 5.2),
+    "ptb-attention": (6.7, 3.8), "ptb-key-value": (6.7, 4.2), "ptb-key-value-predict": (6.7, 4.5),
+    "ptb-rnn-1": (6.7, 4.2), "ptb-rnn-2": (6.7, 4.5), "ptb-rnn-3": (6.7, 4.8), "ptb-rnn-4": (6.7, 5.1),
+    "ptb-rnn-5": (6.7, 5.2),
+}
+
+
+def counts(config, vocab_size):
+    with torch.device("meta"):
+        return build_model(config.model, vocab_size).parameter_counts()
+
+
+@pytest.mark.parametrize("name", sorted(TABLE_4_8))
+def test_daniluk_presets_match_table_parameter_counts(name):
+    total, without = TABLE_4_8[name]
+    ours = counts(load_toml(CONFIGS / "daniluk" / f"{name}.toml"), 10_000)
+    assert ours["total"] / 1e6 == pytest.approx(total, rel=0.02)
+    assert ours["without_embeddings"] / 1e6 == pytest.approx(without, rel=0.02)
+
+
+def test_salton_ptb_has_the_papers_14_5M_parameters():
+    assert counts(load_toml(CONFIGS / "salton" / "ptb-single.toml"), 10_000)["total"] / 1e6 == pytest.approx(14.5, rel=0.01)
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.rglob("*.toml")), ids=lambda p: p.stem)
+def test_every_preset_loads(path):
+    config = load_toml(path)
+    assert config.model.name and config.data.dataset
+
+
+@pytest.mark.parametrize("name, sizes", [("key-value", (249, 498)), ("key-value-predict", (215, 645)),
+                                         ("rnn-1", (252, 504)), ("rnn-2", (216, 648)), ("rnn-5", (147, 882))])
+def test_match_params_finds_the_tables_sizes(name, sizes):
+    config = load_toml(CONFIGS / "daniluk" / f"ptb-{name}.toml")
+    config.model.emb_size = config.model.hidden_size = 12
+    match_params(config.model, 10_000, "lstm:300x300")
+    assert (config.model.emb_size, config.model.hidden_size) == sizes
