@@ -1,11 +1,14 @@
-"""Training and evaluation tokens/s of ctxlm's LSTM against a plain PyTorch reference loop, in one run.
+"""Training and evaluation tokens/s, as ratios measured in one run (rounds interleaved, medians).
 
-The reference is the textbook loop (embedding -> nn.LSTM -> linear -> cross-entropy, Adam, clipping,
-detached state), at the same sizes and batch. Rounds alternate ours/reference so that machine noise
-hits both; the JSON reports the median tokens/s of each and their ratio (ours / reference).
+Section `lstm`: ctxlm's LSTM against the textbook PyTorch loop (embedding -> nn.LSTM -> linear ->
+cross-entropy, Adam, clipping, detached state) at the same sizes and batch.
+Section `attention`: each attention model at its SPEC Table 4.8 sizes (vectorised over time, the
+way ctxlm runs it) against (a) our plain LSTM of the same parameter budget (w = k = 300) and
+(b) a step-by-step version that runs the LSTM and the attention one time step at a time for the
+whole batch, checked equal to the vectorised forward before it is timed.
 
-    python bench/throughput.py                 # the Table 4.8 LSTM sizes: V=10k, w=k=300, B=64, T=20
-    python bench/throughput.py --rounds 3 --steps 5
+    python bench/throughput.py                          # both sections, V=10k, B=64, T=20
+    python bench/throughput.py --section attention --rounds 3 --steps 10
 """
 from __future__ import annotations
 
@@ -21,8 +24,13 @@ from torch import nn
 
 from ctxlm.config import ModelConfig
 from ctxlm.evaluation import evaluate_stream
+from ctxlm.layers.history import empty_memory, masked_softmax
 from ctxlm.models import build_model
 from ctxlm.training.trainer import train_step
+
+# SPEC Table 4.8 sizes (name, w, k, window a or N)
+ATTENTION_MODELS = [("attention", 287, 287, 4), ("key-value", 249, 498, 3), ("key-value-predict", 215, 645, 3),
+                    ("rnn-ngram", 252, 504, 1)]
 
 
 class ReferenceLSTM(nn.Module):
@@ -75,16 +83,119 @@ def ours_eval(model, stream, batch, chunk):
     return evaluate_stream(model, stream, batch, chunk)["tokens"]
 
 
+def step_by_step(model, inputs, state):
+    """The same model, one time step at a time over the whole batch (what the vectorised code replaces)."""
+    batch, length = inputs.shape
+    recurrent, memory, valid = (None, *empty_memory(batch, getattr(model, "window", getattr(model, "ngram", 1)),
+                                                    model.rnn.hidden_size, model.embedding.weight)) \
+        if state is None else (state[:2], state[2], state[3])
+    x, outputs = model.embedding(inputs), []
+    for t in range(length):
+        y, recurrent = model.rnn(x[:, t:t + 1], recurrent)
+        h = y[:, 0]
+        if hasattr(model, "split"):
+            key, _, predict = model.split(h)
+            keys, values, _ = model.split(memory)
+            scores = model.w(torch.tanh(model.W_Y(keys) + model.W_h(key).unsqueeze(1))).squeeze(-1)
+            context = (masked_softmax(scores, valid).unsqueeze(-1) * values).sum(1)
+            outputs.append(torch.tanh(model.W_P(context) + model.W_X(predict)))
+        else:
+            q, n = model.slice, model.ngram
+            past = memory * valid.unsqueeze(-1)
+            parts = [h[:, :q]] + [past[:, n - m, m * q:(m + 1) * q] for m in range(1, n + 1)]
+            outputs.append(torch.tanh(model.W_C(torch.cat(parts, -1))))
+        memory = torch.cat([memory[:, 1:], h.unsqueeze(1)], 1)
+        valid = torch.cat([valid[:, 1:], valid.new_ones(batch, 1)], 1)
+    return torch.stack(outputs, 1), (*recurrent, memory, valid)
+
+
+def step_by_step_train(model, optimizer, data, steps, bptt, clip):
+    state = None
+    for i in range(steps):
+        x, y = data[:, i * bptt:(i + 1) * bptt], data[:, i * bptt + 1:(i + 1) * bptt + 1]
+        hidden, state = step_by_step(model, x, state)
+        nll, count = model.output.loss(hidden, y)
+        optimizer.zero_grad(set_to_none=True)
+        (nll / count).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        state = tuple(s.detach() for s in state)
+    return steps * bptt * data.size(0)
+
+
+def interleaved(runners: dict, rounds: int) -> dict:
+    """Median tokens/s of each runner, rounds interleaved so that machine noise hits all alike."""
+    for run in runners.values():
+        run()                                      # warm-up
+    rates = {name: [] for name in runners}
+    for _ in range(rounds):
+        for name, run in runners.items():
+            rates[name].append(run())
+    return {name: statistics.median(values) for name, values in rates.items()}
+
+
+def attention_section(args, V, B, T) -> dict:
+    data = torch.randint(0, V, (B, args.steps * T + 1))
+    lstm = build_model(ModelConfig(emb_size=300, hidden_size=300), V)
+    results = {}
+    for name, w, k, a in ATTENTION_MODELS:
+        torch.manual_seed(0)
+        model = build_model(ModelConfig(name=name, emb_size=w, hidden_size=k, window=a, ngram=a), V)
+        with torch.no_grad():
+            check = data[:4, :T]
+            vectorised = model(check).hidden
+            stepped, _ = step_by_step(model, check, None)
+            assert torch.allclose(vectorised, stepped, atol=1e-5), f"{name}: step-by-step differs"
+        optimizers = {key: torch.optim.Adam(m.parameters(), lr=1e-3) for key, m in (("ours", model), ("lstm", lstm))}
+        runners = {
+            "vectorised": lambda: timed(ours_train, model, optimizers["ours"], data, args.steps, T, 5.0),
+            "step_by_step": lambda: timed(step_by_step_train, model, optimizers["ours"], data, args.steps, T, 5.0),
+            "lstm_same_budget": lambda: timed(ours_train, lstm, optimizers["lstm"], data, args.steps, T, 5.0),
+        }
+        rates = interleaved(runners, args.rounds)
+        results[f"{name} ({w}/{k}, {'N' if name == 'rnn-ngram' else 'a'}={a})"] = {
+            "train_tokens_per_s": round(rates["vectorised"]), "step_by_step_tokens_per_s": round(rates["step_by_step"]),
+            "lstm_tokens_per_s": round(rates["lstm_same_budget"]),
+            "ratio_to_lstm": round(rates["vectorised"] / rates["lstm_same_budget"], 3),
+            "ratio_to_step_by_step": round(rates["vectorised"] / rates["step_by_step"], 3)}
+    return results
+
+
 def timed(fn, *args):
     start = time.perf_counter()
     tokens = fn(*args)
     return tokens / (time.perf_counter() - start)
 
 
+def lstm_section(args, V, H, B, T) -> dict:
+    ours = build_model(ModelConfig(emb_size=H, hidden_size=H), V)
+    reference = ReferenceLSTM(V, H, H)
+    opt_ours = torch.optim.Adam(ours.parameters(), lr=1e-3)
+    opt_ref = torch.optim.Adam(reference.parameters(), lr=1e-3)
+    train_data = torch.randint(0, V, (B, args.steps * T + 1))
+    stream = torch.randint(0, V, (args.eval_tokens,))
+    cases = {
+        "train": {"ours": lambda: timed(ours_train, ours.train(), opt_ours, train_data, args.steps, T, 5.0),
+                  "reference": lambda: timed(reference_train, reference.train(), opt_ref, train_data.t().contiguous(),
+                                             args.steps, T, 5.0)},
+        f"eval_batch{B}_chunk{T}": {"ours": lambda: timed(ours_eval, ours, stream, B, T),
+                                     "reference": lambda: timed(reference_eval, reference.eval(), stream, B, T)},
+        "eval_batch1_chunk1000": {"ours": lambda: timed(ours_eval, ours, stream, 1, 1000),
+                                  "reference": lambda: timed(reference_eval, reference.eval(), stream, 1, 1000)},
+    }
+    results = {}
+    for name, runners in cases.items():
+        rates = interleaved(runners, args.rounds)
+        results[name] = {"ours_tokens_per_s": round(rates["ours"]), "reference_tokens_per_s": round(rates["reference"]),
+                         "ratio": round(rates["ours"] / rates["reference"], 3)}
+    return results
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--section", choices=["lstm", "attention", "all"], default="all")
     parser.add_argument("--vocab", type=int, default=10_000)
-    parser.add_argument("--size", type=int, default=300, help="embedding = hidden size")
+    parser.add_argument("--size", type=int, default=300, help="LSTM section: embedding = hidden size")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--bptt", type=int, default=20)
     parser.add_argument("--steps", type=int, default=20, help="training steps per round")
@@ -92,36 +203,13 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     torch.manual_seed(0)
-    V, H, B, T = args.vocab, args.size, args.batch, args.bptt
-
-    ours = build_model(ModelConfig(emb_size=H, hidden_size=H), V)
-    reference = ReferenceLSTM(V, H, H)
-    opt_ours = torch.optim.Adam(ours.parameters(), lr=1e-3)
-    opt_ref = torch.optim.Adam(reference.parameters(), lr=1e-3)
-    train_data = torch.randint(0, V, (B, args.steps * T + 1))
-    stream = torch.randint(0, V, (args.eval_tokens,))
-
-    cases = {
-        "train": (lambda: timed(ours_train, ours, opt_ours, train_data, args.steps, T, 5.0),
-                  lambda: timed(reference_train, reference, opt_ref, train_data.t().contiguous(), args.steps, T, 5.0)),
-        f"eval_batch{B}_chunk{T}": (
-            lambda: timed(ours_eval, ours, stream, B, T),
-            lambda: timed(reference_eval, reference.eval(), stream, B, T)),
-        "eval_batch1_chunk1000": (
-            lambda: timed(ours_eval, ours, stream, 1, 1000),
-            lambda: timed(reference_eval, reference.eval(), stream, 1, 1000)),
-    }
+    V, B, T = args.vocab, args.batch, args.bptt
     report = {"machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "threads": torch.get_num_threads(),
-              "torch": torch.__version__, "sizes": {"vocab": V, "emb": H, "hidden": H, "batch": B, "bptt": T}, "results": {}}
-    for name, (run_ours, run_ref) in cases.items():
-        run_ours(), run_ref()      # warm-up
-        ours_rates, ref_rates = [], []
-        for _ in range(args.rounds):
-            ours.train(), reference.train()
-            ours_rates.append(run_ours())
-            ref_rates.append(run_ref())
-        o, r = statistics.median(ours_rates), statistics.median(ref_rates)
-        report["results"][name] = {"ours_tokens_per_s": round(o), "reference_tokens_per_s": round(r), "ratio": round(o / r, 3)}
+              "torch": torch.__version__, "vocab": V, "batch": B, "bptt": T}
+    if args.section in ("lstm", "all"):
+        report["lstm_vs_reference"] = lstm_section(args, V, args.size, B, T)
+    if args.section in ("attention", "all"):
+        report["attention_models"] = attention_section(args, V, B, T)
     print(json.dumps(report, indent=2))
 
 

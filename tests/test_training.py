@@ -79,3 +79,18 @@ def test_decay_schedule_divides_after_start_epoch():
         rates.append(lr)
         lr = next_lr(lr, "decay", 2.0, 3, epoch, improved=True)
     assert rates == [1.0, 1.0, 1.0, 0.5, 0.25]
+
+
+def test_resume_can_extend_training_but_not_change_the_model(tmp_path, corpus):
+    import subprocess
+    import sys
+
+    config = tiny_config(corpus)
+    config.train.epochs = 1
+    Trainer(config, tmp_path / "run", log=lambda *a: None).fit()
+    cli = [sys.executable, "-m", "ctxlm", "train", "--resume", str(tmp_path / "run")]
+    done = subprocess.run(cli + ["--set", "train.epochs=2"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert len(metrics(tmp_path / "run")) == 2
+    done = subprocess.run(cli + ["--set", "model.hidden_size=32"], capture_output=True, text=True)
+    assert done.returncode == 2 and "only [train] settings can change" in done.stderr

@@ -1,4 +1,4 @@
-"""The `ctxlm` command: train, eval, score, generate, info, export-arpa, import-arpa, datasets, models."""
+"""The `ctxlm` command: train, eval, score, generate, info, attention, analyze, export-arpa, import-arpa, datasets, models."""
 from __future__ import annotations
 
 import argparse
@@ -44,7 +44,11 @@ def cmd_train(args) -> int:
             _print_table(run_dir, estimate_run(config, run_dir, args.data_dir))
             return 0
     if args.resume:
-        config = _config(args) if (args.config or args.set) else None
+        from .config import apply_overrides, load_toml
+
+        if args.config or args.match_params:
+            raise CtxlmError("--resume continues a run with its own config.toml; only --set train.KEY=VALUE may change it")
+        config = apply_overrides(load_toml(Path(args.resume) / "config.toml"), args.set or []) if args.set else None
         trainer = Trainer(config, args.resume, args.data_dir, resume=True)
     else:
         config = _config(args)
@@ -190,6 +194,50 @@ def cmd_import_arpa(args) -> int:
     return 0
 
 
+def cmd_attention(args) -> int:
+    from .analysis.attention import explain, plot_heatmap, plot_top_predictions, write_json
+    from .run import load
+
+    run = load(args.run)
+    if args.text:
+        words = args.text.split()
+    else:
+        from .data.registry import locate
+        from .data.corpus import read_text
+
+        lines = [l for l in read_text(locate(run.config.data.dataset, args.split, args.data_dir)).splitlines() if l.strip()]
+        if not 1 <= args.line <= len(lines):
+            raise CtxlmError(f"--line {args.line}: the {args.split} split has {len(lines)} non-empty lines")
+        words = lines[args.line - 1].split()
+    result = explain(run, words, args.top)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(result, out / "attention.json")
+    plot_heatmap(result, out / "attention.png")
+    plot_top_predictions(result, out / "predictions.png")
+    print(f"wrote {out / 'attention.png'}, {out / 'predictions.png'} and {out / 'attention.json'}")
+    return 0
+
+
+def cmd_analyze(args) -> int:
+    from .analysis.attention import attention_by_distance, plot_by_distance, write_json
+    from .run import load
+    from .training.trainer import prepare_data
+
+    run = load(args.run)
+    data = prepare_data(run.config, args.data_dir, run.vocab)
+    rows = attention_by_distance(run, data.ids[args.split], args.max_tokens)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(rows, out / "attention_by_position.json")
+    plot_by_distance(rows, run.config.model.name, out / "attention_by_position.png")
+    print(f"{'distance':>8}{'mean attention':>16}{'positions':>12}")
+    for r in rows:
+        print(f"{('h0' if r['distance'] == 0 else r['distance']):>8}{r['mean_attention']:>16.4f}{r['positions']:>12,}")
+    print(f"wrote {out / 'attention_by_position.png'} and {out / 'attention_by_position.json'}")
+    return 0
+
+
 def cmd_datasets(args) -> int:
     from .data.registry import DATASETS, locate
 
@@ -279,6 +327,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="new run directory")
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="e.g. --set data.dataset=wikitext-2 for `ctxlm eval`")
     p.set_defaults(func=cmd_import_arpa)
+
+    p = sub.add_parser("attention", help="attention heatmap and top predictions of an attention model for one text",
+                       description="Writes attention.png (predicted words x attended inputs), predictions.png "
+                                   "(top-k next words with natural-log probabilities per position) and attention.json.")
+    p.add_argument("run", help="run directory of an attention, key-value, key-value-predict or attentive-lm model")
+    p.add_argument("--text", help="the text to explain (whitespace-tokenised)")
+    p.add_argument("--split", default="valid", choices=["train", "valid", "test"], help="or take a line of this split")
+    p.add_argument("--line", type=int, default=1, help="1-based line number in --split (default 1)")
+    p.add_argument("--top", type=int, default=5, help="predictions shown per position")
+    p.add_argument("--out", default="attention", help="output folder (default ./attention)")
+    common_data(p)
+    p.set_defaults(func=cmd_attention)
+
+    p = sub.add_parser("analyze", help="corpus-level analyses of a trained model")
+    analyses = p.add_subparsers(dest="analysis", required=True, parser_class=_Parser)
+    a = analyses.add_parser("attention-by-position", help="mean attention weight per distance over a split (Daniluk Fig. 4.1)")
+    a.add_argument("run", help="run directory of an attention model")
+    a.add_argument("--split", default="valid", choices=["train", "valid", "test"])
+    a.add_argument("--max-tokens", type=int, default=0, help="only the first N tokens (0 = all)")
+    a.add_argument("--out", default="analysis", help="output folder (default ./analysis)")
+    common_data(a)
+    a.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser("datasets", help="list the named datasets and where their files were found")
     common_data(p)

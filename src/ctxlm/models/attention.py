@@ -85,6 +85,11 @@ class DanilukAttentionLM(LanguageModel):
         hidden = torch.tanh(self.W_P(context) + self.W_X(predict_t))
         return ModelOutput(hidden, (*recurrent, memory, valid), alpha)
 
+    def attention_distances(self, out: ModelOutput) -> torch.Tensor:
+        """[B, T, a]: how many steps back each slot's output is (slot a−1 = the previous output = 1)."""
+        batch, length, window = out.attention.shape
+        return torch.arange(window, 0, -1).expand(batch, length, window)
+
 
 @register("attentive-lm")
 class AttentiveLM(LanguageModel):
@@ -158,3 +163,11 @@ class AttentiveLM(LanguageModel):
         keep_from = int(first_usable[:, -1].min())                                   # the current sentences only
         new_valid = (extended_valid & (key_index >= first_usable[:, -1:]))[:, keep_from:]
         return ModelOutput(combined, (*recurrent, extended[:, keep_from:], new_valid), alpha)
+
+    def attention_distances(self, out: ModelOutput) -> torch.Tensor:
+        """[B, T, 1+M+T]: steps back to each key's position; 0 for the zero slot h_0."""
+        batch, length, slots = out.attention.shape
+        held = slots - 1 - length
+        distance = (torch.arange(length).view(-1, 1) + held + 1) - torch.arange(slots).view(1, -1)
+        distance[:, 0] = 0
+        return distance.expand(batch, length, slots)

@@ -1,0 +1,1 @@
+"""Looking inside the models: attention maps, predictions, per-distance attention."""

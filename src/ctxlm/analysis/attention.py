@@ -1,0 +1,145 @@
+"""What attention models look at (Salton Figures 2–3, Daniluk Figures 4.1 and 4.3–4.5; SPEC §5.1–5.2)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from ..data.vocab import EOS
+from ..errors import CtxlmError
+from ..evaluation.perplexity import StreamBatches
+
+
+def _require_attention(model, name):
+    if not hasattr(model, "attention_distances"):
+        raise CtxlmError(f"model {name!r} has no attention to show; use an attention, key-value, "
+                         "key-value-predict or attentive-lm run")
+
+
+@torch.no_grad()
+def explain(run, words: list[str], top: int = 5) -> dict:
+    """Attention of each predicted word over the input words, and the top predictions, for one text."""
+    model, vocab = run.model, run.vocab
+    _require_attention(model, run.config.model.name)
+    inputs = [EOS] + words
+    targets = words + [EOS]
+    ids = vocab.encode(inputs).unsqueeze(0)
+    out = model(ids)
+    log_probs = model.log_probs(out)[0]
+    target_ids = vocab.encode(targets)
+    distances = model.attention_distances(out)[0]
+    length = len(inputs)
+    matrix = torch.zeros(length, length + 1)        # column 0: the zero slot h_0 (attentive-lm only)
+    for t in range(length):    # distance d ≥ 1: the output made after reading input t − d; 0: zero slot
+        for weight, distance in zip(out.attention[0, t].tolist(), distances[t].tolist()):
+            if weight > 0 and t - distance >= 0:
+                matrix[t, 0 if distance == 0 else 1 + t - distance] += weight
+    best = log_probs.topk(top, -1)
+    return {
+        "model": run.config.model.name, "inputs": inputs, "targets": targets,
+        "attention_columns": ["<h0>"] + inputs, "attention": matrix.tolist(),
+        "target_log_probs": log_probs.gather(-1, target_ids.view(-1, 1)).squeeze(-1).tolist(),
+        "top": [[{"word": vocab.words[i], "log_prob": round(lp, 4)} for lp, i in zip(row_lp, row_i)]
+                for row_lp, row_i in zip(best.values.tolist(), best.indices.tolist())],
+    }
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_heatmap(result: dict, path: str | Path) -> None:
+    """Inputs (columns) × predicted words (rows), darker = more attention, as Salton's Figures 2–3."""
+    plt = _pyplot()
+    matrix = torch.tensor(result["attention"])
+    columns = result["attention_columns"]
+    if not matrix[:, 0].any():                      # no zero slot in this model
+        matrix, columns = matrix[:, 1:], columns[1:]
+    rows = [f"{t}" for t in result["targets"]]
+    size = max(4.0, 0.32 * len(columns) + 2)
+    fig, ax = plt.subplots(figsize=(size, max(3.5, 0.3 * len(rows) + 2)))
+    image = ax.imshow(matrix.numpy(), cmap="Blues", vmin=0, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(columns)), columns, rotation=90, fontsize=8)
+    ax.set_yticks(range(len(rows)), rows, fontsize=8)
+    ax.set_xlabel("attended input word (memory)")
+    ax.set_ylabel("predicted word")
+    ax.set_title(f"{result['model']}: attention over past outputs")
+    fig.colorbar(image, ax=ax, fraction=0.03)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def plot_top_predictions(result: dict, path: str | Path) -> None:
+    """A table: input word, the word to predict, the top-k predictions with log-probabilities (Daniluk 4.3–4.5)."""
+    plt = _pyplot()
+    rows = []
+    for word, target, top, lp in zip(result["inputs"], result["targets"], result["top"], result["target_log_probs"]):
+        rows.append([word, f"{target} ({lp:.2f})"] + [f"{p['word']} ({p['log_prob']:.2f})" for p in top])
+    header = ["input", "next word (log p)"] + [f"#{i + 1}" for i in range(len(result["top"][0]))]
+    fig, ax = plt.subplots(figsize=(2.0 * len(header), 0.32 * len(rows) + 1.2))
+    ax.axis("off")
+    table = ax.table(cellText=rows, colLabels=header, loc="center", cellLoc="left")
+    table.auto_set_font_size(False)
+    table.set_fontsize(8)
+    for (row, column), cell in table.get_celld().items():
+        if row > 0 and column >= 2 and rows[row - 1][column].split(" (")[0] == result["targets"][row - 1]:
+            cell.set_facecolor("#cde6c7")           # the correct word among the top predictions
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+@torch.no_grad()
+def attention_by_distance(run, ids: torch.Tensor, max_tokens: int = 0, chunk: int = 1000) -> list[dict]:
+    """Mean attention weight per distance over a stream (Daniluk Figure 4.1).
+
+    A slot counts where its weight is positive (masked slots are exactly 0), so positions without
+    that much history do not dilute the average; distance 0 is the attentive LM's zero slot.
+    """
+    model = run.model
+    _require_attention(model, run.config.model.name)
+    if max_tokens:
+        ids = ids[: max_tokens + 1]
+    sums: dict[int, float] = {}
+    counts: dict[int, int] = {}
+    state = None
+    for batch in StreamBatches(ids, 1, chunk):
+        out = model(batch.inputs, state)
+        state = out.state
+        distances = model.attention_distances(out).flatten()
+        weights = out.attention.flatten()
+        present = weights > 0
+        keys, inverse = torch.unique(distances[present], return_inverse=True)
+        totals = torch.zeros(keys.numel(), dtype=torch.float64).index_add_(0, inverse, weights[present].double())
+        numbers = torch.bincount(inverse, minlength=keys.numel())
+        for d, total, n in zip(keys.tolist(), totals.tolist(), numbers.tolist()):
+            sums[d] = sums.get(d, 0.0) + total
+            counts[d] = counts.get(d, 0) + n
+    return [{"distance": d, "mean_attention": sums[d] / counts[d], "positions": counts[d]} for d in sorted(sums)]
+
+
+def plot_by_distance(rows: list[dict], name: str, path: str | Path, limit: int = 40) -> None:
+    plt = _pyplot()
+    shown = [r for r in rows if r["distance"] <= limit]
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.bar([("h0" if r["distance"] == 0 else str(r["distance"])) for r in shown], [r["mean_attention"] for r in shown],
+           color="#3b75af")
+    ax.set_xlabel("distance back from the current word")
+    ax.set_ylabel("mean attention weight")
+    ax.set_title(f"{name}: average attention per position")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def write_json(data, path: str | Path) -> None:
+    from ..training.checkpoint import atomic_write_text
+
+    atomic_write_text(path, json.dumps(data, indent=1) + "\n")
