@@ -1,0 +1,97 @@
+"""The everyday commands: a real SIGTERM saves and resumes, downloads verify, score and generate."""
+import hashlib
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ctxlm.data.registry import DataFile, fetch
+from ctxlm.errors import CtxlmError
+from ctxlm.training.trainer import Trainer
+
+from conftest import tiny_config, write_corpus
+
+CLI = [sys.executable, "-m", "ctxlm"]
+
+
+def test_sigterm_saves_state_and_resume_finishes(tmp_path):
+    corpus = write_corpus(tmp_path, lines_per_split=(3000, 20, 20))
+    args = ["--set", "data.dataset=files"] + [x for s in ("train", "valid", "test") for x in ("--set", f"data.{s}={corpus[s]}")]
+    args += ["--set", "model.emb_size=16", "--set", "model.hidden_size=16", "--set", "train.epochs=2",
+             "--set", "data.batch_size=4", "--set", "data.bptt=5", "--set", "train.threads=1"]
+    process = subprocess.Popen(CLI + ["train", "--run-dir", str(tmp_path / "run")] + args,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not (tmp_path / "run" / "vocab.txt").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "Continue with: ctxlm train --resume" in out
+    state = (tmp_path / "run" / "trainer_state.pt")
+    assert state.exists()
+    done = subprocess.run(CLI + ["train", "--resume", str(tmp_path / "run")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 2
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["test"]["tokens"] > 0
+
+
+def test_download_verifies_checksum_and_leaves_nothing_on_mismatch(tmp_path):
+    source = tmp_path / "source.txt"
+    source.write_text("a b c\n")
+    good = DataFile("x", ("x.txt",), hashlib.sha256(b"a b c\n").hexdigest(), source.as_uri())
+    assert fetch(good, tmp_path / "cache" / "x.txt").read_text() == "a b c\n"
+    bad = DataFile("x", ("y.txt",), "0" * 64, source.as_uri())
+    with pytest.raises(CtxlmError, match="checksum mismatch"):
+        fetch(bad, tmp_path / "cache" / "y.txt")
+    assert not list((tmp_path / "cache").glob("y.txt*"))
+
+
+@pytest.fixture
+def trained(tmp_path, corpus):
+    config = tiny_config(corpus)
+    config.train.epochs = 1
+    Trainer(config, tmp_path / "run", log=lambda *a: None).fit()
+    return tmp_path / "run"
+
+
+def test_score_prints_per_token_log_probs(trained):
+    done = subprocess.run(CLI + ["score", str(trained)], input="the cat sat\nzebra on a mat\n", capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["tokens"] for r in rows] == [["the", "cat", "sat", "<eos>"], ["zebra", "on", "a", "mat", "<eos>"]]
+    assert rows[1]["unknown"] == [True, False, False, False, False]
+    assert all(x < 0 for r in rows for x in r["log_probs"])
+    assert rows[0]["total"] == pytest.approx(sum(rows[0]["log_probs"]), abs=1e-4)
+
+
+def test_generate_is_reproducible_and_greedy_equals_top_k_1(trained):
+    def generate(*extra):
+        done = subprocess.run(CLI + ["generate", str(trained), "--prompt", "the", "--max-tokens", "12", *extra],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert generate("--seed", "3") == generate("--seed", "3")
+    assert generate("--temperature", "0") == generate("--top-k", "1", "--seed", "9")
+    assert generate("--top-p", "0.5", "--seed", "1").startswith("the")
+
+
+def test_filter_logits_top_k_and_top_p():
+    import torch
+
+    from ctxlm.generate import filter_logits
+
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    assert torch.isinf(filter_logits(logits, top_k=2))[2:].all() and torch.isfinite(filter_logits(logits, top_k=2))[:2].all()
+    kept = torch.isfinite(filter_logits(logits, top_p=0.7))
+    assert kept.tolist() == [True, True, False, False]      # 0.5 < 0.7, 0.5 + 0.3 ≥ 0.7
+
+
+def test_info_reports_both_parameter_counts(trained):
+    done = subprocess.run(CLI + ["info", str(trained)], capture_output=True, text=True)
+    assert done.returncode == 0 and "θ_W+M" in done.stdout and "θ_M" in done.stdout
