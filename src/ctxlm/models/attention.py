@@ -12,7 +12,7 @@ from torch import nn
 from ..layers.history import empty_memory, masked_softmax, windowed_history, windows
 from ..layers.output import SoftmaxOutput
 from .base import LanguageModel, ModelOutput, register
-from .recurrent import run_recurrent
+from .recurrent import run_recurrent, uniform_init
 
 # how the LSTM output h splits into (key, value, predict) parts, SPEC §6.2 REC 10: contiguous [k | v | p]
 _PARTS = {"attention": 1, "key-value": 2, "key-value-predict": 3}
@@ -49,11 +49,7 @@ class DanilukAttentionLM(LanguageModel):
         self.W_P = nn.Linear(d, d, bias=False)
         self.W_X = nn.Linear(d, d, bias=False)
         self.output = SoftmaxOutput(d, vocab_size)
-        for parameter in self.parameters():
-            nn.init.uniform_(parameter, -init_range, init_range)
-        hidden = hidden_size
-        self.rnn.bias_ih_l0.data[hidden:2 * hidden].fill_(forget_bias)
-        self.rnn.bias_hh_l0.data[hidden:2 * hidden].zero_()
+        uniform_init(self, init_range, forget_bias)
 
     @classmethod
     def from_config(cls, config, vocab_size: int) -> "DanilukAttentionLM":

@@ -7,7 +7,7 @@ from torch import nn
 from ..layers.history import empty_memory, windowed_history, windows
 from ..layers.output import SoftmaxOutput
 from .base import LanguageModel, ModelOutput, register
-from .recurrent import run_recurrent
+from .recurrent import run_recurrent, uniform_init
 
 
 @register("rnn-ngram")
@@ -35,10 +35,7 @@ class RNNNgramLM(LanguageModel):
         self.rnn = nn.LSTM(emb_size, hidden_size, batch_first=True)
         self.W_C = nn.Linear(hidden_size, self.slice, bias=False)
         self.output = SoftmaxOutput(self.slice, vocab_size)
-        for parameter in self.parameters():
-            nn.init.uniform_(parameter, -init_range, init_range)
-        self.rnn.bias_ih_l0.data[hidden_size:2 * hidden_size].fill_(forget_bias)
-        self.rnn.bias_hh_l0.data[hidden_size:2 * hidden_size].zero_()
+        uniform_init(self, init_range, forget_bias)
 
     @classmethod
     def from_config(cls, config, vocab_size: int) -> "RNNNgramLM":

@@ -43,18 +43,24 @@ class RecurrentLM(LanguageModel):
                    config.tie_weights, config.init_range, config.forget_bias)
 
     def reset_parameters(self, init_range: float, forget_bias: float) -> None:
-        """Every parameter U(-r, r); LSTM forget-gate bias = forget_bias (split b_ih = fb, b_hh = 0)."""
-        for parameter in self.parameters():
-            nn.init.uniform_(parameter, -init_range, init_range)
-        if self.cell == "lstm":
-            hidden = self.rnn.hidden_size
-            for layer in range(self.rnn.num_layers):
-                getattr(self.rnn, f"bias_ih_l{layer}").data[hidden:2 * hidden].fill_(forget_bias)
-                getattr(self.rnn, f"bias_hh_l{layer}").data[hidden:2 * hidden].zero_()
+        uniform_init(self, init_range, forget_bias if self.cell == "lstm" else None)
 
     def forward(self, inputs, state=None, reset=None) -> ModelOutput:
         hidden, state = run_recurrent(self.rnn, self.dropout(self.embedding(inputs)), state, reset)
         return ModelOutput(self.dropout(hidden), state)
+
+
+def uniform_init(model: nn.Module, init_range: float, forget_bias: float | None) -> None:
+    """[000] §2.1: every parameter U(−r, r); each nn.LSTM's forget-gate bias = forget_bias (b_ih = fb, b_hh = 0)."""
+    for parameter in model.parameters():
+        nn.init.uniform_(parameter, -init_range, init_range)
+    if forget_bias is None:
+        return
+    for rnn in (m for m in model.modules() if isinstance(m, nn.LSTM)):
+        hidden = rnn.hidden_size
+        for layer in range(rnn.num_layers):
+            getattr(rnn, f"bias_ih_l{layer}").data[hidden:2 * hidden].fill_(forget_bias)
+            getattr(rnn, f"bias_hh_l{layer}").data[hidden:2 * hidden].zero_()
 
 
 def run_recurrent(rnn: nn.RNNBase, x: torch.Tensor, state, reset: torch.Tensor | None):
