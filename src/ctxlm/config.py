@@ -53,6 +53,7 @@ class TrainConfig:
     epochs: int = 10
     early_stop_patience: int = 0    # stop after this many epochs without validation gain (0 = never)
     clip: float = 5.0               # global gradient-norm clipping (0 = off)
+    loss_normalization: str = "token"  # token: mean NLL per target ([000] eq 3.2); sequence: summed NLL / batch size
     seed: int = 1
     device: str = "auto"            # auto | cpu | cuda
     checkpoint_every: int = 500     # also checkpoint mid-epoch every N batches (0 = only per epoch)

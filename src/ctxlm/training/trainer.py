@@ -70,12 +70,16 @@ def git_commit() -> str:
         return "unknown"
 
 
-def train_step(model, optimizer, inputs, targets, reset, carry, clip: float):
-    """One truncated-BPTT update on the batch-mean NLL; returns (summed NLL, target count, detached state)."""
+def train_step(model, optimizer, inputs, targets, reset, carry, clip: float, per_sequence: bool = False):
+    """One truncated-BPTT update; returns (summed NLL, target count, detached state).
+
+    The gradient is that of the mean NLL per target, or with `per_sequence` of the summed NLL divided
+    by the batch size (Zaremba / Salton: "gradients normalised by mini-batch size", SPEC §6.3 REC 23).
+    """
     out = model(inputs, carry, reset)
     nll, count = model.loss(out, targets)
     optimizer.zero_grad(set_to_none=True)
-    (nll / max(count, 1)).backward()
+    (nll / (inputs.size(0) if per_sequence else max(count, 1))).backward()
     if clip > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
     optimizer.step()
@@ -97,6 +101,8 @@ class Trainer:
             self.resume_state = None
         self.config = config
         check_schedule(config.train.schedule, config.train.lr_factor)
+        if config.train.loss_normalization not in ("token", "sequence"):
+            raise CtxlmError(f"train.loss_normalization must be token or sequence, got {config.train.loss_normalization!r}")
         self.device = pick_device(config.train.device)
         if config.train.threads:
             torch.set_num_threads(config.train.threads)
@@ -224,7 +230,8 @@ class Trainer:
                 carry = None
             inputs, targets = batch.inputs.to(self.device), batch.targets.to(self.device)
             reset = None if batch.reset is None else batch.reset.to(self.device)
-            nll, n, carry = train_step(model, self.optimizer, inputs, targets, reset, carry, cfg.train.clip)
+            nll, n, carry = train_step(model, self.optimizer, inputs, targets, reset, carry, cfg.train.clip,
+                                       cfg.train.loss_normalization == "sequence")
             nll_total += nll.double().cpu()
             progress["epoch_tokens"] += n
             tokens_run += n
