@@ -144,3 +144,10 @@ def test_sentence_batches_truncate_and_bucket():
     assert shapes == [(2, 4), (2, 5)]
     batch = batches.batch(0)
     assert batch.inputs[0, 0] == 0 and batch.fresh_state
+
+
+def test_extra_sentence_ends_cut_without_adding_targets():
+    stream = torch.tensor([5, 6, 9, 7, 9, 0, 8, 0])     # 9 plays "."
+    pieces = split_sentences(stream, 0, (9,))
+    assert [p.tolist() for p in pieces] == [[5, 6, 9], [7, 9], [0], [8, 0]]
+    assert sum(p.numel() for p in pieces) == stream.numel()

@@ -91,7 +91,7 @@ def cmd_eval(args) -> int:
         for split in args.split or ("valid", "test"):
             if split not in data.ids:
                 raise CtxlmError(f"--split {split}: dataset {run.config.data.dataset!r} has splits {', '.join(data.ids)}")
-            results[split] = evaluate_split(run.model, run.config, data.ids[split], run.vocab.eos, "cpu")
+            results[split] = evaluate_split(run.model, run.config, data.ids[split], run.vocab, "cpu")
     if args.json:
         print(json.dumps(results, indent=2))
     else:

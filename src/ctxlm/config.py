@@ -20,6 +20,7 @@ class DataConfig:
     batch_size: int = 64
     bptt: int = 20                  # stream: tokens per chunk
     max_sentence_len: int = 0       # sentence: truncate training sentences (0 = no limit)
+    sentence_ends: str = ""         # sentence: tokens that also end a sentence, e.g. ". ? !" (lines always do)
     eval_batch_size: int = 1        # SPEC §0.2: stream evaluation, batch size 1, large chunks
     eval_chunk: int = 1000
     max_vocab: int = 0              # 0 = no limit

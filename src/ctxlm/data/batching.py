@@ -54,9 +54,15 @@ class StreamBatches:
         return (self.batch(i) for i in range(len(self)))
 
 
-def split_sentences(ids: torch.Tensor, eos: int) -> list[torch.Tensor]:
-    """Cut a token stream after every `<eos>`; each piece ends with `<eos>`."""
-    ends = (ids == eos).nonzero().flatten().tolist()
+def split_sentences(ids: torch.Tensor, eos: int, extra_ends: tuple[int, ...] = ()) -> list[torch.Tensor]:
+    """Cut a token stream after every `<eos>` (and after every token in `extra_ends`, e.g. `.` `?` `!`).
+
+    Nothing is inserted, so the targets are exactly those of the stream.
+    """
+    is_end = ids == eos
+    for token in extra_ends:
+        is_end |= ids == token
+    ends = is_end.nonzero().flatten().tolist()
     pieces, start = [], 0
     for end in ends:
         pieces.append(ids[start:end + 1])

@@ -10,13 +10,14 @@ from ..config import Config
 from ..errors import CtxlmError
 from ..models.base import build_model
 from . import checkpoint
-from .trainer import evaluate_split, git_commit, prepare_data
+from .trainer import check_config, evaluate_split, git_commit, prepare_data
 
 
 def estimate_run(config: Config, run_dir: str | Path, data_dir=None, log=print) -> dict:
     run_dir = Path(run_dir)
     if run_dir.exists() and any(run_dir.iterdir()):
         raise CtxlmError(f"run directory {run_dir} is not empty; pick another --run-dir")
+    check_config(config)
     data = prepare_data(config, data_dir)
     model = build_model(config.model, len(data.vocab))
     started = time.time()
@@ -37,6 +38,6 @@ def estimate_run(config: Config, run_dir: str | Path, data_dir=None, log=print) 
                "parameters": model.parameter_counts(), "device": "cpu"}
     for split in ("valid", "test"):
         if split in data.ids:
-            results[split] = evaluate_split(model, config, data.ids[split], data.vocab.eos, "cpu")
+            results[split] = evaluate_split(model, config, data.ids[split], data.vocab, "cpu")
     checkpoint.atomic_write_text(run_dir / "results.json", json.dumps(results, indent=2) + "\n")
     return results

@@ -55,11 +55,35 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def evaluate_split(model: LanguageModel, config: Config, ids: torch.Tensor, eos: int, device) -> dict:
+def sentences_of(ids: torch.Tensor, vocab: Vocabulary, config: Config) -> list[torch.Tensor]:
+    """The sentence regime's units: lines, cut further after any `data.sentence_ends` token."""
+    extra = tuple(vocab.index[t] for t in config.data.sentence_ends.split() if t in vocab.index)
+    return split_sentences(ids[1:], vocab.eos, extra)
+
+
+def evaluate_split(model: LanguageModel, config: Config, ids: torch.Tensor, vocab: Vocabulary, device) -> dict:
     """Perplexity of one split in the model's regime (stream: carried state; sentence: each alone)."""
     if config.data.batching == "sentence":
-        return evaluate_sentences(model, split_sentences(ids[1:], eos), eos, config.data.batch_size, device)
+        return evaluate_sentences(model, sentences_of(ids, vocab, config), vocab.eos, config.data.batch_size, device)
     return evaluate_stream(model, ids, config.data.eval_batch_size, config.data.eval_chunk, device=device)
+
+
+def check_config(config: Config) -> None:
+    """Refuse bad settings before any data is read."""
+    from ..models import MODELS
+
+    if config.model.name not in MODELS:
+        raise CtxlmError(f"unknown model {config.model.name!r} (model.name); known models: {', '.join(sorted(MODELS))}")
+    if config.data.batching not in ("stream", "sentence"):
+        raise CtxlmError(f"unknown batching {config.data.batching!r} (data.batching); choose stream or sentence")
+    if config.train.loss_normalization not in ("token", "sequence"):
+        raise CtxlmError(f"train.loss_normalization must be token or sequence, got {config.train.loss_normalization!r}")
+    if config.train.epochs < 1:
+        raise CtxlmError(f"train.epochs must be at least 1, got {config.train.epochs}")
+    check_schedule(config.train.schedule, config.train.lr_factor)
+    with torch.device("meta"):
+        build_model(config.model, 2)       # bad sizes or model options fail here, not after loading data
+    build_optimizer(config.train.optimizer, [torch.zeros(1, requires_grad=True)], config.train.lr, config.train.weight_decay)
 
 
 def git_commit() -> str:
@@ -100,9 +124,7 @@ class Trainer:
                 raise CtxlmError(f"run directory {self.run_dir} is not empty; continue it with --resume or pick another --run-dir")
             self.resume_state = None
         self.config = config
-        check_schedule(config.train.schedule, config.train.lr_factor)
-        if config.train.loss_normalization not in ("token", "sequence"):
-            raise CtxlmError(f"train.loss_normalization must be token or sequence, got {config.train.loss_normalization!r}")
+        check_config(config)
         self.device = pick_device(config.train.device)
         if config.train.threads:
             torch.set_num_threads(config.train.threads)
@@ -130,9 +152,8 @@ class Trainer:
         d = self.config.data
         train_ids = self.data.ids["train"]
         if d.batching == "sentence":
-            return SentenceBatches(split_sentences(train_ids[1:], self.data.vocab.eos), d.batch_size, self.data.vocab.eos, d.max_sentence_len)
-        if d.batching != "stream":
-            raise CtxlmError(f"unknown batching {d.batching!r} (data.batching); choose stream or sentence")
+            return SentenceBatches(sentences_of(train_ids, self.data.vocab, self.config), d.batch_size,
+                                   self.data.vocab.eos, d.max_sentence_len)
         return StreamBatches(train_ids, d.batch_size, d.bptt)
 
     def _snapshot(self, epoch, position, order, carry, progress) -> dict:
@@ -256,7 +277,7 @@ class Trainer:
 
     def _end_epoch(self, epoch: int, progress: dict) -> None:
         cfg, vocab = self.config, self.data.vocab
-        valid = evaluate_split(self.model, cfg, self.data.ids["valid"], vocab.eos, self.device)
+        valid = evaluate_split(self.model, cfg, self.data.ids["valid"], vocab, self.device)
         train_loss = progress["epoch_nll"] / max(progress["epoch_tokens"], 1)
         improved = valid["ppl"] < progress["best_valid"]
         if improved:
@@ -298,6 +319,6 @@ class Trainer:
                    "parameters": self.model.parameter_counts(), "commit": git_commit(), "device": str(self.device)}
         for split in ("valid", "test"):
             if split in self.data.ids:
-                results[split] = evaluate_split(self.model, self.config, self.data.ids[split], vocab.eos, self.device)
+                results[split] = evaluate_split(self.model, self.config, self.data.ids[split], vocab, self.device)
         checkpoint.atomic_write_text(self.run_dir / "results.json", json.dumps(results, indent=2) + "\n")
         return results
