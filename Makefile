@@ -10,7 +10,6 @@ export CTXLM_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/dat
 
 $(BIN)/ctxlm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
 	# CPU build of PyTorch, pinned (a plain `torch` would pull the multi-GB CUDA build)
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[test]'

@@ -76,3 +76,16 @@ def test_task_sets_are_located_and_read():
     assert len(read_lambada(locate("lambada", "test", DATA_DIR))) == 4869
     with pytest.raises(CtxlmError, match="evaluation task set"):
         load_corpus("lambada", DATA_DIR)
+
+
+def test_gutenberg_reader_strips_licence_and_tokenises(tmp_path):
+    from ctxlm.data.corpus import read_gutenberg
+
+    text = ("The Project Gutenberg Etext of X\r\nlicence words here\r\n*END*THE SMALL PRINT! for PUBLIC DOMAIN ETEXTS*Ver.04.29.93*END*\r\n"
+            "It was a dark night. \"Don't go!\" she cried.\r\n\r\nThe end\r\n"
+            "End of the Project Gutenberg Etext of X\r\nmore licence\r\n")
+    (tmp_path / "book.txt").write_bytes(text.encode("latin-1"))
+    assert read_gutenberg(tmp_path / "book.txt") == [
+        ["it", "was", "a", "dark", "night", ".", EOS],
+        ['"', "don't", "go", "!", '"', "she", "cried", ".", EOS],
+        ["the", "end", EOS]]
