@@ -31,18 +31,9 @@ def _config(args):
 
 
 def cmd_train(args) -> int:
+    from .models import MODELS
     from .training.trainer import Trainer
 
-    from .models import MODELS
-
-    if not args.resume:
-        config = _config(args)
-        if getattr(MODELS.get(config.model.name), "count_based", False):
-            from .training.count import estimate_run
-
-            run_dir = args.run_dir or Path("runs") / (Path(args.config).stem if args.config else config.model.name)
-            _print_table(run_dir, estimate_run(config, run_dir, args.data_dir))
-            return 0
     if args.resume:
         from .config import apply_overrides, load_toml
 
@@ -53,6 +44,11 @@ def cmd_train(args) -> int:
     else:
         config = _config(args)
         run_dir = args.run_dir or Path("runs") / (Path(args.config).stem if args.config else config.model.name)
+        if getattr(MODELS.get(config.model.name), "count_based", False):
+            from .training.count import estimate_run
+
+            _print_table(run_dir, estimate_run(config, run_dir, args.data_dir))
+            return 0
         trainer = Trainer(config, run_dir, args.data_dir)
     try:
         results = trainer.fit()
