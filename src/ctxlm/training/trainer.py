@@ -223,7 +223,7 @@ class Trainer:
                     self._save(epoch, self._position, order, carry, progress)
                     raise KeyboardInterrupt
                 self._end_epoch(epoch, progress)
-                epoch, position, order = epoch + 1, 0, None
+                epoch, position, order, carry = epoch + 1, 0, None, None   # each epoch starts from a zero state
                 if progress["early_stopped"]:
                     self.log(f"early stop: no validation gain for {cfg.train.early_stop_patience} epochs")
                 self._save(epoch, position, order, carry, progress)
