@@ -26,6 +26,7 @@ from ctxlm.config import ModelConfig
 from ctxlm.evaluation import evaluate_stream
 from ctxlm.layers.history import empty_memory, masked_softmax
 from ctxlm.models import build_model
+from ctxlm.training.optim import build_optimizer
 from ctxlm.training.trainer import train_step
 
 # SPEC Table 4.8 sizes (name, w, k, window a or N)
@@ -146,7 +147,7 @@ def attention_section(args, V, B, T) -> dict:
             vectorised = model(check).hidden
             stepped, _ = step_by_step(model, check, None)
             assert torch.allclose(vectorised, stepped, atol=1e-5), f"{name}: step-by-step differs"
-        optimizers = {key: torch.optim.Adam(m.parameters(), lr=1e-3) for key, m in (("ours", model), ("lstm", lstm))}
+        optimizers = {key: build_optimizer("adam", m.parameters(), 1e-3, 0.0) for key, m in (("ours", model), ("lstm", lstm))}
         runners = {
             "vectorised": lambda: timed(ours_train, model, optimizers["ours"], data, args.steps, T, 5.0),
             "step_by_step": lambda: timed(step_by_step_train, model, optimizers["ours"], data, args.steps, T, 5.0),
@@ -170,8 +171,8 @@ def timed(fn, *args):
 def lstm_section(args, V, H, B, T) -> dict:
     ours = build_model(ModelConfig(emb_size=H, hidden_size=H), V)
     reference = ReferenceLSTM(V, H, H)
-    opt_ours = torch.optim.Adam(ours.parameters(), lr=1e-3)
-    opt_ref = torch.optim.Adam(reference.parameters(), lr=1e-3)
+    opt_ours = build_optimizer("adam", ours.parameters(), 1e-3, 0.0)       # what `ctxlm train` uses
+    opt_ref = torch.optim.Adam(reference.parameters(), lr=1e-3)             # the textbook default
     train_data = torch.randint(0, V, (B, args.steps * T + 1))
     stream = torch.randint(0, V, (args.eval_tokens,))
     cases = {

@@ -18,7 +18,7 @@ def _accumulate(model, batches, device, carry: bool) -> dict[str, float]:
             reset = None if batch.reset is None else batch.reset.to(device)
             out = model(inputs, state if carry else None, reset)
             log_probs = model.target_log_probs(out, targets)
-            total -= float(log_probs.double().sum())
+            total -= float(log_probs.sum(dtype=torch.float64))
             count += int((targets != IGNORE).sum())
             state = out.state
     return {"nll": total, "tokens": count, "ppl": math.exp(total / count) if count else float("nan")}

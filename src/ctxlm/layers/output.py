@@ -34,10 +34,9 @@ class SoftmaxOutput(nn.Module):
         return torch.log_softmax(self.logits(hidden), dim=-1)
 
     def target_log_probs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """log p(target) at every position; 0 where the target is padding."""
-        valid = targets != IGNORE
+        """log p(target) at every position; 0 where the target is padding (cross_entropy's ignore_index)."""
         nll = F.cross_entropy(self.logits(hidden).flatten(0, -2), targets.flatten(), ignore_index=IGNORE, reduction="none")
-        return (-nll).view(targets.shape).masked_fill(~valid, 0.0)
+        return -nll.view(targets.shape)
 
     def loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
         """(summed NLL over non-padding targets, their count)."""

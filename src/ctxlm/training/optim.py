@@ -9,10 +9,13 @@ from ..errors import CtxlmError
 def build_optimizer(name: str, parameters, lr: float, weight_decay: float) -> torch.optim.Optimizer:
     if name == "sgd":
         return torch.optim.SGD(parameters, lr=lr, weight_decay=weight_decay)
-    if name == "adam":   # [000]: β1 = 0.9, β2 = 0.999
-        return torch.optim.Adam(parameters, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay)
-    if name == "adamw":
-        return torch.optim.AdamW(parameters, lr=lr, weight_decay=weight_decay)
+    if name in ("adam", "adamw"):   # [000]: β1 = 0.9, β2 = 0.999; the fused kernel where this PyTorch has one
+        kind = torch.optim.Adam if name == "adam" else torch.optim.AdamW
+        parameters = list(parameters)
+        try:
+            return kind(parameters, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay, fused=True)
+        except (RuntimeError, TypeError):
+            return kind(parameters, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay)
     raise CtxlmError(f"unknown optimizer {name!r} (train.optimizer); choose sgd, adam or adamw")
 
 
