@@ -34,7 +34,7 @@ def estimate_run(config: Config, run_dir: str | Path, data_dir=None, log=print) 
                             {"model": config.model.name, "vocab": data.vocab.fingerprint(),
                              "discounts": json.dumps(model.discounts)})
     results = {"best_epoch": 0, "train_wall_s": round(seconds, 2), "ngrams": counts, "discounts": model.discounts,
-               "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024), "commit": git_commit(),
+               "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024), "commits": [git_commit()],
                "parameters": model.parameter_counts(), "device": "cpu"}
     for split in ("valid", "test"):
         if split in data.ids:

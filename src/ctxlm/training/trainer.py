@@ -87,11 +87,15 @@ def check_config(config: Config) -> None:
 
 
 def git_commit() -> str:
+    """The commit of ctxlm's own source tree (an editable install), else the package version."""
+    from .. import __version__
+
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or "unknown"
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or __version__
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        return __version__
 
 
 def train_step(model, optimizer, inputs, targets, reset, carry, clip: float, per_sequence: bool = False):
@@ -200,10 +204,11 @@ class Trainer:
         self.generator = torch.Generator().manual_seed(cfg.train.seed)
         batches = self._batches()
         progress = {"lr": cfg.train.lr, "best_valid": math.inf, "best_epoch": 0, "bad_epochs": 0,
-                    "epoch_nll": 0.0, "epoch_tokens": 0, "elapsed": 0.0, "history": [], "early_stopped": False}
+                    "epoch_nll": 0.0, "epoch_tokens": 0, "elapsed": 0.0, "history": [], "early_stopped": False,
+                    "commits": []}
         if self.resume_state is not None:
             epoch, position, order, carry = self._restore(self.resume_state)
-            progress.update({k: self.resume_state[k] for k in progress})
+            progress.update({k: self.resume_state.get(k, progress[k]) for k in progress})
             self.log(f"resuming {run_dir} at epoch {epoch}, batch {position}")
         else:
             epoch, position, order, carry = 1, 0, None, None
@@ -212,6 +217,8 @@ class Trainer:
             counts = self.model.parameter_counts()
             self.log(f"model {cfg.model.name}: {counts['total']:,} parameters ({counts['without_embeddings']:,} without word embeddings), "
                      f"vocabulary {len(self.data.vocab):,}, device {self.device}")
+        if git_commit() not in progress["commits"]:      # the code this run trained with (several if resumed)
+            progress["commits"].append(git_commit())
         self._write_metrics(progress["history"])
         handlers = {s: signal.signal(s, self._handle_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
@@ -316,7 +323,7 @@ class Trainer:
         vocab = self.data.vocab
         checkpoint.load_weights(self.model, self.run_dir / "model.safetensors", self.identity)
         results = {"best_epoch": progress["best_epoch"], "train_wall_s": round(progress["elapsed"], 1),
-                   "parameters": self.model.parameter_counts(), "commit": git_commit(), "device": str(self.device)}
+                   "parameters": self.model.parameter_counts(), "commits": progress["commits"], "device": str(self.device)}
         for split in ("valid", "test"):
             if split in self.data.ids:
                 results[split] = evaluate_split(self.model, self.config, self.data.ids[split], vocab, self.device)
