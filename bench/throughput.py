@@ -148,10 +148,11 @@ def attention_section(args, V, B, T) -> dict:
             stepped, _ = step_by_step(model, check, None)
             assert torch.allclose(vectorised, stepped, atol=1e-5), f"{name}: step-by-step differs"
         optimizers = {key: build_optimizer("adam", m.parameters(), 1e-3, 0.0) for key, m in (("ours", model), ("lstm", lstm))}
+        ours_opt, lstm_opt = optimizers["ours"], optimizers["lstm"]
         runners = {
-            "vectorised": lambda: timed(ours_train, model, optimizers["ours"], data, args.steps, T, 5.0),
-            "step_by_step": lambda: timed(step_by_step_train, model, optimizers["ours"], data, args.steps, T, 5.0),
-            "lstm_same_budget": lambda: timed(ours_train, lstm, optimizers["lstm"], data, args.steps, T, 5.0),
+            "vectorised": lambda m=model, o=ours_opt: timed(ours_train, m, o, data, args.steps, T, 5.0),
+            "step_by_step": lambda m=model, o=ours_opt: timed(step_by_step_train, m, o, data, args.steps, T, 5.0),
+            "lstm_same_budget": lambda o=lstm_opt: timed(ours_train, lstm, o, data, args.steps, T, 5.0),
         }
         rates = interleaved(runners, args.rounds)
         results[f"{name} ({w}/{k}, {'N' if name == 'rnn-ngram' else 'a'}={a})"] = {

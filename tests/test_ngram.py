@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-from ctxlm.data.batching import IGNORE
 from ctxlm.evaluation import evaluate_stream
 from ctxlm.models.arpa import read_arpa, write_arpa
 from ctxlm.models.ngram import KneserNeyLM, discounts_from_counts

@@ -133,7 +133,6 @@ def cmd_generate(args) -> int:
 
 
 def cmd_info(args) -> int:
-    from .config import Config, apply_overrides, load_toml
     from .models import build_model
 
     target = Path(args.target)

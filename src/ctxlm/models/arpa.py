@@ -74,8 +74,8 @@ def read_arpa(path: str | Path) -> tuple[KneserNeyLM, Vocabulary]:
     if not expected or sorted(expected) != list(range(1, len(expected) + 1)):
         fail("missing or non-consecutive 'ngram N=count' lines")
     entries: dict[int, list[tuple[float, list[str], float]]] = {}
-    order = 0
-    for number in range(number, len(lines)):
+    order, first_entry_line = 0, number
+    for number in range(first_entry_line, len(lines)):
         line = lines[number].strip()
         if not line:
             continue

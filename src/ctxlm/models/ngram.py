@@ -20,9 +20,6 @@ order, B = |V| + 1; `<s>` is the extra word id |V|.
 """
 from __future__ import annotations
 
-import math
-import sys
-
 import numpy as np
 import torch
 from torch import nn
