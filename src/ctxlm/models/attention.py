@@ -9,10 +9,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..layers.history import empty_memory, masked_softmax, windowed_history, windows
+from ..layers.history import masked_softmax, windows
 from ..layers.output import SoftmaxOutput
 from .base import LanguageModel, ModelOutput, register
-from .recurrent import run_recurrent, uniform_init
+from .recurrent import run_recurrent, run_recurrent_with_history, uniform_init
 
 # how the LSTM output h splits into (key, value, predict) parts, SPEC §6.2 REC 10: contiguous [k | v | p]
 _PARTS = {"attention": 1, "key-value": 2, "key-value-predict": 3}
@@ -66,12 +66,9 @@ class DanilukAttentionLM(LanguageModel):
         return h[..., :d], h[..., d:2 * d], h[..., 2 * d:]
 
     def forward(self, inputs, state=None, reset=None) -> ModelOutput:
-        batch, length = inputs.shape
-        recurrent, memory, valid = (None, None, None) if state is None else (state[:2], state[2], state[3])
-        outputs, recurrent = run_recurrent(self.rnn, self.embedding(inputs), recurrent, reset)
-        if memory is None:
-            memory, valid = empty_memory(batch, self.window, outputs.size(-1), outputs)
-        extended, slot_valid, memory, valid = windowed_history(memory, valid, outputs, reset)
+        length = inputs.size(1)
+        outputs, extended, slot_valid, state = run_recurrent_with_history(self.rnn, self.embedding(inputs), state,
+                                                                          reset, self.window)
         keys_all, values_all, _ = self.split(extended)
         key_t, _, predict_t = self.split(outputs)
         scores = self.w(torch.tanh(windows(self.W_Y(keys_all), self.window, length)
@@ -79,7 +76,7 @@ class DanilukAttentionLM(LanguageModel):
         alpha = masked_softmax(scores, slot_valid)
         context = torch.einsum("btl,btld->btd", alpha, windows(values_all, self.window, length))
         hidden = torch.tanh(self.W_P(context) + self.W_X(predict_t))
-        return ModelOutput(hidden, (*recurrent, memory, valid), alpha)
+        return ModelOutput(hidden, state, alpha)
 
     def attention_distances(self, out: ModelOutput) -> torch.Tensor:
         """[B, T, a]: how many steps back each slot's output is (slot a−1 = the previous output = 1)."""

@@ -4,10 +4,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..layers.history import empty_memory, windowed_history, windows
+from ..layers.history import windows
 from ..layers.output import SoftmaxOutput
 from .base import LanguageModel, ModelOutput, register
-from .recurrent import run_recurrent, uniform_init
+from .recurrent import run_recurrent_with_history, uniform_init
 
 
 @register("rnn-ngram")
@@ -42,14 +42,11 @@ class RNNNgramLM(LanguageModel):
         return cls(vocab_size, config.emb_size, config.hidden_size, config.ngram, config.init_range, config.forget_bias)
 
     def forward(self, inputs, state=None, reset=None) -> ModelOutput:
-        batch, length = inputs.shape
-        recurrent, memory, valid = (None, None, None) if state is None else (state[:2], state[2], state[3])
-        outputs, recurrent = run_recurrent(self.rnn, self.embedding(inputs), recurrent, reset)
-        if memory is None:
-            memory, valid = empty_memory(batch, self.ngram, outputs.size(-1), outputs)
-        extended, slot_valid, memory, valid = windowed_history(memory, valid, outputs, reset)
+        length = inputs.size(1)
+        outputs, extended, slot_valid, state = run_recurrent_with_history(self.rnn, self.embedding(inputs), state,
+                                                                          reset, self.ngram)
         past = windows(extended, self.ngram, length) * slot_valid.unsqueeze(-1)      # [B, T, N, k], oldest first
         q = self.slice
         parts = [outputs[..., :q]] + [past[:, :, self.ngram - m, m * q:(m + 1) * q] for m in range(1, self.ngram + 1)]
         hidden = torch.tanh(self.W_C(torch.cat(parts, -1)))
-        return ModelOutput(hidden, (*recurrent, memory, valid))
+        return ModelOutput(hidden, state)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..layers.history import empty_memory, windowed_history
 from ..layers.output import SoftmaxOutput
 from .base import LanguageModel, ModelOutput, register, reset_segments
 
@@ -77,3 +78,17 @@ def run_recurrent(rnn: nn.RNNBase, x: torch.Tensor, state, reset: torch.Tensor |
         pieces.append(y)
     # batch_first returns a transposed view; a contiguous copy makes the vocabulary matmul ~8% faster
     return (pieces[0].contiguous() if len(pieces) == 1 else torch.cat(pieces, 1)), state
+
+
+def run_recurrent_with_history(rnn: nn.LSTM, x: torch.Tensor, state, reset: torch.Tensor | None, window: int):
+    """Fused LSTM over the chunk, then each position's `window` previous outputs (layers/history.py).
+
+    `state` is (h, c, memory, valid) or None. Returns (outputs [B,T,k], extended [B,window+T,k],
+    slot_valid [B,T,window], new state).
+    """
+    recurrent, memory, valid = (None, None, None) if state is None else (state[:2], state[2], state[3])
+    outputs, recurrent = run_recurrent(rnn, x, recurrent, reset)
+    if memory is None:
+        memory, valid = empty_memory(x.size(0), window, outputs.size(-1), outputs)
+    extended, slot_valid, memory, valid = windowed_history(memory, valid, outputs, reset)
+    return outputs, extended, slot_valid, (*recurrent, memory, valid)
