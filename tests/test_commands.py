@@ -20,7 +20,7 @@ CLI = [sys.executable, "-m", "ctxlm"]
 def test_sigterm_saves_state_and_resume_finishes(tmp_path):
     corpus = write_corpus(tmp_path, lines_per_split=(3000, 20, 20))
     args = ["--set", "data.dataset=files"] + [x for s in ("train", "valid", "test") for x in ("--set", f"data.{s}={corpus[s]}")]
-    args += ["--set", "model.emb_size=16", "--set", "model.hidden_size=16", "--set", "train.epochs=2",
+    args += ["--set", "model.emb_size=16", "--set", "model.hidden_size=16", "--set", "train.epochs=1000",
              "--set", "data.batch_size=4", "--set", "data.bptt=5", "--set", "train.threads=1"]
     process = subprocess.Popen(CLI + ["train", "--run-dir", str(tmp_path / "run")] + args,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -32,11 +32,12 @@ def test_sigterm_saves_state_and_resume_finishes(tmp_path):
     out, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
     assert "Continue with: ctxlm train --resume" in out
-    state = (tmp_path / "run" / "trainer_state.pt")
-    assert state.exists()
-    done = subprocess.run(CLI + ["train", "--resume", str(tmp_path / "run")], capture_output=True, text=True)
+    assert (tmp_path / "run" / "trainer_state.pt").exists()
+    finished = len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
+    done = subprocess.run(CLI + ["train", "--resume", str(tmp_path / "run"), "--set", f"train.epochs={finished + 1}"],
+                          capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 2
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == finished + 1
     assert json.loads((tmp_path / "run" / "results.json").read_text())["test"]["tokens"] > 0
 
 
