@@ -8,6 +8,7 @@ from ctxlm.data.batching import IGNORE, SentenceBatches, StreamBatches, split_se
 from ctxlm.evaluation import evaluate_sentences, evaluate_stream
 from ctxlm.models import build_model
 from ctxlm.config import ModelConfig
+from ctxlm.errors import CtxlmError
 
 
 def test_worked_example_from_pham_table_2_1():
@@ -79,6 +80,29 @@ def test_probabilities_sum_to_one():
     out = model(torch.randint(0, 30, (3, 8)))
     total = model.log_probs(out).exp().sum(-1)
     assert torch.allclose(total, torch.ones_like(total), atol=1e-12)
+
+
+def test_blocked_target_log_probs_equal_the_full_distribution_with_padding_at_zero():
+    model = lstm()
+    inputs = torch.randint(0, 30, (3, 100), generator=torch.Generator().manual_seed(2))  # 300 rows: 3 blocks
+    targets = torch.randint(0, 30, (3, 100), generator=torch.Generator().manual_seed(3))
+    targets[1, 40:] = IGNORE
+    out = model(inputs)
+    picked = model.log_probs(out).gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    expected = torch.where(targets == IGNORE, torch.zeros_like(picked), picked)
+    assert torch.allclose(model.target_log_probs(out, targets), expected, atol=1e-12)
+
+
+def test_init_range_zero_keeps_pytorch_initialisation_and_sets_the_forget_bias():
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(emb_size=200, hidden_size=100, init_range=0.0, forget_bias=1.0), 1000)
+    assert 0.95 < float(model.embedding.weight.std()) < 1.05                        # N(0, 1)
+    assert float(model.rnn.weight_hh_l0.abs().max()) <= 100 ** -0.5                 # U(±1/√H)
+    assert torch.all(model.rnn.bias_ih_l0[100:200] == 1) and torch.all(model.rnn.bias_hh_l0[100:200] == 0)
+    assert float(model.rnn.bias_ih_l0[:100].abs().max()) > 0                         # other biases untouched
+    assert 0.9 * 100 ** -0.5 < float(model.output.weight.abs().max()) <= 100 ** -0.5  # as nn.Linear
+    with pytest.raises(CtxlmError, match="init_range"):
+        build_model(ModelConfig(init_range=-0.1), 10)
 
 
 def test_tied_output_probabilities_sum_to_one_and_share_weights():

@@ -35,7 +35,7 @@ class ModelConfig:
     layers: int = 1
     dropout: float = 0.0            # on non-recurrent connections
     tie_weights: bool = False
-    init_range: float = 0.1         # U(-r, r) for every parameter
+    init_range: float = 0.1         # U(-r, r) for every parameter; 0 = PyTorch's default initialisation
     forget_bias: float = 1.0        # LSTM forget-gate bias (SPEC §1.6a)
     order: int = 5                  # n-gram order (kneser-ney)
     window: int = 4                 # attention window a: past outputs attended (Daniluk models)

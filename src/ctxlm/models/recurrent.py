@@ -52,8 +52,14 @@ class RecurrentLM(LanguageModel):
 
 
 def uniform_init(model: nn.Module, init_range: float, forget_bias: float | None) -> None:
-    """[000] §2.1: every parameter U(−r, r); each nn.LSTM's forget-gate bias = forget_bias (b_ih = fb, b_hh = 0)."""
-    for parameter in model.parameters():
+    """[000] §2.1: every parameter U(−r, r); each nn.LSTM's forget-gate bias = forget_bias (b_ih = fb, b_hh = 0).
+
+    init_range = 0 keeps PyTorch's own initialisation (embedding N(0, 1), LSTM and Linear U(±1/√fan_in))
+    and only sets the forget-gate bias.
+    """
+    if init_range < 0:
+        raise ValueError(f"model.init_range must be ≥ 0 (0 = PyTorch's default initialisation), got {init_range}")
+    for parameter in model.parameters() if init_range > 0 else ():
         nn.init.uniform_(parameter, -init_range, init_range)
     if forget_bias is None:
         return
