@@ -71,6 +71,19 @@ def test_plateau_schedule_and_early_stopping_roll_back(tmp_path, corpus):
     assert results["valid"]["ppl"] == pytest.approx(min(r["valid_ppl"] for r in history), abs=1e-3)
 
 
+def test_rollback_goes_on_from_the_best_weights_after_an_epoch_without_gain(tmp_path, corpus):
+    config = tiny_config(corpus, dropout=0.0, emb_size=32, hidden_size=32)
+    config.train.epochs, config.train.lr = 30, 0.05
+    config.train.schedule, config.train.lr_factor = "plateau", 4.0
+    config.train.early_stop_patience, config.train.rollback = 2, True
+    Trainer(config, tmp_path / "run").fit()
+    history = metrics(tmp_path / "run")
+    assert not history[-1]["best"]                     # stopped after an epoch without gain ...
+    best = load_file(str(tmp_path / "run" / "model.safetensors"))
+    state = torch.load(tmp_path / "run" / "trainer_state.pt", weights_only=True)["model"]
+    assert all(torch.equal(best[k], state[k]) for k in best)   # ... and the state it saved is the best one
+
+
 def test_decay_schedule_divides_after_start_epoch():
     from ctxlm.training.optim import next_lr
 

@@ -53,6 +53,7 @@ class TrainConfig:
     decay_start: int = 0
     epochs: int = 10
     early_stop_patience: int = 0    # stop after this many epochs without validation gain (0 = never)
+    rollback: bool = False          # after an epoch without validation gain, go on from the best weights (RNNLM recipe)
     clip: float = 5.0               # global gradient-norm clipping (0 = off)
     loss_normalization: str = "token"  # token: mean NLL per target ([000] eq 3.2); sequence: summed NLL / batch size
     seed: int = 1

@@ -293,6 +293,9 @@ class Trainer:
                                     {**self.identity, "epoch": str(epoch), "valid_ppl": f"{valid['ppl']:.4f}"})
         else:
             progress["bad_epochs"] += 1
+        rolled_back = not improved and cfg.train.rollback and progress["best_epoch"] > 0
+        if rolled_back:
+            checkpoint.load_weights(self.model, self.run_dir / "model.safetensors", self.identity)
         record = {"epoch": epoch, "lr": progress["lr"], "train_loss": round(train_loss, 6),
                   "train_ppl": round(math.exp(train_loss), 4), "valid_ppl": round(valid["ppl"], 4),
                   "best": improved, "tokens_per_s": round(self._epoch_rate, 1), "elapsed_s": round(progress["elapsed"], 1)}
@@ -300,7 +303,8 @@ class Trainer:
         self._write_metrics(progress["history"])
         self._tensorboard(record)
         self.log(f"epoch {epoch}: train ppl {record['train_ppl']:.2f}, valid ppl {valid['ppl']:.2f}, lr {progress['lr']:.3g}, "
-                 f"{self._epoch_rate:,.0f} tokens/s{' *' if improved else ''}")
+                 f"{self._epoch_rate:,.0f} tokens/s{' *' if improved else ''}"
+                 + (f"; back to the weights of epoch {progress['best_epoch']}" if rolled_back else ""))
         progress["lr"] = next_lr(progress["lr"], cfg.train.schedule, cfg.train.lr_factor, cfg.train.decay_start, epoch, improved)
         progress["epoch_nll"], progress["epoch_tokens"] = 0.0, 0
         if cfg.train.early_stop_patience and progress["bad_epochs"] >= cfg.train.early_stop_patience:
