@@ -101,8 +101,11 @@ def test_init_range_zero_keeps_pytorch_initialisation_and_sets_the_forget_bias()
     assert torch.all(model.rnn.bias_ih_l0[100:200] == 1) and torch.all(model.rnn.bias_hh_l0[100:200] == 0)
     assert float(model.rnn.bias_ih_l0[:100].abs().max()) > 0                         # other biases untouched
     assert 0.9 * 100 ** -0.5 < float(model.output.weight.abs().max()) <= 100 ** -0.5  # as nn.Linear
-    with pytest.raises(CtxlmError, match="init_range"):
-        build_model(ModelConfig(init_range=-0.1), 10)
+    salton = build_model(ModelConfig(name="attentive-lm", emb_size=200, hidden_size=200, init_range=0.0), 1000)
+    assert 0.95 < float(salton.embedding.weight.detach().std()) < 1.05
+    for name in ("lstm", "attentive-lm"):
+        with pytest.raises(CtxlmError, match="init_range"):
+            build_model(ModelConfig(name=name, init_range=-0.1), 10)
 
 
 def test_tied_output_probabilities_sum_to_one_and_share_weights():
