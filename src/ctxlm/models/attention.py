@@ -111,13 +111,12 @@ class AttentiveLM(LanguageModel):
         self.v_s = nn.Linear(hidden_size, 1, bias=False)
         self.W_c = nn.Linear(2 * hidden_size, hidden_size)
         self.output = SoftmaxOutput(hidden_size, vocab_size, tied=self.embedding)
-        if init_range < 0:
-            raise ValueError(f"model.init_range must be ≥ 0 (0 = PyTorch's default initialisation), got {init_range}")
-        for name, parameter in self.named_parameters() if init_range > 0 else ():  # [001]: U(−0.05, 0.05), biases 0
-            if "bias" in name:
-                nn.init.zeros_(parameter)
-            else:
-                nn.init.uniform_(parameter, -init_range, init_range)
+        if init_range > 0:                                  # [001]: weights U(−0.05, 0.05), biases 0
+            for name, parameter in self.named_parameters():
+                if "bias" in name:
+                    nn.init.zeros_(parameter)
+                else:
+                    nn.init.uniform_(parameter, -init_range, init_range)
 
     @classmethod
     def from_config(cls, config, vocab_size: int) -> "AttentiveLM":

@@ -24,6 +24,8 @@ def register(*names: str):
 def build_model(config, vocab_size: int) -> "LanguageModel":
     if config.name not in MODELS:
         raise CtxlmError(f"unknown model {config.name!r} (model.name); known models: {', '.join(sorted(MODELS))}")
+    if config.init_range < 0:
+        raise CtxlmError(f"model.init_range must be ≥ 0 (0 = PyTorch's default initialisation), got {config.init_range}")
     try:
         return MODELS[config.name].from_config(config, vocab_size)
     except ValueError as exc:

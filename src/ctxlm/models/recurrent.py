@@ -57,10 +57,9 @@ def uniform_init(model: nn.Module, init_range: float, forget_bias: float | None)
     init_range = 0 keeps PyTorch's own initialisation (embedding N(0, 1), LSTM and Linear U(±1/√fan_in))
     and only sets the forget-gate bias.
     """
-    if init_range < 0:
-        raise ValueError(f"model.init_range must be ≥ 0 (0 = PyTorch's default initialisation), got {init_range}")
-    for parameter in model.parameters() if init_range > 0 else ():
-        nn.init.uniform_(parameter, -init_range, init_range)
+    if init_range > 0:
+        for parameter in model.parameters():
+            nn.init.uniform_(parameter, -init_range, init_range)
     if forget_bias is None:
         return
     for rnn in (m for m in model.modules() if isinstance(m, nn.LSTM)):
