@@ -6,9 +6,11 @@ Section `attention`: each attention model at its SPEC Table 4.8 sizes (vectorise
 way ctxlm runs it) against (a) our plain LSTM of the same parameter budget (w = k = 300) and
 (b) a step-by-step version that runs the LSTM and the attention one time step at a time for the
 whole batch, checked equal to the vectorised forward before it is timed.
+Section `precision`: training under `train.precision = "bf16"` against float32, same model, same batch.
 
     python bench/throughput.py                          # both sections, V=10k, B=64, T=20
     python bench/throughput.py --section attention --rounds 3 --steps 10
+    python bench/throughput.py --section precision      # bf16 autocast vs float32 training, every family
 """
 from __future__ import annotations
 
@@ -72,11 +74,11 @@ def reference_eval(model, stream, batch, chunk):
     return data.numel() - batch
 
 
-def ours_train(model, optimizer, data, steps, bptt, clip):
+def ours_train(model, optimizer, data, steps, bptt, clip, precision="fp32"):
     carry = None
     for i in range(steps):
         x, y = data[:, i * bptt:(i + 1) * bptt], data[:, i * bptt + 1:(i + 1) * bptt + 1]
-        _, _, carry = train_step(model, optimizer, x, y, None, carry, clip)
+        _, _, carry = train_step(model, optimizer, x, y, None, carry, clip, precision=precision)
     return steps * bptt * data.size(0)
 
 
@@ -193,9 +195,24 @@ def lstm_section(args, V, H, B, T) -> dict:
     return results
 
 
+def precision_section(args, V, B, T) -> dict:
+    """The ptb-lstm preset's model (w = k = 300, V = 10k, B = 64, BPTT 20): bf16 autocast against float32."""
+    data = torch.randint(0, V, (B, args.steps * T + 1))
+    results = {}
+    for name, w, k, a in [("lstm", 300, 300, 0)] + ATTENTION_MODELS:
+        torch.manual_seed(0)
+        model = build_model(ModelConfig(name=name, emb_size=w, hidden_size=k, window=a or 4, ngram=a or 1), V)
+        optimizer = build_optimizer("adam", model.parameters(), 1e-3, 0.0)
+        rates = interleaved({p: lambda p=p: timed(ours_train, model, optimizer, data, args.steps, T, 5.0, p)
+                             for p in ("fp32", "bf16")}, args.rounds)
+        results[f"{name} ({w}/{k})"] = {"fp32_tokens_per_s": round(rates["fp32"]), "bf16_tokens_per_s": round(rates["bf16"]),
+                                        "bf16_ratio": round(rates["bf16"] / rates["fp32"], 3)}
+    return results
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--section", choices=["lstm", "attention", "all"], default="all")
+    parser.add_argument("--section", choices=["lstm", "attention", "precision", "all"], default="all")
     parser.add_argument("--vocab", type=int, default=10_000)
     parser.add_argument("--size", type=int, default=300, help="LSTM section: embedding = hidden size")
     parser.add_argument("--batch", type=int, default=64)
@@ -212,6 +229,8 @@ def main():
         report["lstm_vs_reference"] = lstm_section(args, V, args.size, B, T)
     if args.section in ("attention", "all"):
         report["attention_models"] = attention_section(args, V, B, T)
+    if args.section in ("precision", "all"):
+        report["bf16_vs_fp32_training"] = precision_section(args, V, B, T)
     print(json.dumps(report, indent=2))
 
 

@@ -71,6 +71,7 @@ def cmd_eval(args) -> int:
     from .data.vocab import EOS
     from .evaluation import evaluate_stream
     from .run import load
+    from .training.precision import autocast
     from .training.trainer import evaluate_split, prepare_data
 
     run = load(args.run)
@@ -79,18 +80,23 @@ def cmd_eval(args) -> int:
     if args.chunk:
         run.config.data.eval_chunk = args.chunk
     results = {}
-    if args.file:
-        ids = run.vocab.encode([EOS] + read_tokens(args.file))
-        results[args.file] = evaluate_stream(run.model, ids, run.config.data.eval_batch_size, run.config.data.eval_chunk)
-    else:
-        data = prepare_data(run.config, args.data_dir, run.vocab)
-        for split in args.split or ("valid", "test"):
-            if split not in data.ids:
-                raise CtxlmError(f"--split {split}: dataset {run.config.data.dataset!r} has splits {', '.join(data.ids)}")
-            results[split] = evaluate_split(run.model, run.config, data.ids[split], run.vocab, "cpu")
+    with autocast("cpu", args.precision):
+        if args.file:
+            ids = run.vocab.encode([EOS] + read_tokens(args.file))
+            results[args.file] = evaluate_stream(run.model, ids, run.config.data.eval_batch_size, run.config.data.eval_chunk)
+        else:
+            data = prepare_data(run.config, args.data_dir, run.vocab)
+            for split in args.split or ("valid", "test"):
+                if split not in data.ids:
+                    raise CtxlmError(f"--split {split}: dataset {run.config.data.dataset!r} has splits {', '.join(data.ids)}")
+                results[split] = evaluate_split(run.model, run.config, data.ids[split], run.vocab, "cpu")
+    for r in results.values():
+        r["precision"] = args.precision
     if args.json:
         print(json.dumps(results, indent=2))
     else:
+        if args.precision != "fp32":
+            print(f"evaluated under {args.precision} autocast (approximate; the default fp32 is exact)")
         print(f"{'split':<12}{'tokens':>10}{'nll':>10}{'perplexity':>12}")
         for name, r in results.items():
             print(f"{name:<12}{r['tokens']:>10,}{r['nll'] / r['tokens']:>10.4f}{r['ppl']:>12.2f}")
@@ -281,6 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--file", help="evaluate a text file (one sentence per line) instead")
     p.add_argument("--batch-size", type=int, help="parallel streams (default from the run: 1)")
     p.add_argument("--chunk", type=int, help="tokens per forward pass (default from the run: 1000)")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="fp32 (default, exact) or bf16 autocast (faster on bf16 hardware, approximate, reported as such)")
     p.add_argument("--json", action="store_true", help="print JSON")
     common_data(p)
     p.set_defaults(func=cmd_eval)

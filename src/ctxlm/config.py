@@ -61,6 +61,7 @@ class TrainConfig:
     checkpoint_every: int = 500     # also checkpoint mid-epoch every N batches (0 = only per epoch)
     max_batches: int = 0            # cap batches per epoch (0 = all), for smoke tests and demos
     threads: int = 0                # CPU threads for PyTorch (0 = its default)
+    precision: str = "fp32"         # fp32 | bf16 (autocast, float32 weights and loss; evaluation stays float32)
 
 
 @dataclass

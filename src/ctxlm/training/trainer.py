@@ -26,6 +26,7 @@ from ..evaluation.perplexity import evaluate_sentences, evaluate_stream
 from ..models.base import LanguageModel, build_model, detach_state
 from . import checkpoint
 from .optim import build_optimizer, check_schedule, next_lr
+from .precision import autocast, check_precision, float32_state
 from .progress import Progress
 
 
@@ -81,6 +82,7 @@ def check_config(config: Config) -> None:
     if config.train.epochs < 1:
         raise CtxlmError(f"train.epochs must be at least 1, got {config.train.epochs}")
     check_schedule(config.train.schedule, config.train.lr_factor)
+    check_precision(config.train.precision)
     with torch.device("meta"):
         build_model(config.model, 2)       # bad sizes or model options fail here, not after loading data
     build_optimizer(config.train.optimizer, [torch.zeros(1, requires_grad=True)], config.train.lr, config.train.weight_decay)
@@ -98,20 +100,23 @@ def git_commit() -> str:
         return __version__
 
 
-def train_step(model, optimizer, inputs, targets, reset, carry, clip: float, per_sequence: bool = False):
+def train_step(model, optimizer, inputs, targets, reset, carry, clip: float, per_sequence: bool = False,
+               precision: str = "fp32"):
     """One truncated-BPTT update; returns (summed NLL, target count, detached state).
 
     The gradient is that of the mean NLL per target, or with `per_sequence` of the summed NLL divided
     by the batch size (Zaremba / Salton: "gradients normalised by mini-batch size", SPEC §6.3 REC 23).
+    `precision = "bf16"` runs the forward pass and the loss under bf16 autocast (training/precision.py).
     """
-    out = model(inputs, carry, reset)
-    nll, count = model.loss(out, targets)
+    with autocast(inputs.device, precision):
+        out = model(inputs, carry, reset)
+        nll, count = model.loss(out, targets)
     optimizer.zero_grad(set_to_none=True)
     (nll / (inputs.size(0) if per_sequence else max(count, 1))).backward()
     if clip > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
     optimizer.step()
-    return nll.detach(), count, detach_state(out.state)
+    return nll.detach(), count, float32_state(detach_state(out.state))
 
 
 class Trainer:
@@ -216,7 +221,7 @@ class Trainer:
             self.data.vocab.save(run_dir / "vocab.txt")
             counts = self.model.parameter_counts()
             self.log(f"model {cfg.model.name}: {counts['total']:,} parameters ({counts['without_embeddings']:,} without word embeddings), "
-                     f"vocabulary {len(self.data.vocab):,}, device {self.device}")
+                     f"vocabulary {len(self.data.vocab):,}, device {self.device}, precision {cfg.train.precision}")
         if git_commit() not in progress["commits"]:      # the code this run trained with (several if resumed)
             progress["commits"].append(git_commit())
         self._write_metrics(progress["history"])
@@ -259,7 +264,7 @@ class Trainer:
             inputs, targets = batch.inputs.to(self.device), batch.targets.to(self.device)
             reset = None if batch.reset is None else batch.reset.to(self.device)
             nll, n, carry = train_step(model, self.optimizer, inputs, targets, reset, carry, cfg.train.clip,
-                                       cfg.train.loss_normalization == "sequence")
+                                       cfg.train.loss_normalization == "sequence", cfg.train.precision)
             nll_total += nll.double().cpu()
             progress["epoch_tokens"] += n
             tokens_run += n
