@@ -54,7 +54,8 @@ def cmd_train(args) -> int:
         results = trainer.fit()
     except KeyboardInterrupt:
         return 130
-    _print_table(trainer.run_dir, results)
+    if trainer.world.main:        # under torchrun, one process reports
+        _print_table(trainer.run_dir, results)
     return 0
 
 

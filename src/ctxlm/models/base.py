@@ -78,6 +78,13 @@ class LanguageModel(nn.Module):
     def loss(self, out: ModelOutput, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
         return self.output.loss(out.hidden, targets)
 
+    def state_batch_dims(self, state: Any) -> tuple[int, ...]:
+        """The batch dimension of each carried tensor: nn.RNN's (h, c) come first, [layers, B, H];
+        the memories after them are batch-first. A model whose state differs overrides this."""
+        pieces = state if isinstance(state, tuple) else (state,)
+        recurrent = 2 if isinstance(getattr(self, "rnn", None), nn.LSTM) else 1
+        return tuple(1 if i < recurrent else 0 for i in range(len(pieces)))
+
     def parameter_counts(self) -> dict[str, int]:
         """Counts as the seed tables report them: θ_{W+M} (total) and θ_M (all but input word vectors)."""
         total = sum(p.numel() for p in self.parameters())

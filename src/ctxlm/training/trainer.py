@@ -18,13 +18,14 @@ from pathlib import Path
 import torch
 
 from ..config import Config, load_toml
-from ..data.batching import SentenceBatches, StreamBatches, split_sentences
+from ..data.batching import IGNORE, SentenceBatches, StreamBatches, split_sentences
 from ..data.registry import load_corpus
 from ..data.vocab import EOS, Vocabulary
 from ..errors import CtxlmError
 from ..evaluation.perplexity import evaluate_sentences, evaluate_stream
 from ..models.base import LanguageModel, build_model, detach_state
 from . import checkpoint
+from .distributed import World, merge_state, split_state, wrap
 from .optim import build_optimizer, check_schedule, next_lr
 from .precision import autocast, check_precision, float32_state
 from .progress import Progress
@@ -101,22 +102,30 @@ def git_commit() -> str:
 
 
 def train_step(model, optimizer, inputs, targets, reset, carry, clip: float, per_sequence: bool = False,
-               precision: str = "fp32"):
+               precision: str = "fp32", parallel=None, denominator: float | None = None):
     """One truncated-BPTT update; returns (summed NLL, target count, detached state).
 
     The gradient is that of the mean NLL per target, or with `per_sequence` of the summed NLL divided
     by the batch size (Zaremba / Salton: "gradients normalised by mini-batch size", SPEC §6.3 REC 23).
     `precision = "bf16"` runs the forward pass and the loss under bf16 autocast (training/precision.py).
+    Data-parallel: `parallel` is the model in DistributedDataParallel (training/distributed.py), and
+    `denominator` is the global batch's normaliser divided by the number of processes.
     """
     with autocast(inputs.device, precision):
-        out = model(inputs, carry, reset)
-        nll, count = model.loss(out, targets)
+        if parallel is None:
+            out = model(inputs, carry, reset)
+            nll, count = model.loss(out, targets)
+            state = out.state
+        else:
+            nll, count, state = parallel(inputs, targets, reset, carry)
+    if denominator is None:
+        denominator = inputs.size(0) if per_sequence else max(count, 1)
     optimizer.zero_grad(set_to_none=True)
-    (nll / (inputs.size(0) if per_sequence else max(count, 1))).backward()
+    (nll / denominator).backward()
     if clip > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
     optimizer.step()
-    return nll.detach(), count, float32_state(detach_state(out.state))
+    return nll.detach(), count, float32_state(detach_state(state))
 
 
 class Trainer:
@@ -135,12 +144,23 @@ class Trainer:
         self.config = config
         check_config(config)
         self.device = pick_device(config.train.device)
+        self.world = World.from_env(self.device.type)      # torchrun: one process per device
+        if self.world.size > 1:
+            if self.device.type == "cuda":
+                self.device = torch.device("cuda", self.world.local_rank)
+            if config.data.batching == "stream" and config.data.batch_size < self.world.size:
+                raise CtxlmError(f"data.batch_size = {config.data.batch_size} is smaller than the {self.world.size} processes; "
+                                 "each process needs at least one stream")
+            if not self.world.main:
+                self.log = lambda *args, **kwargs: None
         if config.train.threads:
             torch.set_num_threads(config.train.threads)
         vocab = Vocabulary.load(self.run_dir / "vocab.txt") if resume else None
         self.data = prepare_data(config, data_dir, vocab)
         torch.manual_seed(config.train.seed)
         self.model = build_model(config.model, len(self.data.vocab)).to(self.device)
+        if not self.world.main:
+            torch.manual_seed(config.train.seed + self.world.rank)   # its own dropout masks
         self.optimizer = build_optimizer(config.train.optimizer, self.model.parameters(), config.train.lr, config.train.weight_decay)
         self.stop_requested: str | None = None
         self.on_batch = None    # optional callback(trainer, epoch, batch_number), used by tests and tools
@@ -166,18 +186,29 @@ class Trainer:
         return StreamBatches(train_ids, d.batch_size, d.bptt)
 
     def _snapshot(self, epoch, position, order, carry, progress) -> dict:
+        """Everything to continue; with several processes the carried rows and RNG states of all of them."""
+        carry = detach_state(carry) if self.config.data.batching == "stream" else None   # sentences start fresh
+        rng = self.world.gather(torch.get_rng_state())
+        if self.world.size > 1 and carry is not None:
+            shards = self.world.gather(type(carry)(t.cpu() for t in carry) if isinstance(carry, tuple) else carry.cpu())
+            carry = merge_state(shards, self.model.state_batch_dims(carry))
         state = {
             "format": 1, "identity": self.identity, "epoch": epoch, "position": position, "order": order,
             "model": checkpoint.unique_state_dict(self.model), "optimizer": self.optimizer.state_dict(),
-            "carry": detach_state(carry), "rng": torch.get_rng_state(), "generator": self.generator.get_state(),
+            "carry": carry, "rng": rng[0], "generator": self.generator.get_state(), "world_size": self.world.size,
         }
+        if self.world.size > 1:
+            state["rng_ranks"] = rng
         if self.device.type == "cuda":
-            state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
+            state["cuda_rng"] = self.world.gather(torch.cuda.get_rng_state(self.device).cpu())[0]
         state.update(progress)
         return state
 
     def _save(self, *args) -> None:
-        checkpoint.save_state(self.run_dir / "trainer_state.pt", self._snapshot(*args))
+        """Every process takes part in the snapshot; rank 0 writes it."""
+        state = self._snapshot(*args)
+        if self.world.main:
+            checkpoint.save_state(self.run_dir / "trainer_state.pt", state)
 
     def _restore(self, state: dict):
         if state.get("identity") != self.identity:
@@ -187,12 +218,16 @@ class Trainer:
             for name, tensor in state["model"].items():
                 own[name].copy_(tensor)
         self.optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng"])
+        if state.get("world_size", 1) == self.world.size and self.world.size > 1:
+            torch.set_rng_state(state["rng_ranks"][self.world.rank])
+        elif self.world.main:
+            torch.set_rng_state(state["rng"])
         self.generator.set_state(state["generator"])
-        if "cuda_rng" in state and self.device.type == "cuda":
+        if "cuda_rng" in state and self.device.type == "cuda" and self.world.main:
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
         carry = state["carry"]
         if carry is not None:
+            carry = split_state(carry, self.world, self.model.state_batch_dims(carry))
             carry = type(carry)(t.to(self.device) for t in carry) if isinstance(carry, tuple) else carry.to(self.device)
         return state["epoch"], state["position"], state["order"], carry
 
@@ -202,6 +237,15 @@ class Trainer:
 
     def request_stop(self, reason: str = "request") -> None:
         self.stop_requested = reason
+
+    def _close_world(self) -> None:
+        self.parallel = None          # DDP first: its reducer must not outlive the process group
+        self.world.close()
+
+    def _agree_on_stop(self) -> None:
+        """Several processes stop together, at the same batch, if any of them was asked to."""
+        if self.world.size > 1 and self.world.sum(float(self.stop_requested is not None))[0] and not self.stop_requested:
+            self.stop_requested = "stop in another process"
 
     def fit(self) -> dict:
         cfg, run_dir = self.config, self.run_dir
@@ -217,11 +261,14 @@ class Trainer:
             self.log(f"resuming {run_dir} at epoch {epoch}, batch {position}")
         else:
             epoch, position, order, carry = 1, 0, None, None
-            checkpoint.atomic_write_text(run_dir / "config.toml", cfg.to_toml())
-            self.data.vocab.save(run_dir / "vocab.txt")
+            if self.world.main:
+                checkpoint.atomic_write_text(run_dir / "config.toml", cfg.to_toml())
+                self.data.vocab.save(run_dir / "vocab.txt")
             counts = self.model.parameter_counts()
             self.log(f"model {cfg.model.name}: {counts['total']:,} parameters ({counts['without_embeddings']:,} without word embeddings), "
-                     f"vocabulary {len(self.data.vocab):,}, device {self.device}, precision {cfg.train.precision}")
+                     f"vocabulary {len(self.data.vocab):,}, device {self.device}, precision {cfg.train.precision}"
+                     + (f", {self.world.size} processes" if self.world.size > 1 else ""))
+        self.parallel = wrap(self.model, self.world, self.device)
         if git_commit() not in progress["commits"]:      # the code this run trained with (several if resumed)
             progress["commits"].append(git_commit())
         self._write_metrics(progress["history"])
@@ -231,6 +278,7 @@ class Trainer:
                 if order is None:
                     order = batches.order(self.generator) if isinstance(batches, SentenceBatches) else None
                 carry = self._run_epoch(batches, epoch, position, order, carry, progress)
+                self._agree_on_stop()
                 if self.stop_requested:
                     self._save(epoch, self._position, order, carry, progress)
                     raise KeyboardInterrupt
@@ -245,6 +293,8 @@ class Trainer:
         finally:
             for s, h in handlers.items():
                 signal.signal(s, h)
+            if self.stop_requested:
+                self._close_world()
         return self.finish(progress)
 
     def _run_epoch(self, batches, epoch, position, order, carry, progress):
@@ -261,10 +311,18 @@ class Trainer:
             batch = batches.batch(int(order[number]) if order is not None else number)
             if batch.fresh_state:
                 carry = None
-            inputs, targets = batch.inputs.to(self.device), batch.targets.to(self.device)
-            reset = None if batch.reset is None else batch.reset.to(self.device)
+            inputs, targets, reset, denominator = self._local_batch(batch)
             nll, n, carry = train_step(model, self.optimizer, inputs, targets, reset, carry, cfg.train.clip,
-                                       cfg.train.loss_normalization == "sequence", cfg.train.precision)
+                                       cfg.train.loss_normalization == "sequence", cfg.train.precision,
+                                       self.parallel, denominator)
+            if self.on_batch:
+                self.on_batch(self, epoch, number + 1)
+            stop = self.stop_requested is not None
+            if self.world.size > 1:      # metrics of the global batch; every process stops at the same batch
+                nll, n, stop = self.world.sum(float(nll), n, float(stop))
+                nll, n = torch.tensor(nll, dtype=torch.float64), int(n)
+                if stop and not self.stop_requested:
+                    self.stop_requested = "stop in another process"
             nll_total += nll.double().cpu()
             progress["epoch_tokens"] += n
             tokens_run += n
@@ -276,9 +334,7 @@ class Trainer:
                 bar.update(loss=f"{mean:.3f}", ppl=f"{math.exp(mean):.1f}", tok_s=f"{rate:,.0f}")
             else:
                 bar.update()
-            if self.on_batch:
-                self.on_batch(self, epoch, number + 1)
-            if self.stop_requested:
+            if stop:
                 break
             if cfg.train.checkpoint_every and (number + 1) % cfg.train.checkpoint_every == 0 and number + 1 < count:
                 self._save(epoch, number + 1, order, carry, progress)
@@ -287,20 +343,43 @@ class Trainer:
         self._epoch_rate = tokens_run / max(time.time() - started, 1e-9)
         return carry
 
+    def _local_batch(self, batch):
+        """This process's rows of the batch, on its device, and the loss normaliser of the global batch.
+
+        A process left without rows (a last sentence batch smaller than the number of processes)
+        gets one row whose targets are all padding, so that every process takes the same steps.
+        """
+        inputs, targets, reset, denominator = batch.inputs, batch.targets, batch.reset, None
+        if self.world.size > 1:
+            count = int((targets != IGNORE).sum())
+            per_sequence = self.config.train.loss_normalization == "sequence"
+            denominator = (inputs.size(0) if per_sequence else max(count, 1)) / self.world.size
+            if inputs.size(0) < self.world.size and self.world.rank >= inputs.size(0):
+                inputs, targets = inputs[:1], torch.full_like(targets[:1], IGNORE)
+                reset = None if reset is None else reset[:1]
+            else:
+                inputs, targets, reset = self.world.shard(inputs), self.world.shard(targets), self.world.shard(reset)
+        to = lambda t: None if t is None else t.to(self.device)    # noqa: E731
+        return to(inputs), to(targets), to(reset), denominator
+
     def _end_epoch(self, epoch: int, progress: dict) -> None:
-        cfg, vocab = self.config, self.data.vocab
-        valid = evaluate_split(self.model, cfg, self.data.ids["valid"], vocab, self.device)
+        cfg, vocab, world = self.config, self.data.vocab, self.world
+        valid = evaluate_split(self.model, cfg, self.data.ids["valid"], vocab, self.device) if world.main else {"ppl": 0.0}
+        valid["ppl"] = world.broadcast(valid["ppl"])       # rank 0's score decides for every process
         train_loss = progress["epoch_nll"] / max(progress["epoch_tokens"], 1)
         improved = valid["ppl"] < progress["best_valid"]
         if improved:
             progress.update(best_valid=valid["ppl"], best_epoch=epoch, bad_epochs=0)
-            checkpoint.save_weights(self.model, self.run_dir / "model.safetensors",
-                                    {**self.identity, "epoch": str(epoch), "valid_ppl": f"{valid['ppl']:.4f}"})
+            if world.main:
+                checkpoint.save_weights(self.model, self.run_dir / "model.safetensors",
+                                        {**self.identity, "epoch": str(epoch), "valid_ppl": f"{valid['ppl']:.4f}"})
         else:
             progress["bad_epochs"] += 1
         rolled_back = not improved and cfg.train.rollback and progress["best_epoch"] > 0
         if rolled_back:
-            checkpoint.load_weights(self.model, self.run_dir / "model.safetensors", self.identity)
+            if world.main:
+                checkpoint.load_weights(self.model, self.run_dir / "model.safetensors", self.identity)
+            world.broadcast_module(self.model)
         record = {"epoch": epoch, "lr": progress["lr"], "train_loss": round(train_loss, 6),
                   "train_ppl": round(math.exp(train_loss), 4), "valid_ppl": round(valid["ppl"], 4),
                   "best": improved, "tokens_per_s": round(self._epoch_rate, 1), "elapsed_s": round(progress["elapsed"], 1)}
@@ -316,9 +395,12 @@ class Trainer:
             progress["early_stopped"] = True
 
     def _write_metrics(self, history: list[dict]) -> None:
-        checkpoint.atomic_write_text(self.run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in history))
+        if self.world.main:
+            checkpoint.atomic_write_text(self.run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in history))
 
     def _tensorboard(self, record: dict) -> None:
+        if not self.world.main:
+            return
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
@@ -328,8 +410,11 @@ class Trainer:
                 writer.add_scalar(key, record[key], record["epoch"])
 
     def finish(self, progress: dict) -> dict:
-        """Roll back to the best epoch's weights and report valid and test perplexity."""
+        """Roll back to the best epoch's weights and report valid and test perplexity (rank 0)."""
         vocab = self.data.vocab
+        self._close_world()
+        if not self.world.main:
+            return {"best_epoch": progress["best_epoch"], "train_wall_s": round(progress["elapsed"], 1)}
         checkpoint.load_weights(self.model, self.run_dir / "model.safetensors", self.identity)
         results = {"best_epoch": progress["best_epoch"], "train_wall_s": round(progress["elapsed"], 1),
                    "parameters": self.model.parameter_counts(), "commits": progress["commits"], "device": str(self.device)}
