@@ -7,6 +7,7 @@ way ctxlm runs it) against (a) our plain LSTM of the same parameter budget (w = 
 (b) a step-by-step version that runs the LSTM and the attention one time step at a time for the
 whole batch, checked equal to the vectorised forward before it is timed.
 Section `precision`: training under `train.precision = "bf16"` against float32, same model, same batch.
+Section `compile`: training with `train.compile = true` against eager.
 
     python bench/throughput.py                          # both sections, V=10k, B=64, T=20
     python bench/throughput.py --section attention --rounds 3 --steps 10
@@ -29,7 +30,8 @@ from ctxlm.evaluation import evaluate_stream
 from ctxlm.layers.history import empty_memory, masked_softmax
 from ctxlm.models import build_model
 from ctxlm.training.optim import build_optimizer
-from ctxlm.training.trainer import train_step
+from ctxlm.training.distributed import LossStep
+from ctxlm.training.trainer import compiled, train_step
 
 # SPEC Table 4.8 sizes (name, w, k, window a or N)
 ATTENTION_MODELS = [("attention", 287, 287, 4), ("key-value", 249, 498, 3), ("key-value-predict", 215, 645, 3),
@@ -74,11 +76,11 @@ def reference_eval(model, stream, batch, chunk):
     return data.numel() - batch
 
 
-def ours_train(model, optimizer, data, steps, bptt, clip, precision="fp32"):
+def ours_train(model, optimizer, data, steps, bptt, clip, precision="fp32", step=None):
     carry = None
     for i in range(steps):
         x, y = data[:, i * bptt:(i + 1) * bptt], data[:, i * bptt + 1:(i + 1) * bptt + 1]
-        _, _, carry = train_step(model, optimizer, x, y, None, carry, clip, precision=precision)
+        _, _, carry = train_step(model, optimizer, x, y, None, carry, clip, precision=precision, step=step)
     return steps * bptt * data.size(0)
 
 
@@ -165,6 +167,15 @@ def attention_section(args, V, B, T) -> dict:
     return results
 
 
+def cpu_bf16_units() -> str:
+    """What bf16 matrix hardware this CPU exposes: AMX tiles, AVX-512 BF16 dot products, or none."""
+    try:
+        flags = set(next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split())
+    except (OSError, StopIteration):
+        return "unknown"
+    return "amx_bf16" if "amx_bf16" in flags else "avx512_bf16 (no AMX)" if "avx512_bf16" in flags else "none"
+
+
 def timed(fn, *args):
     start = time.perf_counter()
     tokens = fn(*args)
@@ -210,9 +221,30 @@ def precision_section(args, V, B, T) -> dict:
     return results
 
 
+def compile_section(args, V, B, T) -> dict:
+    """train.compile = true (torch.compile of forward + loss) against eager, same model, same batch."""
+    data = torch.randint(0, V, (B, args.steps * T + 1))
+    results = {}
+    for name, w, k, a in [("lstm", 300, 300, 0)] + ATTENTION_MODELS[:1]:
+        torch.manual_seed(0)
+        model = build_model(ModelConfig(name=name, emb_size=w, hidden_size=k, window=a or 4), V)
+        optimizer = build_optimizer("adam", model.parameters(), 1e-3, 0.0)
+        started = time.perf_counter()
+        step = compiled(LossStep(model))
+        ours_train(model, optimizer, data, 2, T, 5.0, step=step)
+        compile_s = time.perf_counter() - started
+        rates = interleaved({"eager": lambda: timed(ours_train, model, optimizer, data, args.steps, T, 5.0),
+                             "compiled": lambda: timed(ours_train, model, optimizer, data, args.steps, T, 5.0, "fp32", step)},
+                            args.rounds)
+        results[f"{name} ({w}/{k})"] = {"eager_tokens_per_s": round(rates["eager"]), "compiled_tokens_per_s": round(rates["compiled"]),
+                                        "compiled_ratio": round(rates["compiled"] / rates["eager"], 3),
+                                        "first_steps_with_compilation_s": round(compile_s, 1)}
+    return results
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--section", choices=["lstm", "attention", "precision", "all"], default="all")
+    parser.add_argument("--section", choices=["lstm", "attention", "precision", "compile", "all"], default="all")
     parser.add_argument("--vocab", type=int, default=10_000)
     parser.add_argument("--size", type=int, default=300, help="LSTM section: embedding = hidden size")
     parser.add_argument("--batch", type=int, default=64)
@@ -224,6 +256,7 @@ def main():
     torch.manual_seed(0)
     V, B, T = args.vocab, args.batch, args.bptt
     report = {"machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "threads": torch.get_num_threads(),
+              "cpu_bf16_units": cpu_bf16_units(),
               "torch": torch.__version__, "vocab": V, "batch": B, "bptt": T}
     if args.section in ("lstm", "all"):
         report["lstm_vs_reference"] = lstm_section(args, V, args.size, B, T)
@@ -231,6 +264,8 @@ def main():
         report["attention_models"] = attention_section(args, V, B, T)
     if args.section in ("precision", "all"):
         report["bf16_vs_fp32_training"] = precision_section(args, V, B, T)
+    if args.section in ("compile", "all"):
+        report["compiled_vs_eager_training"] = compile_section(args, V, B, T)
     print(json.dumps(report, indent=2))
 
 

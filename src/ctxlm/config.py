@@ -62,6 +62,7 @@ class TrainConfig:
     max_batches: int = 0            # cap batches per epoch (0 = all), for smoke tests and demos
     threads: int = 0                # CPU threads for PyTorch (0 = its default)
     precision: str = "fp32"         # fp32 | bf16 (autocast, float32 weights and loss; evaluation stays float32)
+    compile: bool = False           # torch.compile forward + loss (falls back to eager on errors; see docs/benchmarks.md)
 
 
 @dataclass

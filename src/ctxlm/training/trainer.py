@@ -25,7 +25,7 @@ from ..errors import CtxlmError
 from ..evaluation.perplexity import evaluate_sentences, evaluate_stream
 from ..models.base import LanguageModel, build_model, detach_state
 from . import checkpoint
-from .distributed import World, merge_state, split_state, wrap
+from .distributed import LossStep, World, merge_state, split_state, wrap
 from .optim import build_optimizer, check_schedule, next_lr
 from .precision import autocast, check_precision, float32_state
 from .progress import Progress
@@ -102,22 +102,23 @@ def git_commit() -> str:
 
 
 def train_step(model, optimizer, inputs, targets, reset, carry, clip: float, per_sequence: bool = False,
-               precision: str = "fp32", parallel=None, denominator: float | None = None):
+               precision: str = "fp32", step=None, denominator: float | None = None):
     """One truncated-BPTT update; returns (summed NLL, target count, detached state).
 
     The gradient is that of the mean NLL per target, or with `per_sequence` of the summed NLL divided
     by the batch size (Zaremba / Salton: "gradients normalised by mini-batch size", SPEC §6.3 REC 23).
     `precision = "bf16"` runs the forward pass and the loss under bf16 autocast (training/precision.py).
-    Data-parallel: `parallel` is the model in DistributedDataParallel (training/distributed.py), and
-    `denominator` is the global batch's normaliser divided by the number of processes.
+    `step` is the model and its loss as one module (training/distributed.py: LossStep), wrapped in
+    DistributedDataParallel and/or torch.compile; data-parallel, `denominator` is the global batch's
+    normaliser divided by the number of processes.
     """
     with autocast(inputs.device, precision):
-        if parallel is None:
+        if step is None:
             out = model(inputs, carry, reset)
             nll, count = model.loss(out, targets)
             state = out.state
         else:
-            nll, count, state = parallel(inputs, targets, reset, carry)
+            nll, count, state = step(inputs, targets, reset, carry)
     if denominator is None:
         denominator = inputs.size(0) if per_sequence else max(count, 1)
     optimizer.zero_grad(set_to_none=True)
@@ -126,6 +127,15 @@ def train_step(model, optimizer, inputs, targets, reset, carry, clip: float, per
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
     optimizer.step()
     return nll.detach(), count, float32_state(detach_state(state))
+
+
+def compiled(step: torch.nn.Module) -> torch.nn.Module:
+    """torch.compile of forward + loss (train.compile); a frame that fails to compile runs eagerly, so
+    compiling never breaks a run. Whether it pays is measured in docs/benchmarks.md."""
+    import torch._dynamo
+
+    torch._dynamo.config.suppress_errors = True
+    return torch.compile(step)
 
 
 class Trainer:
@@ -239,7 +249,7 @@ class Trainer:
         self.stop_requested = reason
 
     def _close_world(self) -> None:
-        self.parallel = None          # DDP first: its reducer must not outlive the process group
+        self.step = None              # DDP first: its reducer must not outlive the process group
         self.world.close()
 
     def _agree_on_stop(self) -> None:
@@ -268,7 +278,9 @@ class Trainer:
             self.log(f"model {cfg.model.name}: {counts['total']:,} parameters ({counts['without_embeddings']:,} without word embeddings), "
                      f"vocabulary {len(self.data.vocab):,}, device {self.device}, precision {cfg.train.precision}"
                      + (f", {self.world.size} processes" if self.world.size > 1 else ""))
-        self.parallel = wrap(self.model, self.world, self.device)
+        self.step = wrap(self.model, self.world, self.device)
+        if cfg.train.compile:
+            self.step = compiled(self.step or LossStep(self.model))
         if git_commit() not in progress["commits"]:      # the code this run trained with (several if resumed)
             progress["commits"].append(git_commit())
         self._write_metrics(progress["history"])
@@ -314,7 +326,7 @@ class Trainer:
             inputs, targets, reset, denominator = self._local_batch(batch)
             nll, n, carry = train_step(model, self.optimizer, inputs, targets, reset, carry, cfg.train.clip,
                                        cfg.train.loss_normalization == "sequence", cfg.train.precision,
-                                       self.parallel, denominator)
+                                       self.step, denominator)
             if self.on_batch:
                 self.on_batch(self, epoch, number + 1)
             stop = self.stop_requested is not None
