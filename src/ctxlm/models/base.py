@@ -37,6 +37,7 @@ class ModelOutput:
     hidden: torch.Tensor                  # [B, T, H]: what the output layer reads
     state: Any                            # everything that crosses a chunk boundary
     attention: torch.Tensor | None = None  # [B, T, L] for analysis, where the model attends
+    words: torch.Tensor | None = None      # [B, L]: the word each attended slot predicts (cache, pointer)
 
 
 def detach_state(state: Any) -> Any:

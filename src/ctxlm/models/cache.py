@@ -1,0 +1,115 @@
+"""Neural continuous cache (SPEC §1.16; Grave, Joulin & Usunier 2017), an evaluation-time wrapper.
+
+    p_cache(w | h_t) ∝ Σ_{i ∈ window, i < t} 1{x_{i+1} = w} exp(θ h_t · h_i)
+    p(w | h_t)       = (1 − λ) p_model(w | h_t) + λ p_cache(w | h_t)
+
+h_i is what the wrapped model's output layer reads at position i (the top LSTM output for an LSTM)
+and x_{i+1} the word that followed it, so at position t the cache holds the pairs (h_i, x_{i+1}) of
+the `window` most recent earlier positions — the current target and later words are never in it.
+As in the paper the cache spans sentence and chunk boundaries; a document reset empties it. Until
+the first pair exists the model's own distribution is used (λ acts only where the cache has keys).
+Everything is chunked matrix work: one [T, M+T] score matrix per chunk, no loop over tokens.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..data.batching import IGNORE
+from ..layers.history import masked_softmax
+from .base import LanguageModel, ModelOutput
+
+
+@dataclass
+class CacheSettings:
+    window: int = 2000      # pairs (h_i, x_{i+1}) kept
+    theta: float = 0.3      # flatness of the cache distribution
+    lam: float = 0.1        # interpolation weight λ of the cache
+
+    def check(self) -> None:
+        if self.window < 1:
+            raise ValueError(f"cache window must be at least 1, got {self.window}")
+        if not self.theta >= 0 or not math.isfinite(self.theta):
+            raise ValueError(f"cache theta must be a finite number ≥ 0, got {self.theta}")
+        if not 0.0 <= self.lam <= 1.0:
+            raise ValueError(f"cache lambda must be in [0, 1], got {self.lam}")
+
+
+def cache_step(hidden, inputs, reset, memory, window: int, theta: float):
+    """Cache weights of one chunk: hidden [B, T, d] and inputs [B, T] of the wrapped model.
+
+    `memory` = (keys [B, M, d], labels [B, M], valid [B, M], last hidden [B, 1, d], its validity [B, 1])
+    or None. Returns (weights [B, T, M+T] over the extended keys, labels [B, M+T], new memory).
+    """
+    batch, length, dim = hidden.shape
+    if memory is None:
+        memory = (hidden.new_zeros(batch, 0, dim), inputs.new_zeros(batch, 0),
+                  torch.zeros(batch, 0, dtype=torch.bool, device=hidden.device),
+                  hidden.new_zeros(batch, 1, dim), torch.zeros(batch, 1, dtype=torch.bool, device=hidden.device))
+    keys, labels, valid, last, last_valid = memory
+    held = keys.size(1)
+    # the pair completed at position t is (h_{t-1}, x_t): the previous hidden state and the current input
+    pair_valid = torch.cat([last_valid, last_valid.new_ones(batch, length - 1)], 1)
+    positions = torch.arange(length, device=hidden.device)
+    first_usable = torch.zeros(batch, length, dtype=torch.long, device=hidden.device)
+    if reset is not None:
+        pair_valid = pair_valid & ~reset                                  # a pair across a document start
+        last_reset = torch.where(reset, positions, -1).cummax(1).values
+        first_usable = torch.where(last_reset >= 0, last_reset + held, 0)
+    ext_keys = torch.cat([keys, torch.cat([last, hidden[:, :-1]], 1)], 1)      # [B, M+T, d]
+    ext_labels = torch.cat([labels, inputs], 1)
+    ext_valid = torch.cat([valid, pair_valid], 1)
+    key_index = torch.arange(held + length, device=hidden.device).view(1, 1, -1)
+    newest = (positions + held).view(1, -1, 1)                                 # pair (h_{t-1}, x_t)
+    usable = ((key_index <= newest) & (key_index > newest - window) & ext_valid.unsqueeze(1)
+              & (key_index >= first_usable.unsqueeze(-1)))
+    weights = masked_softmax(theta * torch.bmm(hidden, ext_keys.transpose(1, 2)), usable)
+    keep_valid = ext_valid & (key_index[0] >= first_usable[:, -1:])
+    new_memory = (ext_keys[:, -window:], ext_labels[:, -window:], keep_valid[:, -window:],
+                  hidden[:, -1:], last_valid.new_ones(batch, 1))
+    return weights, ext_labels, new_memory
+
+
+def mix(model_log_probs: torch.Tensor, cache_probs: torch.Tensor, has_cache: torch.Tensor, lam: float) -> torch.Tensor:
+    """log((1 − λ) p_model + λ p_cache), with λ = 0 where the cache is still empty; computed in log space."""
+    lam = has_cache.to(model_log_probs.dtype) * lam
+    return torch.logaddexp(torch.log1p(-lam) + model_log_probs, torch.log(lam * cache_probs))
+
+
+class NeuralCache(LanguageModel):
+    """A trained model with Grave et al.'s continuous cache on top (evaluation only; nothing is trained).
+
+    State: (the wrapped model's state, cache memory). `attention` is the cache's weights over its
+    keys; `ModelOutput.words` are the words those keys predict.
+    """
+
+    def __init__(self, model: LanguageModel, settings: CacheSettings):
+        super().__init__()
+        settings.check()
+        self.model, self.settings = model, settings
+        self.embedding, self.output = model.embedding, model.output
+
+    def forward(self, inputs, state=None, reset=None) -> ModelOutput:
+        inner, memory = (None, None) if state is None else state
+        out = self.model(inputs, inner, reset)
+        weights, words, memory = cache_step(out.hidden, inputs, reset, memory, self.settings.window, self.settings.theta)
+        return ModelOutput(out.hidden, (out.state, memory), weights, words)
+
+    def _model_output(self, out: ModelOutput) -> ModelOutput:
+        return ModelOutput(out.hidden, None)
+
+    def target_log_probs(self, out, targets):
+        base = self.model.target_log_probs(self._model_output(out), targets)
+        cache = (out.attention * (out.words.unsqueeze(1) == targets.unsqueeze(-1))).sum(-1)
+        mixed = mix(base, cache, out.attention.sum(-1) > 0, self.settings.lam)
+        return torch.where(targets == IGNORE, torch.zeros_like(mixed), mixed)
+
+    def log_probs(self, out):
+        base = self.model.log_probs(self._model_output(out))
+        cache = torch.zeros_like(base).scatter_add_(-1, out.words.unsqueeze(1).expand_as(out.attention), out.attention)
+        return mix(base, cache, out.attention.sum(-1, keepdim=True) > 0, self.settings.lam)
+
+    def loss(self, out, targets):
+        raise RuntimeError("the neural cache is applied at evaluation time; train the wrapped model instead")

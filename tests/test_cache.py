@@ -1,0 +1,101 @@
+"""Neural cache (Grave et al. 2017): equals a per-token oracle, sums to one, never sees the future."""
+import math
+
+import pytest
+import torch
+
+from ctxlm.config import ModelConfig
+from ctxlm.evaluation import evaluate_stream
+from ctxlm.models import build_model
+from ctxlm.models.cache import CacheSettings, NeuralCache
+
+V = 12
+
+
+def cached(name="lstm", window=7, theta=0.8, lam=0.3):
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(name=name, emb_size=10, hidden_size=10, window=3, init_range=0.5), V).double().eval()
+    return NeuralCache(model, CacheSettings(window, theta, lam))
+
+
+def stream(length=50, seed=1):
+    return torch.randint(0, V, (length,), generator=torch.Generator().manual_seed(seed))
+
+
+def oracle_log_probs(cache: NeuralCache, ids: torch.Tensor, reset_at: int | None = None) -> torch.Tensor:
+    """Token by token: the cache of position t is the list of (h_i, x_{i+1}) for the window's i < t."""
+    s = cache.settings
+    with torch.no_grad():
+        starts = None
+        if reset_at is not None:
+            starts = torch.zeros(1, ids.numel() - 1, dtype=torch.bool)
+            starts[0, reset_at] = True
+        out = cache.model(ids[:-1].view(1, -1), None, starts)
+        hidden, model_probs = out.hidden[0], cache.model.log_probs(out)[0].exp()
+    rows = []
+    for t in range(ids.numel() - 1):
+        first = max(0, t - s.window) if reset_at is None or t < reset_at else max(reset_at, t - s.window)
+        pairs = [(hidden[i], int(ids[i + 1])) for i in range(first, t)]
+        if not pairs:
+            rows.append(model_probs[t].log())
+            continue
+        cache_probs = torch.zeros(V, dtype=torch.float64)
+        for h, word in pairs:
+            cache_probs[word] += math.exp(s.theta * float(hidden[t] @ h))
+        cache_probs /= cache_probs.sum()
+        rows.append(((1 - s.lam) * model_probs[t] + s.lam * cache_probs).log())
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("name", ["lstm", "attention"])
+@pytest.mark.parametrize("chunk", [1, 6, 1000])
+def test_chunked_cache_equals_the_per_token_oracle(name, chunk):
+    model, ids = cached(name), stream()
+    expected = oracle_log_probs(model, ids)
+    rows, state = [], None
+    with torch.no_grad():
+        for start in range(0, ids.numel() - 1, chunk):
+            x, y = ids[start:start + chunk + 1][:-1].view(1, -1), ids[start + 1:start + chunk + 1].view(1, -1)
+            out = model(x, state)
+            full = model.log_probs(out)[0]
+            assert torch.allclose(full.exp().sum(-1), torch.ones(x.size(1), dtype=torch.float64), atol=1e-12)
+            assert torch.allclose(model.target_log_probs(out, y)[0], full.gather(-1, y.view(-1, 1)).squeeze(-1), atol=1e-12)
+            rows.append(full)
+            state = out.state
+    assert torch.allclose(torch.cat(rows), expected, atol=1e-6, rtol=0)
+    nll = evaluate_stream(model, ids, 1, chunk)["nll"]
+    assert nll == pytest.approx(-float(expected.gather(-1, ids[1:].view(-1, 1)).sum()), abs=1e-6)
+
+
+def test_cache_never_sees_the_current_target_or_later_words():
+    model, ids = cached(), stream()
+    changed = ids.clone()
+    changed[31:] = (changed[31:] + 5) % V        # input 31 is the target of position 30
+    with torch.no_grad():
+        a = model.log_probs(model(ids[:-1].view(1, -1)))[0]
+        b = model.log_probs(model(changed[:-1].view(1, -1)))[0]
+    assert torch.equal(a[:31], b[:31])
+    assert not torch.allclose(a[31:], b[31:])
+
+
+def test_document_reset_empties_the_cache():
+    model, ids = cached(), stream()
+    starts = torch.zeros_like(ids, dtype=torch.bool)
+    starts[21] = True
+    expected = oracle_log_probs(model, ids, reset_at=21)      # the input at position 21 starts a document
+    nll = evaluate_stream(model, ids, 1, 8, doc_starts=starts)["nll"]
+    assert nll == pytest.approx(-float(expected.gather(-1, ids[1:].view(-1, 1)).sum()), abs=1e-6)
+
+
+def test_lambda_zero_is_the_model_and_a_repeated_word_gains():
+    model, ids = cached(lam=0.0), stream()
+    assert evaluate_stream(model, ids, 1, 9)["nll"] == pytest.approx(evaluate_stream(model.model, ids, 1, 9)["nll"], rel=1e-12)
+    periodic = torch.arange(6).repeat(8)          # each word's successor was seen before, in the same state
+    with_cache = evaluate_stream(cached(lam=0.3, theta=2.0), periodic, 1, 50)["ppl"]
+    assert with_cache < 0.8 * evaluate_stream(model.model, periodic, 1, 50)["ppl"]
+
+
+def test_bad_settings_are_refused():
+    for settings in (CacheSettings(0, 0.3, 0.1), CacheSettings(10, -1.0, 0.1), CacheSettings(10, 0.3, 1.5)):
+        with pytest.raises(ValueError):
+            settings.check()
