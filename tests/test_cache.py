@@ -99,3 +99,29 @@ def test_bad_settings_are_refused():
     for settings in (CacheSettings(0, 0.3, 0.1), CacheSettings(10, -1.0, 0.1), CacheSettings(10, 0.3, 1.5)):
         with pytest.raises(ValueError):
             settings.check()
+
+
+def test_tune_cache_records_the_best_setting_and_eval_reproduces_it(tmp_path, corpus):
+    import json
+    import subprocess
+    import sys
+
+    from ctxlm.training.trainer import Trainer
+
+    from conftest import tiny_config
+
+    config = tiny_config(corpus, dropout=0.0)
+    Trainer(config, tmp_path / "run", log=lambda *a: None).fit()
+    cli = [sys.executable, "-m", "ctxlm"]
+    done = subprocess.run(cli + ["tune-cache", str(tmp_path / "run"), "--windows", "5,40", "--thetas", "0.2,1",
+                                 "--lambdas", "0.1,0.3"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    recorded = json.loads((tmp_path / "run" / "cache.json").read_text())
+    assert len(recorded["grid"]) == 8 and (tmp_path / "run" / "cache_grid.png").stat().st_size > 1000
+    best = recorded["best"]
+    assert best["ppl"] == min(r["ppl"] for r in recorded["grid"])
+    evaluated = json.loads(subprocess.run(cli + ["eval", str(tmp_path / "run"), "--cache", "--json", "--split", "valid"],
+                                          capture_output=True, text=True, check=True).stdout)
+    assert evaluated["valid"]["ppl"] == pytest.approx(best["ppl"], rel=1e-5)      # the grid's closed form = the wrapper
+    bad = subprocess.run(cli + ["tune-cache", str(tmp_path / "run"), "--thetas", "a,b"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--thetas" in bad.stderr and "Traceback" not in bad.stderr

@@ -76,6 +76,13 @@ def cmd_eval(args) -> int:
     from .training.trainer import evaluate_split, prepare_data
 
     run = load(args.run)
+    model = run.model
+    if args.cache:
+        from .models.cache import NeuralCache
+
+        settings = _cache_settings(args)
+        model = NeuralCache(run.model, settings)
+        run.config.data.batching = "stream"          # the cache spans sentence boundaries (Grave et al.)
     if args.batch_size:
         run.config.data.eval_batch_size = args.batch_size
     if args.chunk:
@@ -84,24 +91,99 @@ def cmd_eval(args) -> int:
     with autocast("cpu", args.precision):
         if args.file:
             ids = run.vocab.encode([EOS] + read_tokens(args.file))
-            results[args.file] = evaluate_stream(run.model, ids, run.config.data.eval_batch_size, run.config.data.eval_chunk)
+            results[args.file] = evaluate_stream(model, ids, run.config.data.eval_batch_size, run.config.data.eval_chunk)
         else:
             data = prepare_data(run.config, args.data_dir, run.vocab)
             for split in args.split or ("valid", "test"):
                 if split not in data.ids:
                     raise CtxlmError(f"--split {split}: dataset {run.config.data.dataset!r} has splits {', '.join(data.ids)}")
-                results[split] = evaluate_split(run.model, run.config, data.ids[split], run.vocab, "cpu")
+                results[split] = evaluate_split(model, run.config, data.ids[split], run.vocab, "cpu")
     for r in results.values():
         r["precision"] = args.precision
+        if args.cache:
+            r["cache"] = {"window": settings.window, "theta": settings.theta, "lambda": settings.lam}
     if args.json:
         print(json.dumps(results, indent=2))
     else:
+        if args.cache:
+            print(f"with the neural cache: window {settings.window}, theta {settings.theta}, lambda {settings.lam}")
         if args.precision != "fp32":
             print(f"evaluated under {args.precision} autocast (approximate; the default fp32 is exact)")
         print(f"{'split':<12}{'tokens':>10}{'nll':>10}{'perplexity':>12}")
         for name, r in results.items():
             print(f"{name:<12}{r['tokens']:>10,}{r['nll'] / r['tokens']:>10.4f}{r['ppl']:>12.2f}")
     return 0
+
+
+def _cache_settings(args):
+    """The cache settings recorded by `ctxlm tune-cache` in the run, with any --cache-* option on top."""
+    from .models.cache import CacheSettings
+
+    recorded = Path(args.run) / "cache.json"
+    settings = CacheSettings()
+    if recorded.is_file():
+        best = json.loads(recorded.read_text())["best"]
+        settings = CacheSettings(best["window"], best["theta"], best["lambda"])
+    elif None in (args.cache_window, args.cache_theta, args.cache_lambda):
+        print(f"note: {recorded} not found (run `ctxlm tune-cache {args.run}` to choose on validation); "
+              "defaults fill the settings not given", file=sys.stderr)
+    for name, value in (("window", args.cache_window), ("theta", args.cache_theta), ("lam", args.cache_lambda)):
+        if value is not None:
+            setattr(settings, name, value)
+    try:
+        settings.check()
+    except ValueError as exc:
+        raise CtxlmError(f"--cache: {exc}") from None
+    return settings
+
+
+def cmd_tune_cache(args) -> int:
+    from .analysis.cache import plot_cache_grid
+    from .evaluation.cache import cache_grid
+    from .run import load
+    from .training import checkpoint
+    from .training.trainer import prepare_data
+
+    def numbers(option, text, kind):
+        try:
+            values = tuple(kind(v) for v in text.split(","))
+        except ValueError:
+            raise CtxlmError(f"{option} {text!r}: expected comma-separated numbers, e.g. {option} 0.1,0.2") from None
+        return values
+
+    windows, thetas, lambdas = (numbers("--windows", args.windows, int), numbers("--thetas", args.thetas, float),
+                                numbers("--lambdas", args.lambdas, float))
+    from .models.cache import CacheSettings
+
+    for w in windows:
+        for t in thetas:
+            for lam in lambdas:
+                try:
+                    CacheSettings(w, t, lam).check()
+                except ValueError as exc:
+                    raise CtxlmError(f"tune-cache: {exc}") from None
+    run = load(args.run)
+    data = prepare_data(run.config, args.data_dir, run.vocab)
+    result = cache_grid(run.model, data.ids[args.split], windows, thetas, lambdas, run.config.data.eval_chunk)
+    result.update(split=args.split, commit=_commit())
+    checkpoint.atomic_write_text(Path(args.run) / "cache.json", json.dumps(result, indent=1) + "\n")
+    plot_cache_grid(result, Path(args.run) / "cache_grid.png")
+    best = result["best"]
+    print(f"{args.split} perplexity without cache {result['model_ppl']:.2f}; best with cache {best['ppl']:.2f} "
+          f"({100 * (1 - best['ppl'] / result['model_ppl']):.1f}% lower) at window {best['window']}, "
+          f"theta {best['theta']}, lambda {best['lambda']}")
+    print(f"{'window':>8}{'theta':>8}{'lambda':>8}{'perplexity':>12}")
+    for row in sorted(result["grid"], key=lambda r: r["ppl"])[:10]:
+        print(f"{row['window']:>8}{row['theta']:>8}{row['lambda']:>8}{row['ppl']:>12.2f}")
+    print(f"recorded in {Path(args.run) / 'cache.json'} (used by `ctxlm eval {args.run} --cache`); grid plot "
+          f"{Path(args.run) / 'cache_grid.png'}")
+    return 0
+
+
+def _commit() -> str:
+    from .training.trainer import git_commit
+
+    return git_commit()
 
 
 def cmd_score(args) -> int:
@@ -290,9 +372,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk", type=int, help="tokens per forward pass (default from the run: 1000)")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                    help="fp32 (default, exact) or bf16 autocast (faster on bf16 hardware, approximate, reported as such)")
+    p.add_argument("--cache", action="store_true", help="add the neural cache (Grave et al. 2017) with the settings "
+                   "`ctxlm tune-cache` recorded in the run; --cache-window/--cache-theta/--cache-lambda override them")
+    p.add_argument("--cache-window", type=int, help="cache size: (hidden state, next word) pairs kept (default 2000)")
+    p.add_argument("--cache-theta", type=float, help="flatness θ of the cache distribution (default 0.3)")
+    p.add_argument("--cache-lambda", type=float, help="cache interpolation weight λ in [0, 1] (default 0.1)")
     p.add_argument("--json", action="store_true", help="print JSON")
     common_data(p)
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("tune-cache", help="choose the neural cache's window, θ and λ on validation data",
+                       description="Grid search of the neural cache (Grave et al. 2017) around a trained run, on its "
+                                   "validation split; writes RUN/cache.json (used by `ctxlm eval RUN --cache`) and "
+                                   "RUN/cache_grid.png.")
+    p.add_argument("run", help="run directory of a neural model")
+    p.add_argument("--split", default="valid", choices=["valid", "train"], help="split to tune on (never test)")
+    p.add_argument("--windows", default="100,500,1000,2000", help="cache sizes to try (comma-separated)")
+    p.add_argument("--thetas", default="0.05,0.1,0.2,0.3,0.5,0.7,1.0", help="θ values to try")
+    p.add_argument("--lambdas", default="0.05,0.1,0.15,0.2,0.25,0.3,0.4", help="λ values to try")
+    common_data(p)
+    p.set_defaults(func=cmd_tune_cache)
 
     p = sub.add_parser("score", help="per-token log-probabilities of text, as JSON lines",
                        description="Score each input line (whitespace-tokenised, <eos> appended); natural-log probabilities.")

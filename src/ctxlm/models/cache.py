@@ -72,6 +72,11 @@ def cache_step(hidden, inputs, reset, memory, window: int, theta: float):
     return weights, ext_labels, new_memory
 
 
+def cache_target_probs(weights: torch.Tensor, words: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """p_cache(target) [B, T]: the weight of the keys whose next word is the target."""
+    return (weights * (words.unsqueeze(1) == targets.unsqueeze(-1))).sum(-1)
+
+
 def mix(model_log_probs: torch.Tensor, cache_probs: torch.Tensor, has_cache: torch.Tensor, lam: float) -> torch.Tensor:
     """log((1 − λ) p_model + λ p_cache), with λ = 0 where the cache is still empty; computed in log space."""
     lam = has_cache.to(model_log_probs.dtype) * lam
@@ -102,7 +107,7 @@ class NeuralCache(LanguageModel):
 
     def target_log_probs(self, out, targets):
         base = self.model.target_log_probs(self._model_output(out), targets)
-        cache = (out.attention * (out.words.unsqueeze(1) == targets.unsqueeze(-1))).sum(-1)
+        cache = cache_target_probs(out.attention, out.words, targets)
         mixed = mix(base, cache, out.attention.sum(-1) > 0, self.settings.lam)
         return torch.where(targets == IGNORE, torch.zeros_like(mixed), mixed)
 
