@@ -12,6 +12,7 @@ Section `compile`: training with `train.compile = true` against eager.
     python bench/throughput.py                          # both sections, V=10k, B=64, T=20
     python bench/throughput.py --section attention --rounds 3 --steps 10
     python bench/throughput.py --section precision      # bf16 autocast vs float32 training, every family
+    python bench/throughput.py --device cuda            # the same on a GPU, with the share of its bf16 peak
 """
 from __future__ import annotations
 
@@ -85,7 +86,7 @@ def ours_train(model, optimizer, data, steps, bptt, clip, precision="fp32", step
 
 
 def ours_eval(model, stream, batch, chunk):
-    return evaluate_stream(model, stream, batch, chunk)["tokens"]
+    return evaluate_stream(model, stream, batch, chunk, device=stream.device)["tokens"]
 
 
 def step_by_step(model, inputs, state):
@@ -177,9 +178,34 @@ def cpu_bf16_units() -> str:
 
 
 def timed(fn, *args):
+    synchronize()
     start = time.perf_counter()
     tokens = fn(*args)
+    synchronize()
     return tokens / (time.perf_counter() - start)
+
+
+def synchronize() -> None:
+    if torch.get_default_device().type == "cuda":
+        torch.cuda.synchronize()
+
+
+# Dense bf16 tensor-core peaks (FLOP/s, no sparsity) from the vendors' data sheets, by device name.
+BF16_PEAKS = {"H200": 989e12, "H100 PCIe": 756e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12,
+              "A10": 125e12}
+
+
+def share_of_bf16_peak(model, tokens_per_s: float) -> float | None:
+    """Achieved FLOP/s over the GPU's bf16 peak, counting 6 FLOPs per weight per token (forward 2, backward 4)
+    for every weight but the input embedding (a lookup)."""
+    if torch.get_default_device().type != "cuda":
+        return None
+    name = torch.cuda.get_device_name()
+    peak = next((v for k, v in BF16_PEAKS.items() if k in name), None)
+    if peak is None:
+        return None
+    counts = model.parameter_counts()
+    return round(6 * counts["without_embeddings"] * tokens_per_s / peak, 4)
 
 
 def lstm_section(args, V, H, B, T) -> dict:
@@ -217,7 +243,8 @@ def precision_section(args, V, B, T) -> dict:
         rates = interleaved({p: lambda p=p: timed(ours_train, model, optimizer, data, args.steps, T, 5.0, p)
                              for p in ("fp32", "bf16")}, args.rounds)
         results[f"{name} ({w}/{k})"] = {"fp32_tokens_per_s": round(rates["fp32"]), "bf16_tokens_per_s": round(rates["bf16"]),
-                                        "bf16_ratio": round(rates["bf16"] / rates["fp32"], 3)}
+                                        "bf16_ratio": round(rates["bf16"] / rates["fp32"], 3),
+                                        "bf16_share_of_gpu_bf16_peak": share_of_bf16_peak(model, rates["bf16"])}
     return results
 
 
@@ -252,10 +279,13 @@ def main():
     parser.add_argument("--steps", type=int, default=20, help="training steps per round")
     parser.add_argument("--eval-tokens", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (everything is built on it)")
     args = parser.parse_args()
+    torch.set_default_device(args.device)
     torch.manual_seed(0)
     V, B, T = args.vocab, args.batch, args.bptt
     report = {"machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "threads": torch.get_num_threads(),
+              "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
               "cpu_bf16_units": cpu_bf16_units(),
               "torch": torch.__version__, "vocab": V, "batch": B, "bptt": T}
     if args.section in ("lstm", "all"):
