@@ -180,6 +180,56 @@ def cmd_tune_cache(args) -> int:
     return 0
 
 
+def cmd_lambada(args) -> int:
+    from .data.corpus import read_lambada, read_text
+    from .evaluation.lambada import score_passages
+    from .run import load
+    from .training.progress import Progress
+
+    run = load(args.run)
+    model = run.model
+    if args.cache:
+        from .models.cache import NeuralCache
+
+        model = NeuralCache(run.model, _cache_settings(args))
+    names = frozenset(read_text(args.names).split()) if args.names else frozenset()
+    passages = read_lambada(args.file)
+    bar = Progress(len(passages), "lambada")
+    summary, records = score_passages(model, run.vocab, passages, names, args.top, bar)
+    bar.close()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    summary.update(file=args.file, run=args.run, cache=args.cache, names_file=args.names)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"{args.file}: {summary['passages']:,} passages ({summary['unknown_targets']:,} targets outside the vocabulary)")
+    print(f"last-word accuracy            {100 * summary['accuracy']:6.2f}%")
+    print(f"target-word perplexity   {summary['target_ppl']:11.1f}")
+    print(f"whole-passage perplexity {summary['passage_ppl']:11.2f}")
+    print(f"baseline: random passage word        {100 * summary['baseline_random_word']:6.2f}%")
+    if names:
+        print(f"baseline: random capitalised word    {100 * summary['baseline_random_capitalised']:6.2f}%")
+        print(f"names subset ({summary['names']['passages']:,} passages): accuracy {100 * summary['names']['accuracy']:.2f}%, "
+              f"target perplexity {summary['names']['target_ppl']:.1f}")
+    else:
+        print("(give --names FILE, e.g. from `ctxlm names`, for the names subset and the capitalised-word baseline)")
+    print(f"per-passage results: {out}")
+    return 0
+
+
+def cmd_names(args) -> int:
+    from .evaluation.lambada import capitalised_words
+    from .training import checkpoint
+
+    paths = [p for given in args.files for p in (sorted(Path(given).glob("*")) if Path(given).is_dir() else [Path(given)])]
+    words = capitalised_words(paths, args.min_count, args.share)
+    checkpoint.atomic_write_text(args.out, "".join(w + "\n" for w in words))
+    print(f"{len(words):,} capitalised word types from {len(paths):,} files written to {args.out}")
+    return 0
+
+
 def _commit() -> str:
     from .training.trainer import git_commit
 
@@ -344,6 +394,14 @@ def cmd_models(args) -> int:
     return 0
 
 
+def cache_options(p) -> None:
+    p.add_argument("--cache", action="store_true", help="add the neural cache (Grave et al. 2017) with the settings "
+                   "`ctxlm tune-cache` recorded in the run; --cache-window/--cache-theta/--cache-lambda override them")
+    p.add_argument("--cache-window", type=int, help="cache size: (hidden state, next word) pairs kept (default 2000)")
+    p.add_argument("--cache-theta", type=float, help="flatness θ of the cache distribution (default 0.3)")
+    p.add_argument("--cache-lambda", type=float, help="cache interpolation weight λ in [0, 1] (default 0.1)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ctxlm", description="Word-level language models that look back at their context.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -372,14 +430,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk", type=int, help="tokens per forward pass (default from the run: 1000)")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                    help="fp32 (default, exact) or bf16 autocast (faster on bf16 hardware, approximate, reported as such)")
-    p.add_argument("--cache", action="store_true", help="add the neural cache (Grave et al. 2017) with the settings "
-                   "`ctxlm tune-cache` recorded in the run; --cache-window/--cache-theta/--cache-lambda override them")
-    p.add_argument("--cache-window", type=int, help="cache size: (hidden state, next word) pairs kept (default 2000)")
-    p.add_argument("--cache-theta", type=float, help="flatness θ of the cache distribution (default 0.3)")
-    p.add_argument("--cache-lambda", type=float, help="cache interpolation weight λ in [0, 1] (default 0.1)")
+    cache_options(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     common_data(p)
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("lambada", help="LAMBADA: last-word accuracy and perplexities of a run on a passage file",
+                       description="Scores a file in LAMBADA's format (one tokenised passage per line; the target is the "
+                                   "last word): last-word accuracy, target-word and whole-passage perplexity, the "
+                                   "trivial baselines, and with --names the names subset. Conventions: docs/lambada.md.")
+    p.add_argument("run", help="run directory")
+    p.add_argument("file", help="passages, e.g. $CTXLM_DATA_DIR/lambada/lambada_development_plain_text.txt")
+    p.add_argument("--names", help="capitalised-in-training words, one per line (`ctxlm names` writes one)")
+    p.add_argument("--top", type=int, default=5, help="predictions kept per passage in the JSON (default 5)")
+    p.add_argument("--out", default="lambada.jsonl", help="per-passage results, JSON lines (default ./lambada.jsonl)")
+    cache_options(p)
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_lambada)
+
+    p = sub.add_parser("names", help="list the capitalised-in-training words of cased text (names, for LAMBADA)",
+                       description="A word type (lower-cased) is a name if it occurs at least --min-count times "
+                                   "after a sentence's first word and is capitalised in at least --share of those.")
+    p.add_argument("files", nargs="+", help="cased text files (.gz is fine) or folders of them, e.g. the Gutenberg novels")
+    p.add_argument("--out", default="names.txt", help="output file, one word per line (default ./names.txt)")
+    p.add_argument("--min-count", type=int, default=5)
+    p.add_argument("--share", type=float, default=0.9)
+    p.set_defaults(func=cmd_names)
 
     p = sub.add_parser("tune-cache", help="choose the neural cache's window, θ and λ on validation data",
                        description="Grid search of the neural cache (Grave et al. 2017) around a trained run, on its "

@@ -1,0 +1,96 @@
+"""LAMBADA (Paperno et al. 2016; SPEC §3.5, §4.2): predict each passage's last word from the passage.
+
+Conventions (docs/lambada.md): a passage is scored as one stream starting after `<eos>`, with no
+`<eos>` appended; the target is the last token. A prediction is correct when the model's most
+likely word at the last position is the target (a target outside the vocabulary is never
+correct, even if `<unk>` is the most likely word). "Passage perplexity" counts every token of the
+passage, the target included. The trivial baselines are computed as exact expectations: a word
+drawn uniformly from the context, and one drawn from the context's capitalised-in-training words
+(`names`, see `capitalised_words`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+from ..data.corpus import read_text
+from ..data.vocab import EOS
+from ..errors import CtxlmError
+
+
+@torch.no_grad()
+def score_passages(model, vocab, passages: list[list[str]], names: frozenset[str] = frozenset(), top: int = 5,
+                   progress=None) -> tuple[dict, list[dict]]:
+    """Summary figures and one record per passage."""
+    model.eval()
+    records, total_lp, total_tokens = [], 0.0, 0
+    for index, tokens in enumerate(passages):
+        if len(tokens) < 2:
+            raise CtxlmError(f"passage {index + 1} has {len(tokens)} word(s); each needs context and a last (target) word")
+        ids = vocab.encode([EOS] + tokens).unsqueeze(0)
+        out = model(ids[:, :-1])
+        log_probs = model.target_log_probs(out, ids[:, 1:])[0]
+        last = dataclasses.replace(out, hidden=out.hidden[:, -1:],
+                                   attention=None if out.attention is None else out.attention[:, -1:])
+        distribution = model.log_probs(last)[0, 0]
+        target, context = tokens[-1], tokens[:-1]
+        known = target in vocab.index
+        target_lp = float(log_probs[-1])
+        best = torch.topk(distribution, min(top, distribution.numel()))
+        capitalised = [w for w in context if w in names]
+        records.append({
+            "passage": index + 1, "target": target, "known_target": known,
+            "predicted": vocab.words[int(best.indices[0])], "correct": known and int(best.indices[0]) == vocab.index[target],
+            "target_log_prob": round(target_lp, 5), "rank": int((distribution > distribution[ids[0, -1]]).sum()) + 1,
+            "top": [{"word": vocab.words[int(i)], "log_prob": round(float(v), 5)} for v, i in zip(best.values, best.indices)],
+            "passage_log_prob": round(float(log_probs.double().sum()), 5), "tokens": len(tokens),
+            "is_name": target in names,
+            "random_word": context.count(target) / len(context),
+            "random_capitalised": capitalised.count(target) / len(capitalised) if capitalised else 0.0,
+        })
+        total_lp += float(log_probs.double().sum())
+        total_tokens += len(tokens)
+        if progress:
+            progress.update()
+    summary = {"passages": len(records), **_figures(records),
+               "passage_ppl": math.exp(-total_lp / total_tokens) if total_tokens else float("nan"),
+               "unknown_targets": sum(not r["known_target"] for r in records),
+               "baseline_random_word": _mean(r["random_word"] for r in records)}
+    if names:
+        named = [r for r in records if r["is_name"]]
+        summary["baseline_random_capitalised"] = _mean(r["random_capitalised"] for r in records)
+        summary["names"] = {"passages": len(named), **_figures(named)}
+    return summary, records
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else float("nan")
+
+
+def _figures(records: list[dict]) -> dict:
+    return {"accuracy": _mean(r["correct"] for r in records),
+            "target_ppl": math.exp(-_mean(r["target_log_prob"] for r in records)) if records else float("nan")}
+
+
+_CASED_WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")
+
+
+def capitalised_words(paths: list[str | Path], min_count: int = 5, share: float = 0.9) -> list[str]:
+    """Names, reproducibly: lower-cased word types that, in cased text, appear at least `min_count`
+    times after the first word of a line-joined sentence and are capitalised in at least `share`
+    of those appearances ("I" excluded). Sentence-initial words are not counted either way."""
+    upper, total = Counter(), Counter()
+    for path in paths:
+        for paragraph in re.split(r"\n\s*\n", read_text(path, encoding="latin-1")):
+            for sentence in re.split(r"(?<=[.!?])\s+", " ".join(paragraph.split())):
+                for word in _CASED_WORD.findall(sentence)[1:]:
+                    low = word.lower()
+                    total[low] += 1
+                    upper[low] += word[0].isupper()
+    return sorted(w for w, n in total.items() if n >= min_count and upper[w] >= share * n and w != "i")

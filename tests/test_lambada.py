@@ -1,0 +1,93 @@
+"""LAMBADA scoring checked by hand on a two-passage file; the names list from cased text."""
+import gzip
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from ctxlm.data.vocab import Vocabulary
+from ctxlm.evaluation.lambada import capitalised_words, score_passages
+from ctxlm.models.base import ModelOutput
+
+
+class Unigram(torch.nn.Module):
+    """p(next word) is a fixed table whatever the context: every figure can be worked out by hand."""
+
+    def __init__(self, probs):
+        super().__init__()
+        self.table = torch.log(torch.tensor(probs, dtype=torch.float64))
+
+    def forward(self, inputs, state=None, reset=None):
+        return ModelOutput(self.table.expand(*inputs.shape, -1), state)
+
+    def log_probs(self, out):
+        return out.hidden
+
+    def target_log_probs(self, out, targets):
+        return out.hidden.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def test_two_passages_by_hand():
+    vocab = Vocabulary(["<eos>", "<unk>", "the", "holmes", "said"])
+    model = Unigram([0.05, 0.05, 0.4, 0.2, 0.3])
+    passages = [["holmes", "said", "the"],                 # target "the": the most likely word, correct
+                ["the", "holmes", "said", "watson"]]       # target "watson": outside the vocabulary, never correct
+    summary, records = score_passages(model, vocab, passages, names=frozenset({"holmes", "watson"}))
+    assert [r["correct"] for r in records] == [True, False]
+    assert [r["predicted"] for r in records] == ["the", "the"]
+    assert records[0]["target_log_prob"] == pytest.approx(math.log(0.4), abs=1e-5)
+    assert records[1]["target_log_prob"] == pytest.approx(math.log(0.05), abs=1e-5)     # as <unk>
+    assert records[0]["rank"] == 1 and records[1]["rank"] == 4
+    assert summary["accuracy"] == 0.5 and summary["unknown_targets"] == 1
+    assert summary["target_ppl"] == pytest.approx(math.exp(-(math.log(0.4) + math.log(0.05)) / 2), rel=1e-5)
+    passage_lp = [math.log(p) for p in (0.2, 0.3, 0.4, 0.4, 0.2, 0.3, 0.05)]
+    assert summary["passage_ppl"] == pytest.approx(math.exp(-sum(passage_lp) / 7), rel=1e-9)
+    # random context word: "the" is not in passage 1's context (0/2); "watson" not in passage 2's (0/3)
+    assert summary["baseline_random_word"] == 0.0
+    # random capitalised context word: passage 1 draws from {holmes}: 0; passage 2 from {holmes}: 0
+    assert summary["baseline_random_capitalised"] == 0.0
+    assert summary["names"] == {"passages": 1, "accuracy": 0.0, "target_ppl": pytest.approx(20.0, rel=1e-4)}
+
+
+def test_baselines_are_exact_expectations():
+    vocab = Vocabulary(["<eos>", "<unk>", "a", "b"])
+    model = Unigram([0.25] * 4)
+    summary, _ = score_passages(model, vocab, [["a", "b", "b", "a", "b"]], names=frozenset({"b"}))
+    assert summary["baseline_random_word"] == pytest.approx(2 / 4)
+    assert summary["baseline_random_capitalised"] == pytest.approx(1.0)
+
+
+def test_capitalised_words_skip_sentence_starts(tmp_path):
+    text = ("The man saw Holmes. Then Holmes left with Watson and the dog.\n\n"
+            "Holmes smiled at Watson. Later the Dog ran. I said that Watson and Holmes knew.\n")
+    path = tmp_path / "book.txt.gz"
+    path.write_bytes(gzip.compress(text.encode("latin-1")))
+    assert capitalised_words([path], min_count=2, share=0.9) == ["holmes", "watson"]   # "dog": 1 of 2; "i": excluded
+
+
+def test_lambada_command_on_a_trained_run(tmp_path, corpus):
+    from ctxlm.training.trainer import Trainer
+
+    from conftest import tiny_config
+
+    Trainer(tiny_config(corpus), tmp_path / "run", log=lambda *a: None).fit()
+    passages = tmp_path / "passages.txt"
+    passages.write_text("the cat sat on a mat\nwhile dog ran to big red house\n")
+    names = tmp_path / "names.txt"
+    names.write_text("dog\n")
+    cli = [sys.executable, "-m", "ctxlm", "lambada", str(tmp_path / "run"), str(passages), "--names", str(names),
+           "--out", str(tmp_path / "out.jsonl")]
+    done = subprocess.run(cli + ["--json"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert summary["passages"] == len(records) == 2 and summary["names"]["passages"] == 0
+    assert summary["accuracy"] == sum(r["correct"] for r in records) / 2
+    with_cache = subprocess.run(cli + ["--cache", "--cache-window", "50"], capture_output=True, text=True)
+    assert with_cache.returncode == 0 and "last-word accuracy" in with_cache.stdout
+    passages.write_text("lonely\n")
+    bad = subprocess.run(cli, capture_output=True, text=True)
+    assert bad.returncode == 2 and "passage 1" in bad.stderr and "Traceback" not in bad.stderr
