@@ -122,15 +122,19 @@ _GUTENBERG_FOOTER = re.compile(r"\n[^\n]*End of (?:the )?Project Gutenberg|\*\*\
 _WORD = re.compile(r"[a-z0-9]+(?:['\-][a-z0-9]+)*|[^\sa-z0-9]")
 
 
-def read_gutenberg(path: str | Path) -> list[list[str]]:
-    """A Gutenberg book as lowercased, tokenised sentences; the licence header and footer are stripped."""
+def gutenberg_body(path: str | Path) -> str:
+    """A Gutenberg book's text without its licence header and footer (other text is returned whole)."""
     text = read_text(path, encoding="latin-1").replace("\r\n", "\n").replace("\r", "\n")
     start = _GUTENBERG_END_OF_HEADER.search(text)
     if start:
         text = text[start.end():]
     end = _GUTENBERG_FOOTER.search(text)
-    if end:
-        text = text[: end.start()]
+    return text[: end.start()] if end else text
+
+
+def read_gutenberg(path: str | Path) -> list[list[str]]:
+    """A Gutenberg book as lowercased, tokenised sentences; the licence header and footer are stripped."""
+    text = gutenberg_body(path)
     sentences = []
     for paragraph in re.split(r"\n\s*\n", text.lower()):
         for sentence in re.split(r"(?<=[.!?])\s+", " ".join(paragraph.split())):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from ..data.corpus import read_text
+from ..data.corpus import gutenberg_body
 from ..data.vocab import EOS
 from ..errors import CtxlmError
 
@@ -84,10 +84,11 @@ _CASED_WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")
 def capitalised_words(paths: list[str | Path], min_count: int = 5, share: float = 0.9) -> list[str]:
     """Names, reproducibly: lower-cased word types that, in cased text, appear at least `min_count`
     times after the first word of a line-joined sentence and are capitalised in at least `share`
-    of those appearances ("I" excluded). Sentence-initial words are not counted either way."""
+    of those appearances ("I" excluded). Sentence-initial words are not counted either way; Project
+    Gutenberg licence headers and footers are skipped."""
     upper, total = Counter(), Counter()
     for path in paths:
-        for paragraph in re.split(r"\n\s*\n", read_text(path, encoding="latin-1")):
+        for paragraph in re.split(r"\n\s*\n", gutenberg_body(path)):
             for sentence in re.split(r"(?<=[.!?])\s+", " ".join(paragraph.split())):
                 for word in _CASED_WORD.findall(sentence)[1:]:
                     low = word.lower()
