@@ -372,6 +372,43 @@ def cmd_analyze(args) -> int:
     return 0
 
 
+def cmd_categories(args) -> int:
+    from .analysis.attention import write_json
+    from .analysis.categories import plot_categories
+    from .evaluation.categories import category_perplexities, stream_log_probs
+    from .run import load
+    from .training.trainer import prepare_data
+
+    tables = {}
+    for run_dir in args.runs:
+        run = load(run_dir)
+        model = run.model
+        if args.cache:
+            from .models.cache import NeuralCache
+
+            args.run = run_dir
+            model = NeuralCache(run.model, _cache_settings(args))
+        data = prepare_data(run.config, args.data_dir, run.vocab)
+        if args.split not in data.ids:
+            raise CtxlmError(f"--split {args.split}: dataset {run.config.data.dataset!r} has splits {', '.join(data.ids)}")
+        tags = data.tags[args.split] if data.tags else None
+        log_probs = stream_log_probs(model, data.ids[args.split], run.config.data.eval_chunk)
+        label = Path(run_dir).name + (" + cache" if args.cache else "")
+        tables[label] = category_perplexities(log_probs, data.ids[args.split], run.vocab, tags)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(tables, out / "categories.json")
+    plot_categories(tables, out / "categories.png")
+    first = next(iter(tables.values()))
+    if not any(r["group"] == "part of speech" for r in first):
+        print("(this dataset has no part-of-speech tags: only frequency bands and <unk>/<eos>; Brown has gold tags)")
+    print(f"{'category':<22}{'tokens':>9}" + "".join(f"{label[:18]:>20}" for label in tables))
+    for i, row in enumerate(first):
+        print(f"{row['category']:<22}{row['tokens']:>9,}" + "".join(f"{t[i]['ppl']:>20.1f}" for t in tables.values()))
+    print(f"wrote {out / 'categories.png'} and {out / 'categories.json'}")
+    return 0
+
+
 def cmd_datasets(args) -> int:
     from .data.registry import DATASETS, locate
 
@@ -528,6 +565,15 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--out", default="analysis", help="output folder (default ./analysis)")
     common_data(a)
     a.set_defaults(func=cmd_analyze)
+    a = analyses.add_parser("categories", help="perplexity by part of speech, frequency band, <unk> and <eos> (Daniluk "
+                            "Table 4.12)", description="Perplexity of the targets of each category; part-of-speech "
+                            "categories from the corpus's gold tags (Brown), mapped as docs/categories.md says.")
+    a.add_argument("runs", nargs="+", help="run directories (trained on the same dataset), compared side by side")
+    a.add_argument("--split", default="test", choices=["train", "valid", "test"])
+    a.add_argument("--out", default="analysis", help="output folder (default ./analysis)")
+    cache_options(a)
+    common_data(a)
+    a.set_defaults(func=cmd_categories)
 
     p = sub.add_parser("datasets", help="list the named datasets and where their files were found")
     common_data(p)

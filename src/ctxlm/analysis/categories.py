@@ -1,0 +1,29 @@
+"""Bar chart of per-category perplexity (`ctxlm analyze categories`), one bar per run in each category."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .attention import _pyplot
+
+
+def plot_categories(tables: dict[str, list[dict]], path: str | Path) -> None:
+    """tables: run label -> rows of evaluation.categories.category_perplexities; log-scale perplexity."""
+    plt = _pyplot()
+    labels = list(tables)
+    rows = [r for r in next(iter(tables.values())) if r["group"] != "all" and r["tokens"]]
+    names = [r["category"] for r in rows]
+    width = 0.8 / len(labels)
+    fig, ax = plt.subplots(figsize=(max(7.0, 0.9 * len(names) + 2), 4.2))
+    for k, label in enumerate(labels):
+        values = {r["category"]: r["ppl"] for r in tables[label]}
+        ax.bar([i + (k - (len(labels) - 1) / 2) * width for i in range(len(names))], [values[n] for n in names],
+               width, label=label)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("perplexity (log scale)")
+    ax.set_title("perplexity by category of the predicted word")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

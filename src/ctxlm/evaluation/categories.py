@@ -1,0 +1,71 @@
+"""Perplexity per category of target word (SPEC §5.1.3, Daniluk Table 4.12): by part of speech, by
+training-frequency band, and for `<unk>` / `<eos>`.
+
+Parts of speech come from the corpus's gold tags (Brown), mapped to Daniluk's six categories as
+docs/categories.md explains. PPL_cat = exp(mean NLL over the targets of the category), each model
+reading the whole split as one stream (batch 1), so every target has its normal context.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import torch
+
+from ..data.batching import StreamBatches
+
+# Brown tag (after stripping -TL/-HL/-NC/FW- and taking the first part of a contraction) -> category
+POS_CATEGORIES = {
+    "Nouns": ("NN", "NNS", "NN$", "NNS$", "NP", "NPS", "NP$", "NPS$", "NR", "NRS", "NR$"),
+    "Verbs": ("VB", "VBD", "VBG", "VBN", "VBZ", "BE", "BED", "BEDZ", "BEG", "BEM", "BEN", "BER", "BEZ",
+              "HV", "HVD", "HVG", "HVN", "HVZ", "DO", "DOD", "DOZ"),
+    "Adjectives": ("JJ", "JJR", "JJS", "JJT"),
+    "Adverbs": ("RB", "RBR", "RBT", "RN", "QL"),
+    "Personal Pronouns": ("PPS", "PPSS", "PPO", "PPL", "PPLS"),
+    "Determiners": ("AT", "DT", "DTI", "DTS", "DTX", "ABN", "ABX"),
+}
+_TAG_TO_CATEGORY = {tag: name for name, tags in POS_CATEGORIES.items() for tag in tags}
+FREQUENCY_BANDS = ((1, 100), (101, 1000), (1001, 5000), (5001, None))    # ranks in the training vocabulary
+
+
+def brown_category(tag: str) -> str | None:
+    """Daniluk's category of a Brown tag (any case), e.g. nn-tl -> Nouns, pps+bez -> Personal Pronouns,
+    dod* -> Verbs, in -> None."""
+    base = re.sub(r"^FW-|(?:-(?:TL|HL|NC))+$|\*$", "", tag.upper().split("+")[0])
+    return _TAG_TO_CATEGORY.get(base)
+
+
+@torch.no_grad()
+def stream_log_probs(model, ids: torch.Tensor, chunk: int = 1000) -> torch.Tensor:
+    """log p of every target ids[1:], in order, reading the stream with batch 1 and carried state."""
+    model.eval()
+    state, pieces = None, []
+    for batch in StreamBatches(ids, 1, chunk):
+        out = model(batch.inputs, state, batch.reset)
+        state = out.state
+        pieces.append(model.target_log_probs(out, batch.targets)[0].double())
+    return torch.cat(pieces)
+
+
+def category_perplexities(log_probs: torch.Tensor, ids: torch.Tensor, vocab, tags: list[str] | None) -> list[dict]:
+    """Rows {group, category, tokens, ppl}; `tags` aligned with ids[1:] (the targets), or None."""
+    targets = ids[1:]
+    groups: list[tuple[str, str, torch.Tensor]] = []
+    if tags is not None:
+        names = [brown_category(t) for t in tags]
+        for name in POS_CATEGORIES:
+            groups.append(("part of speech", name, torch.tensor([n == name for n in names])))
+    for low, high in FREQUENCY_BANDS:
+        rank = targets - 1                              # ids 2, 3, ... are words by training frequency
+        mask = (targets >= 2) & (rank >= low) & ((rank <= high) if high else True)
+        groups.append(("frequency rank", f"{low:,}–{high:,}" if high else f"{low:,}+", mask))
+    groups.append(("special", "<unk>", targets == vocab.unk))
+    groups.append(("special", "<eos>", targets == vocab.eos))
+    groups.append(("all", "all targets", torch.ones_like(targets, dtype=torch.bool)))
+    rows = []
+    for group, name, mask in groups:
+        count = int(mask.sum())
+        nll = -float(log_probs[mask].sum())
+        rows.append({"group": group, "category": name, "tokens": count,
+                     "ppl": math.exp(nll / count) if count else float("nan")})
+    return rows

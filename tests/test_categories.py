@@ -1,0 +1,52 @@
+"""Per-category perplexity (Daniluk Table 4.12): Brown tag mapping and the exact per-category figures."""
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from ctxlm.data.vocab import Vocabulary
+from ctxlm.evaluation.categories import brown_category, category_perplexities
+
+
+@pytest.mark.parametrize("tag, category", [("nn", "Nouns"), ("np-tl", "Nouns"), ("nns$", "Nouns"), ("vbd", "Verbs"),
+                                           ("bez", "Verbs"), ("dod*", "Verbs"), ("jjt", "Adjectives"), ("ql", "Adverbs"),
+                                           ("pps+bez", "Personal Pronouns"), ("ppo", "Personal Pronouns"),
+                                           ("at", "Determiners"), ("fw-at", "Determiners"), ("pp$", None), ("in", None),
+                                           ("<eos>", None), (".", None)])
+def test_brown_tags_map_to_daniluks_categories(tag, category):
+    assert brown_category(tag) == category
+
+
+def test_category_perplexities_by_hand():
+    vocab = Vocabulary(["<eos>", "<unk>", "the", "dog", "runs"])
+    ids = torch.tensor([0, 2, 3, 4, 0, 2, 1, 4, 0])            # <eos> the dog runs <eos> the <unk> runs <eos>
+    tags = ["at", "nn", "vbz", "<eos>", "at", "nn", "vbz", "<eos>"]
+    log_probs = torch.log(torch.tensor([0.5, 0.1, 0.2, 0.9, 0.4, 0.01, 0.3, 0.8], dtype=torch.float64))
+    rows = {r["category"]: r for r in category_perplexities(log_probs, ids, vocab, tags)}
+    assert rows["Determiners"]["tokens"] == 2
+    assert rows["Determiners"]["ppl"] == pytest.approx(1 / math.sqrt(0.5 * 0.4))
+    assert rows["Nouns"]["ppl"] == pytest.approx(1 / math.sqrt(0.1 * 0.01))
+    assert rows["Verbs"]["ppl"] == pytest.approx(1 / math.sqrt(0.2 * 0.3))
+    assert rows["<unk>"]["tokens"] == 1 and rows["<unk>"]["ppl"] == pytest.approx(100)
+    assert rows["<eos>"]["ppl"] == pytest.approx(1 / math.sqrt(0.9 * 0.8))
+    assert rows["1–100"]["tokens"] == 5                       # the, dog, runs, the, runs
+    assert math.isnan(rows["Adjectives"]["ppl"]) and rows["Adjectives"]["tokens"] == 0
+    assert rows["all targets"]["ppl"] == pytest.approx(math.exp(-float(log_probs.sum()) / 8))
+    bands = sum(r["tokens"] for r in rows.values() if r["group"] in ("frequency rank", "special"))
+    assert bands == 8                                          # bands + <unk> + <eos> partition the targets
+
+
+def test_categories_command_compares_runs(tmp_path, corpus):
+    from ctxlm.training.trainer import Trainer
+
+    from conftest import tiny_config
+
+    for name in ("lstm", "gru"):
+        Trainer(tiny_config(corpus, name=name), tmp_path / name, log=lambda *a: None).fit()
+    done = subprocess.run([sys.executable, "-m", "ctxlm", "analyze", "categories", str(tmp_path / "lstm"),
+                           str(tmp_path / "gru"), "--out", str(tmp_path / "out")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "all targets" in done.stdout and "no part-of-speech tags" in done.stdout
+    assert (tmp_path / "out" / "categories.png").stat().st_size > 1000
