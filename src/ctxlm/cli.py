@@ -1,4 +1,4 @@
-"""The `ctxlm` command: train, eval, score, generate, info, attention, analyze, export-arpa, import-arpa, datasets, models."""
+"""The `ctxlm` command: train, eval, score, generate, info, attention, analyze, export-arpa, import-arpa, explore, datasets, models."""
 from __future__ import annotations
 
 import argparse
@@ -233,6 +233,16 @@ def cmd_analyze(args) -> int:
     return 0
 
 
+def cmd_explore(args) -> int:
+    from .explore.server import serve
+
+    try:
+        serve(args.runs, args.host, args.port)
+    except OSError as exc:
+        raise CtxlmError(f"cannot serve on {args.host}:{args.port}: {exc.strerror}; pick another --port") from None
+    return 0
+
+
 def cmd_datasets(args) -> int:
     from .data.registry import DATASETS, locate
 
@@ -344,6 +354,14 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--out", default="analysis", help="output folder (default ./analysis)")
     common_data(a)
     a.set_defaults(func=cmd_analyze)
+
+    p = sub.add_parser("explore", help="a local web page: per-token surprisal, top-k, attention of runs side by side",
+                       description="Serve a page (and a JSON API, docs/explore.md) that scores pasted text with "
+                                   "each run. Example: ctxlm explore runs/ptb-lstm runs/ptb-attention")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories, loaded once")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any free port)")
+    p.set_defaults(func=cmd_explore)
 
     p = sub.add_parser("datasets", help="list the named datasets and where their files were found")
     common_data(p)
