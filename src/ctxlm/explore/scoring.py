@@ -67,9 +67,9 @@ def tokenize(text) -> list[list[str]]:
     return lines
 
 
-def _floor6(p: float) -> float:
-    """Probabilities are rounded down, so a top-k list never sums above its exact total."""
-    return math.floor(p * 1e6) / 1e6
+def _round_down(p: float) -> float:
+    """Probabilities are rounded down (9 decimals), so a top-k list never sums above its exact total."""
+    return math.floor(p * 1e9) / 1e9
 
 
 @torch.no_grad()
@@ -104,7 +104,7 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
             own = log_probs.gather(1, targets.view(-1, 1))
             result["rank"] += ((log_probs > own).sum(1) + 1).tolist()
             best = log_probs.topk(min(top_k, log_probs.size(1)))
-            result["top"] += [[[vocab.words[i], _floor6(math.exp(lp))] for lp, i in zip(row_lp, row_i)]
+            result["top"] += [[[vocab.words[i], _round_down(math.exp(lp))] for lp, i in zip(row_lp, row_i)]
                               for row_lp, row_i in zip(best.values.tolist(), best.indices.tolist())]
         if has_attention and out.attention is not None:
             result["attention"] += _attention(out.attention[0], model.attention_distances(out)[0], start)

@@ -80,6 +80,9 @@ class Handler(BaseHTTPRequestHandler):
         if length is None or not length.isdigit():
             raise RequestError("a Content-Length header is required", 411)
         if int(length) > MAX_BODY:
+            remaining = int(length) if int(length) <= 16 * MAX_BODY else 0   # read it away, so that the
+            while remaining > 0 and (chunk := self.rfile.read(min(remaining, 1 << 20))):  # client sees the answer
+                remaining -= len(chunk)
             raise RequestError(f"the request is {int(length):,} bytes; the limit is {MAX_BODY:,} "
                                f"(and {MAX_TOKENS:,} tokens)", 413)
         body = self.rfile.read(int(length))
