@@ -4,6 +4,7 @@ import http.client
 import io
 import json
 import math
+import shutil
 import socket
 import subprocess
 import sys
@@ -230,3 +231,92 @@ def test_cli_prints_the_address_and_serves(run_dirs, capsys):
     with socket.create_server(("127.0.0.1", 0)) as taken:
         assert cli.main(["explore", str(run_dirs[0]), "--port", str(taken.getsockname()[1])]) == 2
     assert "pick another --port" in capsys.readouterr().err
+
+
+@pytest.fixture
+def browser(tmp_path):
+    """Headless Chromium driven by Selenium with the system chromedriver (never a downloaded one)."""
+    webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (the test extra)")
+    from selenium.webdriver.chrome.service import Service
+
+    binary = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
+    driver_path = shutil.which("chromedriver")
+    if not (binary and driver_path):
+        pytest.skip("needs chromium and chromedriver (Debian: apt-get install chromium chromium-driver)")
+    options = webdriver.ChromeOptions()
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1000",
+                     "--hide-scrollbars", "--force-device-scale-factor=1"):
+        options.add_argument(argument)
+    options.binary_location = binary
+    options.add_experimental_option("prefs", {"download.default_directory": str(tmp_path / "downloads")})
+    driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    yield driver
+    driver.quit()
+
+
+def test_page_in_a_real_browser(run_dirs, browser, tmp_path):
+    """Two runs side by side: coloured tokens, top-k, a heatmap, comparison, errors, exports, a checked screenshot."""
+    from PIL import Image
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server = ExploreServer(load_runs(run_dirs[:2]), "127.0.0.1", 0)     # the LSTM and the attention run
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        wait = WebDriverWait(browser, 20)
+        find = browser.find_element
+        browser.get(server.url)
+        wait.until(lambda b: "2 runs" in find(By.ID, "runs-info").text)
+        text = "the cat sat on a mat\nthe zebra ran to big red house and small bird flew over"
+        find(By.ID, "text").send_keys(text)
+        find(By.ID, "score").click()
+        tokens = [w for words in tokenize(text) for w in words + ["<eos>"]]
+        wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, ".run .tok")) == 2 * len(tokens))
+        _, answer = request(server, "POST", "/api/score", {"text": text})
+        runs = browser.find_elements(By.CSS_SELECTOR, ".run")
+        assert [r.find_element(By.CSS_SELECTOR, ".ppl").text for r in runs] == [f"{r['ppl']:.2f}" for r in answer["runs"]]
+        for run in runs:
+            spans = run.find_elements(By.CSS_SELECTOR, ".tok")
+            assert [s.text for s in spans] == [t.replace("<eos>", "↵") for t in tokens]
+            backgrounds = {s.value_of_css_property("background-color") for s in spans}
+            assert len(backgrounds) > 3 and "rgba(0, 0, 0, 0)" not in backgrounds
+            assert "unk" in spans[tokens.index("zebra")].get_attribute("class")
+        runs[1].find_elements(By.CSS_SELECTOR, ".tok")[tokens.index("red")].click()
+        for run, scored in zip(runs, answer["runs"]):
+            rows = run.find_elements(By.CSS_SELECTOR, ".topk tr")
+            assert len(rows) >= 10 and all(row.is_displayed() for row in rows)
+            assert rows[0].find_elements(By.TAG_NAME, "td")[1].text == scored["top"][tokens.index("red")][0][0]
+        assert not runs[0].find_elements(By.CSS_SELECTOR, ".heatmap")
+        cells = [c for c in runs[1].find_elements(By.CSS_SELECTOR, ".heatmap td") if c.text]
+        assert cells and all(c.is_displayed() for c in cells)
+        assert find(By.ID, "compare").is_displayed()
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#compare-tokens .tok")) == len(tokens)
+
+        shot = tmp_path / "explore.png"
+        browser.save_screenshot(str(shot))
+        image = Image.open(shot).convert("RGB")
+        assert image.size == (1280, browser.execute_script("return window.innerHeight"))
+        assert len(image.getcolors(1 << 20)) > 200                           # not blank
+        for element in (runs[0].find_elements(By.CSS_SELECTOR, ".tok")[2], cells[0]):   # visible in the picture
+            rect = element.rect
+            expected = [int(v) for v in element.value_of_css_property("background-color")[5:-1].split(",")[:3]]
+            pixel = image.getpixel((int(rect["x"]) + 2, int(rect["y"] + rect["height"] / 2)))
+            assert max(abs(a - b) for a, b in zip(pixel, expected)) <= 3, (pixel, expected)
+
+        for button, name in (("export-json", "ctxlm-explore.json"), ("export-svg", "ctxlm-explore.svg"),
+                             ("export-png", "ctxlm-explore.png")):
+            find(By.ID, button).click()
+            wait.until(lambda b: (tmp_path / "downloads" / name).exists())
+        downloads = tmp_path / "downloads"
+        assert json.loads((downloads / "ctxlm-explore.json").read_text())["runs"][1]["ppl"] == answer["runs"][1]["ppl"]
+        svg = (downloads / "ctxlm-explore.svg").read_text()
+        assert svg.count("<rect") > 3 * len(tokens) and ">zebra</text>" in svg
+        assert Image.open(downloads / "ctxlm-explore.png").size[0] > 1000
+
+        for bad, message in (("  \n ", "empty"), ("the \u0007 cat", "U+0007")):
+            browser.execute_script("document.getElementById('text').value = arguments[0]", bad)
+            find(By.ID, "score").click()
+            wait.until(lambda b: find(By.ID, "error").is_displayed() and message in find(By.ID, "error").text)
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -130,9 +130,10 @@
     }
     $("legend").hidden = false;
     $("export").hidden = false;
-    renderCompareChoices();
+    const keep = selected < data.tokens.length ? selected : -1;   // the same position, re-scored
     selected = -1;
-    pinned = false;
+    renderCompareChoices();
+    if (keep >= 0) select(keep); else pinned = false;
   }
 
   function select(i, scroll = false) {
@@ -227,8 +228,9 @@
       Math.abs(delta[i]) >= threshold ? " big" : ""]);
     views.push({ run: null, spans, detail: null });
     const more = delta.filter((d) => d >= threshold).length, less = delta.filter((d) => d <= -threshold).length;
-    $("compare-summary").textContent = `Red: ${b.run} is at least ${threshold} nats more surprised than ${a.run} ` +
-      `(${more} tokens); blue: ${a.run} is (${less} tokens). Perplexity ${a.ppl.toFixed(2)} (${a.run}) vs ` +
+    $("compare-summary").textContent = `Red: ${b.run} at least ${threshold} nats more surprised than ${a.run} ` +
+      `(${more} tokens). Blue: ${a.run} at least ${threshold} nats more surprised than ${b.run} (${less} tokens). ` +
+      `Perplexity ${a.ppl.toFixed(2)} (${a.run}) vs ` +
       `${b.ppl.toFixed(2)} (${b.run}).` + (a.vocab_size !== b.vocab_size || a.unknown_count !== b.unknown_count ?
       " The vocabularies differ: a word unknown to a run is scored as <unk> there." : "");
     const order = delta.map((d, i) => i).sort((i, j) => Math.abs(delta[j]) - Math.abs(delta[i])).slice(0, 10);
@@ -321,7 +323,7 @@
   }
 
   // ---------------------------------------------------------------- wiring
-  $("score").addEventListener("click", () => scoreText(false));
+  $("score").addEventListener("click", () => { clearTimeout(timer); scoreText(false); });
   $("text").addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(() => scoreText(true), 700); });
   $("text").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) { event.preventDefault(); clearTimeout(timer); scoreText(false); }
