@@ -117,8 +117,11 @@ class Handler(BaseHTTPRequestHandler):
 
 def serve(paths, host: str = "127.0.0.1", port: int = 8765) -> None:
     """Load the runs once and serve until Ctrl-C."""
+    import torch
+
     from .scoring import load_runs
 
+    torch.set_num_threads(1)   # requests and runs go in parallel; more threads per request slow a busy CPU
     server = ExploreServer(load_runs(paths), host, port, verbose=True)
     if not server.loopback:
         print(f"warning: serving on {host}: anyone who can reach this address can use the models", file=sys.stderr)
