@@ -98,14 +98,16 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
         inputs, targets = ids[start:end].unsqueeze(0), ids[start + 1:end + 1].unsqueeze(0)
         out = model(inputs, state, None if stream else line_start[start:end].unsqueeze(0))
         state = out.state
-        result["log_probs"] += [round(x, 6) for x in model.target_log_probs(out, targets)[0].tolist()]
-        if top_k:
+        if top_k:                       # the full distributions give the targets' log-probabilities too
             log_probs = model.log_probs(out)[0]
             own = log_probs.gather(1, targets.view(-1, 1))
+            result["log_probs"] += [round(x, 6) for x in own.flatten().tolist()]
             result["rank"] += ((log_probs > own).sum(1) + 1).tolist()
             best = log_probs.topk(min(top_k, log_probs.size(1)))
             result["top"] += [[[vocab.words[i], _round_down(math.exp(lp))] for lp, i in zip(row_lp, row_i)]
                               for row_lp, row_i in zip(best.values.tolist(), best.indices.tolist())]
+        else:
+            result["log_probs"] += [round(x, 6) for x in model.target_log_probs(out, targets)[0].tolist()]
         if has_attention and out.attention is not None:
             result["attention"] += _attention(out.attention[0], model.attention_distances(out)[0], start)
         if mixture_weight:
