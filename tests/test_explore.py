@@ -313,7 +313,7 @@ def test_page_in_a_real_browser(run_dirs, browser, tmp_path):
         assert svg.count("<rect") > 3 * len(tokens) and ">zebra</text>" in svg
         assert Image.open(downloads / "ctxlm-explore.png").size[0] > 1000
 
-        for bad, message in (("  \n ", "empty"), ("the \u0007 cat", "U+0007")):
+        for bad, message in (("  \n ", "empty"), ("the \u0007 cat", "U+0007"), ("a " * MAX_TOKENS, "limit is 20,000")):
             browser.execute_script("document.getElementById('text').value = arguments[0]", bad)
             find(By.ID, "score").click()
             wait.until(lambda b: find(By.ID, "error").is_displayed() and message in find(By.ID, "error").text)
