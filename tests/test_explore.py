@@ -17,7 +17,7 @@ import torch
 
 from ctxlm import cli
 from ctxlm.analysis.attention import explain
-from ctxlm.explore.scoring import MAX_TOKENS, load_runs, score_run, tokenize
+from ctxlm.explore.scoring import MAX_SLOTS, MAX_TOKENS, load_runs, score_run, tokenize
 from ctxlm.explore.server import MAX_BODY, ExploreServer
 from ctxlm.training.count import estimate_run
 from ctxlm.training.trainer import Trainer
@@ -127,6 +127,9 @@ def test_attention_as_the_analysis_reads_it(server, run_dirs):
             assert shown.get(None, 0.0) == pytest.approx(matrix[t][0], abs=1e-4)
     assert all(len(row) <= 3 for row in attention["attention"])          # window a = 3
     assert salton["attention"][0] == [[None, 1.0]]                        # only the zero slot at the start
+    _, long_line = request(server, "POST", "/api/score", {"text": " ".join(WORDS * 5), "runs": ["salton"]})
+    rows = long_line["runs"][0]["attention"]
+    assert max(map(len, rows)) == MAX_SLOTS and all(a[1] >= b[1] for row in rows for a, b in zip(row, row[1:]))
 
 
 def test_mixture_weight_comes_from_the_model_interface(run_dirs):

@@ -16,6 +16,7 @@ from ..run import Run, load
 
 MAX_TOKENS = 20_000        # words plus one <eos> per line
 MAX_TOP_K = 50
+MAX_SLOTS = 64             # attention entries per position
 
 
 class RequestError(CtxlmError):
@@ -108,7 +109,7 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
                               for row_lp, row_i in zip(best.values.tolist(), best.indices.tolist())]
         else:
             result["log_probs"] += [round(x, 6) for x in model.target_log_probs(out, targets)[0].tolist()]
-        if has_attention and out.attention is not None:
+        if has_attention:
             result["attention"] += _attention(out.attention[0], model.attention_distances(out)[0], start)
         if mixture_weight:
             result["mixture_weight"] += [round(x, 4) for x in mixture_weight(out)[0].tolist()]
@@ -121,7 +122,10 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
 
 
 def _attention(weights: torch.Tensor, distances: torch.Tensor, start: int) -> list[list]:
-    """Per position of a chunk: [source token index or None, weight] for every slot with weight > 0."""
+    """Per position of a chunk: [source token index or None, weight] for the slots with weight > 0, largest first
+    (at most MAX_SLOTS: a sentence-long memory over a long line would otherwise answer in gigabytes)."""
+    weights, slots = weights.topk(min(MAX_SLOTS, weights.size(1)), dim=1)
+    distances = distances.gather(1, slots)
     rows = [[] for _ in range(weights.size(0))]
     t, slot = (weights > 0).nonzero(as_tuple=True)
     distance = distances[t, slot]
