@@ -11,6 +11,7 @@
   let sent = null;               // the request that produced it
   let views = [];                // per run: {run, spans, detail}; the compare view has detail = null
   let selected = -1, pinned = false, sequence = 0, timer = 0;
+  let underlined = [];           // spans marked as attended by the selected position
 
   // ---------------------------------------------------------------- helpers
   function el(tag, attrs = {}, ...children) {
@@ -138,8 +139,9 @@
 
   function select(i, scroll = false) {
     if (!data || i < 0 || i >= data.tokens.length) return;
+    underlined.forEach((span) => { span.style.boxShadow = ""; });
+    underlined = [];
     for (const view of views) {
-      view.spans.forEach((span) => { span.style.boxShadow = ""; });
       if (selected >= 0) view.spans[selected].classList.remove("selected", "pinned");
       view.spans[i].classList.add("selected");
       view.spans[i].classList.toggle("pinned", pinned);
@@ -148,6 +150,7 @@
       for (const [source, weight] of view.run.attention ? view.run.attention[i] : []) {
         if (source !== null && source >= 0) {     // underline the words this position attends to
           view.spans[source].style.boxShadow = `inset 0 -${Math.max(2, Math.round(weight * 7))}px 0 rgba(33,102,172,${0.3 + 0.7 * weight})`;
+          underlined.push(view.spans[source]);
         }
       }
       view.detail.replaceChildren(...detail(view.run, i));
