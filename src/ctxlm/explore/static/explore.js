@@ -30,10 +30,10 @@
   }
   const surprisalColour = (s) => ramp(YL_OR_RD, s / MAX_SURPRISAL);
   const inkOn = (s) => (s > 0.6 * MAX_SURPRISAL ? "#fff" : "#1d2530");
-  function differenceColour(d, threshold) {
-    const x = Math.min(Math.abs(d) / (2 * Math.max(threshold, 0.1)), 1);
-    return ramp(d > 0 ? ["#ffffff", "#f4a582", "#b2182b"] : ["#ffffff", "#92c5de", "#2166ac"], x);
-  }
+  const differenceShade = (d, threshold) => Math.min(Math.abs(d) / (2 * Math.max(threshold, 0.1)), 1);
+  const differenceColour = (d, threshold) =>
+    ramp(d > 0 ? ["#ffffff", "#f4a582", "#b2182b"] : ["#ffffff", "#92c5de", "#2166ac"], differenceShade(d, threshold));
+  const differenceInk = (d, threshold) => (differenceShade(d, threshold) > 0.7 ? "#fff" : "#1d2530");
   const label = (token) => (token === "<eos>" ? "↵" : token);
   const fmtP = (p) => (p >= 0.001 ? p.toFixed(3) : p.toExponential(1));
   const surprisals = (run) => run.log_probs.map((lp) => -lp);
@@ -125,7 +125,7 @@
       results.append(el("div", { class: "run", "data-run": run.run },
         el("h2", {}, `${run.run} `, el("small", {}, run.model)),
         el("div", { class: "stats" }, "perplexity ", el("b", { class: "ppl" }, run.ppl.toFixed(2)),
-           ` · ${run.tokens.toLocaleString()} tokens · ${run.unknown_count} unknown · vocabulary ${run.vocab_size.toLocaleString()}`),
+           ` · ${run.tokens.toLocaleString()} tokens · ${run.unknown_count} unknown`),
         tokens, detail));
       views.push({ run, spans, detail });
     }
@@ -165,6 +165,7 @@
       `: p = ${fmtP(Math.exp(lp))}, −ln p = ${(-lp).toFixed(2)}`,
       run.rank ? `, rank ${run.rank[i].toLocaleString()} of ${run.vocab_size.toLocaleString()}` : "",
       el("br"), el("span", { class: "hint" }, `after “${before ? "… " + before : "<eos>"}”`))];
+    const panes = [];
     if (run.top) {
       const rows = run.top[i].map(([word, p], k) => el("tr", { class: word === actual ? "actual" : "" },
         el("td", {}, `${k + 1}.`), el("td", {}, word), el("td", {}, fmtP(p)),
@@ -173,9 +174,10 @@
         rows.push(el("tr", { class: "actual" }, el("td", {}, `${run.rank[i].toLocaleString()}.`), el("td", {}, actual),
           el("td", {}, fmtP(Math.exp(lp))), el("td", {}, bar(Math.exp(lp)))));
       }
-      parts.push(el("table", { class: "topk" }, el("tbody", {}, ...rows)));
+      panes.push(el("table", { class: "topk" }, el("tbody", {}, ...rows)));
     }
-    if (run.attention) parts.push(...heatmap(run, i));
+    if (run.attention) panes.push(el("div", {}, ...heatmap(run, i)));
+    parts.push(el("div", { class: "panes" }, ...panes));
     if (run.mixture_weight) {
       const w = run.mixture_weight[i];
       parts.push(el("p", { class: "mixture" }, `mixture weight (cache/pointer share) ${w.toFixed(3)} `, bar(w)));
@@ -190,7 +192,8 @@
     let columns = [...new Set(weights.flatMap((m) => [...m.keys()]))].sort((a, b) => (a ?? -2) - (b ?? -2));
     const zero = columns[0] === null ? [null] : [];
     columns = zero.concat(columns.filter((c) => c !== null).slice(-HEAT_COLUMNS));
-    const title = el("p", { class: "heat-title" }, "attention: predicted word (rows) over the outputs after earlier words (columns)");
+    const title = el("p", { class: "heat-title", title: "rows: the predicted words up to this one; columns: the " +
+      "memory, the outputs made after reading each earlier word (h₀: the zero slot)" }, "attention (rows: predicted, columns: memory)");
     if (!run.attention[i].length) return [title, el("p", { class: "hint" }, "nothing in memory yet at this position")];
     const name = (c) => (c === null ? "h₀" : c < 0 ? "<eos>" : label(data.tokens[c]));
     const head = el("tr", {}, el("th"), ...columns.map((c) => el("th", { title: c === null ? "zero slot" : `#${c + 1}` }, name(c))));
@@ -226,7 +229,7 @@
     const tokens = $("compare-tokens");
     tokens.replaceWith(tokens.cloneNode(false));        // drop the old listeners with the old spans
     const fresh = $("compare-tokens");
-    const spans = tokenSpans(fresh, (i) => [differenceColour(delta[i], threshold), "#1d2530",
+    const spans = tokenSpans(fresh, (i) => [differenceColour(delta[i], threshold), differenceInk(delta[i], threshold),
       `${data.tokens[i]}: ${a.run} ${sa[i].toFixed(2)}, ${b.run} ${sb[i].toFixed(2)}, Δ ${delta[i].toFixed(2)} nats`,
       Math.abs(delta[i]) >= threshold ? " big" : ""]);
     views.push({ run: null, spans, detail: null });
@@ -285,7 +288,8 @@
       const [a, b] = ["compare-a", "compare-b"].map((id) => data.runs.find((run) => run.run === $(id).value));
       const threshold = Number($("threshold").value) || 0;
       block(`Δ surprisal ${b.run} − ${a.run} (red: ${b.run} more surprised)`,
-            (i) => [differenceColour(a.log_probs[i] - b.log_probs[i], threshold), "#1d2530", false]);
+            (i) => [differenceColour(a.log_probs[i] - b.log_probs[i], threshold),
+                    differenceInk(a.log_probs[i] - b.log_probs[i], threshold), false]);
     }
     items.push({ text: "colour: surprisal −ln p in nats, 0 (light) to 16+ (dark red); dashed: scored as <unk>",
                  x: pad, y: y + 4, font: "12px system-ui, 'DejaVu Sans', sans-serif", ink: "#5d6875" });
@@ -295,10 +299,11 @@
   function svg() {
     const { width, height, items } = layout();
     const esc = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
+    const n = (v) => +v.toFixed(1);
     const body = items.map((item) => (item.box ?
-      `<rect x="${item.box[0]}" y="${item.box[1]}" width="${item.box[2].toFixed(1)}" height="${item.box[3]}" rx="3" fill="${item.fill}"` +
+      `<rect x="${n(item.box[0])}" y="${item.box[1]}" width="${n(item.box[2])}" height="${item.box[3]}" rx="3" fill="${item.fill}"` +
       (item.dashed ? ' stroke="#333" stroke-dasharray="3 2"' : "") + "/>" : "") +
-      `<text x="${item.x}" y="${item.y}" fill="${item.ink}" style="font:${esc(item.font)}">${esc(item.text)}</text>`);
+      `<text x="${n(item.x)}" y="${item.y}" fill="${item.ink}" style="font:${esc(item.font)}">${esc(item.text)}</text>`);
     return `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">` +
       `<rect width="100%" height="100%" fill="#fff"/>${body.join("")}</svg>`;
   }
