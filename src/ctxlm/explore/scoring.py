@@ -103,7 +103,7 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
             log_probs = model.log_probs(out)[0]
             own = log_probs.gather(1, targets.view(-1, 1))
             result["log_probs"] += [round(x, 6) for x in own.flatten().tolist()]
-            result["rank"] += ((log_probs > own).sum(1) + 1).tolist()
+            result["rank"] += ((log_probs > own).sum(1, dtype=torch.int32) + 1).tolist()
             best = log_probs.topk(min(top_k, log_probs.size(1)))
             result["top"] += [[[vocab.words[i], _round_down(math.exp(lp))] for lp, i in zip(row_lp, row_i)]
                               for row_lp, row_i in zip(best.values.tolist(), best.indices.tolist())]
