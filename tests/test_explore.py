@@ -18,7 +18,7 @@ import torch
 from ctxlm import cli
 from ctxlm.analysis.attention import explain
 from ctxlm.explore.scoring import MAX_SLOTS, MAX_TOKENS, load_runs, score_run, tokenize
-from ctxlm.explore.server import MAX_BODY, ExploreServer
+from ctxlm.explore.server import MAX_BODY, ExploreServer, Handler
 from ctxlm.training.count import estimate_run
 from ctxlm.training.trainer import Trainer
 
@@ -204,19 +204,25 @@ def test_bad_requests_and_the_server_stays_up(server):
     assert [r["attention"] for r in runs["runs"]] == [False, True, True, False]
 
 
-def test_concurrent_requests_all_succeed_with_one_answer(server):
-    """40 requests from 4 clients, while a fifth client holds a connection open and sends nothing."""
+def test_concurrent_requests_all_succeed_with_one_answer(server, monkeypatch):
+    """40 requests from 4 clients, while one client stalls mid-body and another hangs up mid-body."""
     body = {"text": TEXT, "top_k": 5}
     _, expected = request(server, "POST", "/api/score", body)
-    stalled = socket.create_connection(server.server_address[:2])
-    stalled.sendall(b"POST /api/score HTTP/1.0\r\nContent-Length: 100\r\n\r\n{\"te")
+    monkeypatch.setattr(Handler, "timeout", 2)
+    stalled, cut = (socket.create_connection(server.server_address[:2]) for _ in range(2))
+    for client in (stalled, cut):
+        client.sendall(b"POST /api/score HTTP/1.0\r\nContent-Length: 100\r\n\r\n{\"te")
+    cut.shutdown(socket.SHUT_WR)
     with ThreadPoolExecutor(4) as pool:
         answers = list(pool.map(lambda _: request(server, "POST", "/api/score", body), range(40)))
-    stalled.close()
     assert all(status == 200 for status, _ in answers)
     for _, answer in answers:
         for got, want in zip(answer["runs"], expected["runs"]):
             assert got["log_probs"] == want["log_probs"] and got["top"] == want["top"]
+    for client, status, message in ((stalled, b"408", b"did not arrive within 2 s"), (cut, b"400", b"ended after 4 of 100")):
+        with client, client.makefile("rb") as reply:
+            answer = reply.read()
+        assert answer.split(b" ")[1] == status and message in answer
 
 
 def test_cli_prints_the_address_and_serves(run_dirs, capsys):

@@ -57,10 +57,20 @@ class Handler(BaseHTTPRequestHandler):
                                    "address", 403)   # a page elsewhere must not reach it via DNS rebinding
             action(self.path.split("?", 1)[0])
         except RequestError as exc:
-            self._json({"error": str(exc), "status": exc.status}, exc.status)
+            self._error(str(exc), exc.status)
+        except TimeoutError:         # the client stopped sending
+            self._error(f"the request did not arrive within {self.timeout} s", 408)
+        except ConnectionError:      # the client went away: nobody to answer
+            pass
         except Exception as exc:     # never take the server down; say what happened
             traceback.print_exc(file=sys.stderr)
-            self._json({"error": f"internal error: {type(exc).__name__}: {exc}", "status": 500}, 500)
+            self._error(f"internal error: {type(exc).__name__}: {exc}", 500)
+
+    def _error(self, message: str, status: int):
+        try:
+            self._json({"error": message, "status": status}, status)
+        except ConnectionError:
+            pass
 
     def _get(self, path):
         if path == "/api/score":
@@ -86,6 +96,8 @@ class Handler(BaseHTTPRequestHandler):
             raise RequestError(f"the request is {int(length):,} bytes; the limit is {MAX_BODY:,} "
                                f"(and {MAX_TOKENS:,} tokens)", 413)
         body = self.rfile.read(int(length))
+        if len(body) < int(length):
+            raise RequestError(f"the request body ended after {len(body):,} of {int(length):,} bytes")
         if not body.strip():
             raise RequestError("the request body is empty; send JSON such as {\"text\": \"the cat sat\"}")
         try:
