@@ -321,6 +321,7 @@ def test_page_in_a_real_browser(run_dirs, browser, tmp_path):
         svg = (downloads / "ctxlm-explore.svg").read_text()
         assert svg.count("<rect") > 3 * len(tokens) and ">zebra</text>" in svg
         assert Image.open(downloads / "ctxlm-explore.png").size[0] > 1000
+        assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]   # no script or CSP errors
 
         for bad, message in (("  \n ", "empty"), ("the \u0007 cat", "U+0007"), ("a " * MAX_TOKENS, "limit is 20,000")):
             browser.execute_script("document.getElementById('text').value = arguments[0]", bad)

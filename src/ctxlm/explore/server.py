@@ -8,7 +8,9 @@ import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 
-from .scoring import MAX_TOKENS, MAX_TOP_K, RequestError, score
+import torch
+
+from .scoring import MAX_TOKENS, MAX_TOP_K, RequestError, load_runs, score
 
 MAX_BODY = 4 * 1024 * 1024          # bytes of JSON; MAX_TOKENS is the limit that matters
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -129,10 +131,6 @@ class Handler(BaseHTTPRequestHandler):
 
 def serve(paths, host: str = "127.0.0.1", port: int = 8765) -> None:
     """Load the runs once and serve until Ctrl-C."""
-    import torch
-
-    from .scoring import load_runs
-
     torch.set_num_threads(1)   # requests and runs go in parallel; more threads per request slow a busy CPU
     server = ExploreServer(load_runs(paths), host, port, verbose=True)
     if not server.loopback:
