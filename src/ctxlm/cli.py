@@ -189,6 +189,16 @@ def cmd_import_arpa(args) -> int:
     return 0
 
 
+def cmd_explore(args) -> int:
+    from .explore.server import serve
+
+    try:
+        serve(args.runs, args.host, args.port)
+    except OSError as exc:
+        raise CtxlmError(f"cannot serve on {args.host}:{args.port}: {exc.strerror}; pick another --port") from None
+    return 0
+
+
 def cmd_attention(args) -> int:
     from .analysis.attention import explain, plot_heatmap, plot_top_predictions, write_json
     from .run import load
@@ -230,16 +240,6 @@ def cmd_analyze(args) -> int:
     for r in rows:
         print(f"{('h0' if r['distance'] == 0 else r['distance']):>8}{r['mean_attention']:>16.4f}{r['positions']:>12,}")
     print(f"wrote {out / 'attention_by_position.png'} and {out / 'attention_by_position.json'}")
-    return 0
-
-
-def cmd_explore(args) -> int:
-    from .explore.server import serve
-
-    try:
-        serve(args.runs, args.host, args.port)
-    except OSError as exc:
-        raise CtxlmError(f"cannot serve on {args.host}:{args.port}: {exc.strerror}; pick another --port") from None
     return 0
 
 
@@ -333,6 +333,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="e.g. --set data.dataset=wikitext-2 for `ctxlm eval`")
     p.set_defaults(func=cmd_import_arpa)
 
+    p = sub.add_parser("explore", help="a local web page: per-token surprisal, top-k, attention of runs side by side",
+                       description="Serve a page (and a JSON API, docs/explore.md) that scores pasted text with "
+                                   "each run. Example: ctxlm explore runs/ptb-lstm runs/ptb-attention")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories, loaded once")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any free port)")
+    p.set_defaults(func=cmd_explore)
+
     p = sub.add_parser("attention", help="attention heatmap and top predictions of an attention model for one text",
                        description="Writes attention.png (predicted words x attended inputs), predictions.png "
                                    "(top-k next words with natural-log probabilities per position) and attention.json.")
@@ -354,14 +362,6 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--out", default="analysis", help="output folder (default ./analysis)")
     common_data(a)
     a.set_defaults(func=cmd_analyze)
-
-    p = sub.add_parser("explore", help="a local web page: per-token surprisal, top-k, attention of runs side by side",
-                       description="Serve a page (and a JSON API, docs/explore.md) that scores pasted text with "
-                                   "each run. Example: ctxlm explore runs/ptb-lstm runs/ptb-attention")
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories, loaded once")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)")
-    p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any free port)")
-    p.set_defaults(func=cmd_explore)
 
     p = sub.add_parser("datasets", help="list the named datasets and where their files were found")
     common_data(p)
