@@ -192,10 +192,7 @@ def cmd_import_arpa(args) -> int:
 def cmd_explore(args) -> int:
     from .explore.server import serve
 
-    try:
-        serve(args.runs, args.host, args.port)
-    except OSError as exc:
-        raise CtxlmError(f"cannot serve on {args.host}:{args.port}: {exc.strerror}; pick another --port") from None
+    serve(args.runs, args.host, args.port)
     return 0
 
 

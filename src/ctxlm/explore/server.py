@@ -10,6 +10,7 @@ from importlib import resources
 
 import torch
 
+from ..errors import CtxlmError
 from .scoring import MAX_TOKENS, MAX_TOP_K, RequestError, load_runs, score
 
 MAX_BODY = 4 * 1024 * 1024          # bytes of JSON; MAX_TOKENS is the limit that matters
@@ -132,7 +133,11 @@ class Handler(BaseHTTPRequestHandler):
 def serve(paths, host: str = "127.0.0.1", port: int = 8765) -> None:
     """Load the runs once and serve until Ctrl-C."""
     torch.set_num_threads(1)   # requests and runs go in parallel; more threads per request slow a busy CPU
-    server = ExploreServer(load_runs(paths), host, port, verbose=True)
+    runs = load_runs(paths)
+    try:
+        server = ExploreServer(runs, host, port, verbose=True)
+    except OSError as exc:
+        raise CtxlmError(f"cannot serve on {host}:{port}: {exc.strerror}; pick another --port") from None
     if not server.loopback:
         print(f"warning: serving on {host}: anyone who can reach this address can use the models", file=sys.stderr)
     print(f"ctxlm explore: {len(server.runs)} run(s) ({', '.join(server.runs)}); open {server.url}  (Ctrl-C to stop)",
