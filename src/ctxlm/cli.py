@@ -1,4 +1,4 @@
-"""The `ctxlm` command: train, eval, score, generate, info, attention, analyze, export-arpa, import-arpa, datasets, models."""
+"""The `ctxlm` command: train, eval, score, generate, info, attention, analyze, export-arpa, import-arpa, explore, datasets, models."""
 from __future__ import annotations
 
 import argparse
@@ -328,6 +328,13 @@ def cmd_import_arpa(args) -> int:
     return 0
 
 
+def cmd_explore(args) -> int:
+    from .explore.server import serve
+
+    serve(args.runs, args.host, args.port)
+    return 0
+
+
 def cmd_attention(args) -> int:
     from .analysis.attention import explain, plot_heatmap, plot_top_predictions, write_json
     from .run import load
@@ -543,6 +550,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="new run directory")
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="e.g. --set data.dataset=wikitext-2 for `ctxlm eval`")
     p.set_defaults(func=cmd_import_arpa)
+
+    p = sub.add_parser("explore", help="a local web page: per-token surprisal, top-k, attention of runs side by side",
+                       description="Serve a page (and a JSON API, docs/explore.md) that scores pasted text with "
+                                   "each run. Example: ctxlm explore runs/ptb-lstm runs/ptb-attention")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories, loaded once")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any free port)")
+    p.set_defaults(func=cmd_explore)
 
     p = sub.add_parser("attention", help="attention heatmap and top predictions of an attention model for one text",
                        description="Writes attention.png (predicted words x attended inputs), predictions.png "

@@ -1,0 +1,1 @@
+"""`ctxlm explore`: a local web page that shows what runs predict, token by token (docs/explore.md)."""

@@ -1,0 +1,164 @@
+"""What `ctxlm explore` computes for a text: per-token log-probabilities, top-k, ranks, attention (docs/explore.md)."""
+from __future__ import annotations
+
+import math
+import threading
+import time
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..data.vocab import EOS
+from ..errors import CtxlmError
+from ..run import Run, load
+
+MAX_TOKENS = 20_000        # words plus one <eos> per line
+MAX_TOP_K = 50
+MAX_SLOTS = 64             # attention entries per position
+
+
+class RequestError(CtxlmError):
+    """Bad input: the server answers with `status` (4xx) and this message."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Served:
+    """A loaded run and the lock that serialises its use across request threads."""
+    run: Run
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def load_runs(paths) -> dict[str, Served]:
+    """Load each run once; a run is named by its folder (with `#2`, `#3`, ... where folder names repeat)."""
+    runs = {}
+    for path in paths:
+        name = Path(path).resolve().name
+        base, n = name, 1
+        while name in runs:
+            n += 1
+            name = f"{base}#{n}"
+        runs[name] = Served(load(path))
+    return runs
+
+
+def tokenize(text) -> list[list[str]]:
+    """Non-blank lines of whitespace-separated words, as `ctxlm score` reads them (`<eos>` goes after each)."""
+    if not isinstance(text, str):
+        raise RequestError("the request needs 'text', a string")
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    for line_number, line in enumerate(lines, 1):
+        for column, char in enumerate(line, 1):
+            category = unicodedata.category(char)
+            if (category == "Cc" and char != "\t") or category == "Cs":
+                raise RequestError(f"the text has a control or invalid character U+{ord(char):04X} at line "
+                                   f"{line_number}, column {column}; remove it and try again")
+    lines = [words for words in (line.split() for line in lines) if words]
+    if not lines:
+        raise RequestError("the text is empty: type or paste some words")
+    count = sum(len(words) + 1 for words in lines)
+    if count > MAX_TOKENS:
+        raise RequestError(f"the text has {count:,} tokens (words plus one <eos> per line); the limit is "
+                           f"{MAX_TOKENS:,}: score it in parts", status=413)
+    return lines
+
+
+def _round_down(p: float) -> float:
+    """Probabilities are rounded down (9 decimals), so a top-k list never sums above its exact total."""
+    return math.floor(p * 1e9) / 1e9
+
+
+@torch.no_grad()
+def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True) -> dict:
+    """Score `lines` as one stream (`<eos>` first, state carried; or each line fresh if not `stream`) in chunks.
+
+    Per token: log p (natural log), whether it is unknown (scored as `<unk>`), and with `top_k` > 0
+    the k likeliest next words with probabilities and the rank of the actual word. Models with
+    `attention_distances` add each position's attention as [source token index, weight] pairs
+    (source -1 = the `<eos>` before the text, None = a slot that is no position, e.g. Salton's
+    zero slot); models with `mixture_weight(out)` -> [B, T] add that weight per position.
+    """
+    started = time.perf_counter()
+    model, vocab = run.model, run.vocab
+    tokens = [w for words in lines for w in words + [EOS]]
+    ids = vocab.encode([EOS] + tokens)
+    line_start = torch.zeros(len(tokens), dtype=torch.bool)      # input position of each line's leading <eos>
+    line_start[[0] + torch.tensor([len(words) + 1 for words in lines[:-1]]).cumsum(0).tolist()] = True
+    has_attention = hasattr(model, "attention_distances")
+    mixture_weight = getattr(model, "mixture_weight", None)
+    result = {"log_probs": [], "top": [] if top_k else None, "rank": [] if top_k else None,
+              "attention": [] if has_attention else None, "mixture_weight": [] if mixture_weight else None}
+    chunk, state = run.config.data.eval_chunk, None
+    for start in range(0, len(tokens), chunk):
+        end = min(start + chunk, len(tokens))
+        inputs, targets = ids[start:end].unsqueeze(0), ids[start + 1:end + 1].unsqueeze(0)
+        out = model(inputs, state, None if stream else line_start[start:end].unsqueeze(0))
+        state = out.state
+        if top_k:                       # the full distributions give the targets' log-probabilities too
+            log_probs = model.log_probs(out)[0]
+            own = log_probs.gather(1, targets.view(-1, 1))
+            result["log_probs"] += [round(x, 6) for x in own.flatten().tolist()]
+            result["rank"] += ((log_probs > own).sum(1, dtype=torch.int32) + 1).tolist()
+            best = log_probs.topk(min(top_k, log_probs.size(1)))
+            result["top"] += [[[vocab.words[i], _round_down(math.exp(lp))] for lp, i in zip(row_lp, row_i)]
+                              for row_lp, row_i in zip(best.values.tolist(), best.indices.tolist())]
+        else:
+            result["log_probs"] += [round(x, 6) for x in model.target_log_probs(out, targets)[0].tolist()]
+        if has_attention:
+            result["attention"] += _attention(out.attention[0], model.attention_distances(out)[0], start)
+        if mixture_weight:
+            result["mixture_weight"] += [round(x, 4) for x in mixture_weight(out)[0].tolist()]
+    total = sum(result["log_probs"])
+    unknown = [t not in vocab.index for t in tokens]
+    return {"model": run.config.model.name, "vocab_size": len(vocab), "tokens": len(tokens),
+            "unknown": unknown, "unknown_count": sum(unknown), "total_log_prob": round(total, 4),
+            "ppl": round(math.exp(-total / len(tokens)), 4), **result,
+            "seconds": round(time.perf_counter() - started, 4)}
+
+
+def _attention(weights: torch.Tensor, distances: torch.Tensor, start: int) -> list[list]:
+    """Per position of a chunk: [source token index or None, weight] for the slots with weight > 0, largest first
+    (at most MAX_SLOTS: a sentence-long memory over a long line would otherwise answer in gigabytes)."""
+    weights, slots = weights.topk(min(MAX_SLOTS, weights.size(1)), dim=1)
+    distances = distances.gather(1, slots)
+    rows = [[] for _ in range(weights.size(0))]
+    t, slot = (weights > 0).nonzero(as_tuple=True)
+    distance = distances[t, slot]
+    source = start + t - distance - 1               # the output at distance d read input p − d = token p − d − 1
+    for row, d, s, w in zip(t.tolist(), distance.tolist(), source.tolist(), weights[t, slot].tolist()):
+        rows[row].append([None if d == 0 else s, round(w, 4)])
+    return rows
+
+
+def score(runs: dict, request: dict) -> dict:
+    """The `POST /api/score` answer for a decoded JSON request (see docs/explore.md)."""
+    if not isinstance(request, dict):
+        raise RequestError("the request body must be a JSON object such as {\"text\": \"the cat sat\"}")
+    unknown_keys = set(request) - {"text", "runs", "top_k", "stream"}
+    if unknown_keys:
+        raise RequestError(f"unknown field(s) {', '.join(sorted(unknown_keys))}; known: text, runs, top_k, stream")
+    names = request.get("runs", list(runs))
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise RequestError("'runs' must be a non-empty list of run names")
+    missing = [n for n in names if n not in runs]
+    if missing:
+        raise RequestError(f"unknown run(s) {', '.join(map(repr, missing))}; this server has {', '.join(runs)}", 404)
+    top_k = request.get("top_k", 10)
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or not 0 <= top_k <= MAX_TOP_K:
+        raise RequestError(f"'top_k' must be an integer from 0 to {MAX_TOP_K}")
+    stream = request.get("stream", True)
+    if not isinstance(stream, bool):
+        raise RequestError("'stream' must be true or false")
+    lines = tokenize(request.get("text"))
+    answers = []
+    for name in names:
+        entry = runs[name]
+        with entry.lock:
+            answer = score_run(entry.run, lines, top_k, stream)
+        answers.append({"run": name, **answer})
+    return {"tokens": [w for words in lines for w in words + [EOS]], "runs": answers}

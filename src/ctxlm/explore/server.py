@@ -1,0 +1,148 @@
+"""`ctxlm explore`: the page and its JSON API on the standard library's threading HTTP server."""
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import traceback
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+
+import torch
+
+from ..errors import CtxlmError
+from .scoring import MAX_TOKENS, MAX_TOP_K, RequestError, load_runs, score
+
+MAX_BODY = 4 * 1024 * 1024          # bytes of JSON; MAX_TOKENS is the limit that matters
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+STATIC = {"index.html": "text/html", "explore.js": "text/javascript", "explore.css": "text/css"}
+
+
+class ExploreServer(ThreadingHTTPServer):
+    """Serves `runs` (name -> scoring.Served); each request runs in its own thread."""
+
+    daemon_threads = True
+
+    def __init__(self, runs: dict, host: str = "127.0.0.1", port: int = 0, verbose: bool = False):
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        super().__init__((host, port), Handler)
+        self.runs, self.verbose = runs, verbose
+        self.loopback = host in LOOPBACK
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+
+    def runs_info(self) -> dict:
+        return {"limits": {"max_tokens": MAX_TOKENS, "max_top_k": MAX_TOP_K},
+                "runs": [{"name": name, "model": s.run.config.model.name, "vocab_size": len(s.run.vocab),
+                          "parameters": s.run.model.parameter_counts()["total"],
+                          "attention": hasattr(s.run.model, "attention_distances"),
+                          "mixture_weight": hasattr(s.run.model, "mixture_weight")}
+                         for name, s in self.runs.items()]}
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: ExploreServer
+    timeout = 30                     # a client that stops sending frees its thread
+
+    def do_GET(self):
+        self._handle(self._get)
+
+    def do_POST(self):
+        self._handle(self._post)
+
+    def _handle(self, action):
+        try:
+            if self.server.loopback and self.headers.get("Host", "").rsplit(":", 1)[0].strip("[]") not in LOOPBACK + ("",):
+                raise RequestError("unexpected Host header: this server answers only requests made to a loopback "
+                                   "address", 403)   # a page elsewhere must not reach it via DNS rebinding
+            action(self.path.split("?", 1)[0])
+        except RequestError as exc:
+            self._error(str(exc), exc.status)
+        except TimeoutError:         # the client stopped sending
+            self._error(f"the request did not arrive within {self.timeout} s", 408)
+        except ConnectionError:      # the client went away: nobody to answer
+            pass
+        except Exception as exc:     # never take the server down; say what happened
+            traceback.print_exc(file=sys.stderr)
+            self._error(f"internal error: {type(exc).__name__}: {exc}", 500)
+
+    def _error(self, message: str, status: int):
+        try:
+            self._json({"error": message, "status": status}, status)
+        except ConnectionError:
+            pass
+
+    def _get(self, path):
+        if path == "/api/score":
+            raise RequestError("use POST for /api/score, with a JSON body such as {\"text\": \"the cat sat\"}", 405)
+        if path == "/api/runs":
+            return self._json(self.server.runs_info())
+        name = "index.html" if path == "/" else path.removeprefix("/static/")
+        if name not in STATIC:
+            raise RequestError(f"no page {path}; open / or use /api/runs and /api/score", 404)
+        body = resources.files(__package__).joinpath("static", name).read_bytes()
+        self._send(body, f"{STATIC[name]}; charset=utf-8")
+
+    def _post(self, path):
+        if path != "/api/score":
+            raise RequestError(f"no API {path}; POST to /api/score", 404)
+        length = self.headers.get("Content-Length")
+        if length is None or not length.isdigit():
+            raise RequestError("a Content-Length header is required", 411)
+        if int(length) > MAX_BODY:
+            remaining = int(length) if int(length) <= 16 * MAX_BODY else 0   # read it away, so that the
+            while remaining > 0 and (chunk := self.rfile.read(min(remaining, 1 << 20))):  # client sees the answer
+                remaining -= len(chunk)
+            raise RequestError(f"the request is {int(length):,} bytes; the limit is {MAX_BODY:,} "
+                               f"(and {MAX_TOKENS:,} tokens)", 413)
+        body = self.rfile.read(int(length))
+        if len(body) < int(length):
+            raise RequestError(f"the request body ended after {len(body):,} of {int(length):,} bytes")
+        if not body.strip():
+            raise RequestError("the request body is empty; send JSON such as {\"text\": \"the cat sat\"}")
+        try:
+            request = json.loads(body.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise RequestError(f"the request body is not valid UTF-8 (byte {exc.start}); send UTF-8 text") from None
+        except json.JSONDecodeError as exc:
+            raise RequestError(f"the request body is not valid JSON: {exc}") from None
+        self._json(score(self.server.runs, request))
+
+    def _json(self, data, status: int = 200):
+        self._send(json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8"),
+                   "application/json; charset=utf-8", status)
+
+    def _send(self, body: bytes, content_type: str, status: int = 200):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Content-Security-Policy", "default-src 'self'; img-src 'self' data: blob:")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format, *args):
+        if self.server.verbose:
+            super().log_message(format, *args)
+
+
+def serve(paths, host: str = "127.0.0.1", port: int = 8765) -> None:
+    """Load the runs once and serve until Ctrl-C."""
+    torch.set_num_threads(1)   # requests and runs go in parallel; more threads per request slow a busy CPU
+    runs = load_runs(paths)
+    try:
+        server = ExploreServer(runs, host, port, verbose=True)
+    except OSError as exc:
+        raise CtxlmError(f"cannot serve on {host}:{port}: {exc.strerror}; pick another --port") from None
+    if not server.loopback:
+        print(f"warning: serving on {host}: anyone who can reach this address can use the models", file=sys.stderr)
+    print(f"ctxlm explore: {len(server.runs)} run(s) ({', '.join(server.runs)}); open {server.url}  (Ctrl-C to stop)",
+          flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
