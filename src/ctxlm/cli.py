@@ -119,14 +119,12 @@ def _cache_settings(args):
     """The cache settings recorded by `ctxlm tune-cache` in the run, with any --cache-* option on top."""
     from .models.cache import CacheSettings
 
-    recorded = Path(args.run) / "cache.json"
-    settings = CacheSettings()
-    if recorded.is_file():
-        best = json.loads(recorded.read_text())["best"]
-        settings = CacheSettings(best["window"], best["theta"], best["lambda"])
-    elif None in (args.cache_window, args.cache_theta, args.cache_lambda):
-        print(f"note: {recorded} not found (run `ctxlm tune-cache {args.run}` to choose on validation); "
-              "defaults fill the settings not given", file=sys.stderr)
+    settings = CacheSettings.recorded(args.run)
+    if settings is None:
+        settings = CacheSettings()
+        if None in (args.cache_window, args.cache_theta, args.cache_lambda):
+            print(f"note: {Path(args.run) / 'cache.json'} not found (run `ctxlm tune-cache {args.run}` to choose on "
+                  "validation); defaults fill the settings not given", file=sys.stderr)
     for name, value in (("window", args.cache_window), ("theta", args.cache_theta), ("lam", args.cache_lambda)):
         if value is not None:
             setattr(settings, name, value)
@@ -331,7 +329,7 @@ def cmd_import_arpa(args) -> int:
 def cmd_explore(args) -> int:
     from .explore.server import serve
 
-    serve(args.runs, args.host, args.port)
+    serve(args.runs, args.host, args.port, args.cache)
     return 0
 
 
@@ -557,6 +555,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories, loaded once")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any free port)")
+    p.add_argument("--cache", action="store_true", help="also serve each neural run with its neural cache "
+                   "(the setting `ctxlm tune-cache` recorded, else window 2000, θ 0.3, λ 0.1)")
     p.set_defaults(func=cmd_explore)
 
     p = sub.add_parser("attention", help="attention heatmap and top predictions of an attention model for one text",

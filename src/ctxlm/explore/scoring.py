@@ -1,6 +1,7 @@
 """What `ctxlm explore` computes for a text: per-token log-probabilities, top-k, ranks, attention (docs/explore.md)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
@@ -12,6 +13,7 @@ import torch
 
 from ..data.vocab import EOS
 from ..errors import CtxlmError
+from ..models.cache import CacheSettings, NeuralCache
 from ..run import Run, load
 
 MAX_TOKENS = 20_000        # words plus one <eos> per line
@@ -34,8 +36,9 @@ class Served:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def load_runs(paths) -> dict[str, Served]:
-    """Load each run once; a run is named by its folder (with `#2`, `#3`, ... where folder names repeat)."""
+def load_runs(paths, cache: bool = False) -> dict[str, Served]:
+    """Load each run once; a run is named by its folder (with `#2`, `#3`, ... where folder names repeat).
+    With `cache`, each neural run is also served with the neural cache it recorded (`NAME + cache`)."""
     runs = {}
     for path in paths:
         name = Path(path).resolve().name
@@ -44,6 +47,9 @@ def load_runs(paths) -> dict[str, Served]:
             n += 1
             name = f"{base}#{n}"
         runs[name] = Served(load(path))
+        if cache and not getattr(runs[name].run.model, "count_based", False):
+            settings = CacheSettings.recorded(path) or CacheSettings()
+            runs[f"{name} + cache"] = Served(dataclasses.replace(runs[name].run, model=NeuralCache(runs[name].run.model, settings)))
     return runs
 
 

@@ -130,10 +130,10 @@ class Handler(BaseHTTPRequestHandler):
             super().log_message(format, *args)
 
 
-def serve(paths, host: str = "127.0.0.1", port: int = 8765) -> None:
+def serve(paths, host: str = "127.0.0.1", port: int = 8765, cache: bool = False) -> None:
     """Load the runs once and serve until Ctrl-C."""
     torch.set_num_threads(1)   # requests and runs go in parallel; more threads per request slow a busy CPU
-    runs = load_runs(paths)
+    runs = load_runs(paths, cache)
     try:
         server = ExploreServer(runs, host, port, verbose=True)
     except OSError as exc:

@@ -12,8 +12,10 @@ Everything is chunked matrix work: one [T, M+T] score matrix per chunk, no loop 
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -27,6 +29,15 @@ class CacheSettings:
     window: int = 2000      # pairs (h_i, x_{i+1}) kept
     theta: float = 0.3      # flatness of the cache distribution
     lam: float = 0.1        # interpolation weight λ of the cache
+
+    @classmethod
+    def recorded(cls, run_dir: str | Path) -> "CacheSettings | None":
+        """The setting `ctxlm tune-cache` chose for a run (RUN/cache.json), or None."""
+        path = Path(run_dir) / "cache.json"
+        if not path.is_file():
+            return None
+        best = json.loads(path.read_text())["best"]
+        return cls(best["window"], best["theta"], best["lambda"])
 
     def check(self) -> None:
         if self.window < 1:
@@ -115,6 +126,17 @@ class NeuralCache(LanguageModel):
         base = self.model.log_probs(self._model_output(out))
         cache = torch.zeros_like(base).scatter_add_(-1, out.words.unsqueeze(1).expand_as(out.attention), out.attention)
         return mix(base, cache, out.attention.sum(-1, keepdim=True) > 0, self.settings.lam)
+
+    def attention_distances(self, out: ModelOutput) -> torch.Tensor:
+        """[B, T, M+T]: steps back from each position to the hidden state of each cache key (≥ 1)."""
+        batch, length, keys = out.attention.shape
+        held = keys - length
+        distance = (torch.arange(length).view(-1, 1) + held + 1) - torch.arange(keys).view(1, -1)
+        return distance.expand(batch, length, keys)
+
+    def mixture_weight(self, out: ModelOutput) -> torch.Tensor:
+        """[B, T]: λ, the cache's share of the mixture (0 while the cache is still empty)."""
+        return (out.attention.sum(-1) > 0).to(out.hidden.dtype) * self.settings.lam
 
     def loss(self, out, targets):
         raise RuntimeError("the neural cache is applied at evaluation time; train the wrapped model instead")
