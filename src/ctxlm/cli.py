@@ -7,6 +7,7 @@ import math
 import sys
 from pathlib import Path
 
+from .checks import PROBABILITY, SEED, at_least, option
 from .errors import CtxlmError
 
 
@@ -16,10 +17,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _config(args):
-    from .config import Config, apply_overrides, load_toml
+    from .config import Config, apply_overrides, load_toml, validate
 
     config = load_toml(args.config) if args.config else Config()
     apply_overrides(config, args.set or [])
+    validate(config)
     if getattr(args, "match_params", None):
         from .models.budget import match_params
         from .training.trainer import prepare_data
@@ -37,8 +39,8 @@ def cmd_train(args) -> int:
     if args.resume:
         from .config import apply_overrides, load_toml
 
-        if args.config or args.match_params:
-            raise CtxlmError("--resume continues a run with its own config.toml; only --set train.KEY=VALUE may change it")
+        if args.config or args.match_params or args.run_dir:
+            raise CtxlmError("--resume continues a run with its own config.toml in its own folder; only --set train.KEY=VALUE may change it")
         config = apply_overrides(load_toml(Path(args.resume) / "config.toml"), args.set or []) if args.set else None
         trainer = Trainer(config, args.resume, args.data_dir, resume=True)
     else:
@@ -67,21 +69,19 @@ def _print_table(run_dir, results) -> None:
 
 
 def cmd_eval(args) -> int:
-    from .data.corpus import read_tokens
-    from .data.vocab import EOS
-    from .evaluation import evaluate_stream
+    from .evaluation import evaluate_file
     from .run import load
     from .training.trainer import evaluate_split, prepare_data
 
     run = load(args.run)
-    if args.batch_size:
+    if args.batch_size is not None:
         run.config.data.eval_batch_size = args.batch_size
-    if args.chunk:
+    if args.chunk is not None:
         run.config.data.eval_chunk = args.chunk
     results = {}
     if args.file:
-        ids = run.vocab.encode([EOS] + read_tokens(args.file))
-        results[args.file] = evaluate_stream(run.model, ids, run.config.data.eval_batch_size, run.config.data.eval_chunk)
+        results[args.file] = evaluate_file(run.model, run.vocab, args.file, run.config.data.eval_batch_size,
+                                           run.config.data.eval_chunk)
     else:
         data = prepare_data(run.config, args.data_dir, run.vocab)
         for split in args.split or ("valid", "test"):
@@ -98,22 +98,21 @@ def cmd_eval(args) -> int:
 
 
 def cmd_score(args) -> int:
+    from .data.corpus import iter_lines
     from .generate import score_tokens
     from .run import load
 
     run = load(args.run)
-    source = open(args.input, encoding="utf-8") if args.input and args.input != "-" else sys.stdin
     state = None
-    with source:
-        for line in source:
-            tokens = line.split() + ["<eos>"]
-            log_probs, new_state = score_tokens(run.model, run.vocab, tokens, state if args.stream else None)
-            state = new_state
-            total = sum(log_probs)
-            print(json.dumps({"text": line.rstrip("\n"), "tokens": tokens,
-                              "unknown": [t not in run.vocab.index for t in tokens],
-                              "log_probs": [round(x, 5) for x in log_probs], "total": round(total, 5),
-                              "ppl": round(math.exp(-total / len(tokens)), 4)}))
+    for line in iter_lines(args.input or "-", allow_empty=True):
+        tokens = line.split() + ["<eos>"]
+        log_probs, new_state = score_tokens(run.model, run.vocab, tokens, state if args.stream else None)
+        state = new_state
+        total = sum(log_probs)
+        print(json.dumps({"text": line, "tokens": tokens,
+                          "unknown": [t not in run.vocab.index for t in tokens],
+                          "log_probs": [round(x, 5) for x in log_probs], "total": round(total, 5),
+                          "ppl": round(math.exp(-total / len(tokens)), 4)}))
     return 0
 
 
@@ -133,6 +132,8 @@ def cmd_generate(args) -> int:
 
 
 def cmd_info(args) -> int:
+    import torch
+
     from .models import build_model
 
     target = Path(args.target)
@@ -150,7 +151,8 @@ def cmd_info(args) -> int:
             from .training.trainer import prepare_data
 
             vocab_size = len(prepare_data(config, args.data_dir).vocab)
-        model = build_model(config.model, vocab_size)
+        with torch.device("meta"):          # sizes only: nothing is allocated
+            model = build_model(config.model, vocab_size)
     counts = model.parameter_counts()
     print(config.to_toml())
     print(f"vocabulary size          {vocab_size:,}")
@@ -277,10 +279,11 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Perplexity = exp(total NLL / tokens), every <eos> and <unk> counted (SPEC §0.2). "
                                    "Stream evaluation uses batch size 1 in chunks of 1,000 tokens unless told otherwise.")
     p.add_argument("run", help="run directory")
-    p.add_argument("--split", action="append", choices=["train", "valid", "test"], help="split(s) to evaluate (default valid and test)")
-    p.add_argument("--file", help="evaluate a text file (one sentence per line) instead")
-    p.add_argument("--batch-size", type=int, help="parallel streams (default from the run: 1)")
-    p.add_argument("--chunk", type=int, help="tokens per forward pass (default from the run: 1000)")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--split", action="append", choices=["train", "valid", "test"], help="split(s) to evaluate (default valid and test)")
+    what.add_argument("--file", help="evaluate a text file (one sentence per line, read as a stream) instead")
+    p.add_argument("--batch-size", type=option(int, at_least(1)), help="parallel streams (default from the run: 1)")
+    p.add_argument("--chunk", type=option(int, at_least(1)), help="tokens per forward pass (default from the run: 1000)")
     p.add_argument("--json", action="store_true", help="print JSON")
     common_data(p)
     p.set_defaults(func=cmd_eval)
@@ -295,18 +298,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("generate", help="sample text from a trained run")
     p.add_argument("run", help="run directory")
     p.add_argument("--prompt", default="", help="words to continue")
-    p.add_argument("--max-tokens", type=int, default=50)
-    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=0, help="sample among the k most likely words (0 = all)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold")
-    p.add_argument("--num", type=int, default=1, help="number of samples")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-tokens", type=option(int, at_least(1)), default=50)
+    p.add_argument("--temperature", type=option(float, at_least(0)), default=1.0, help="0 = greedy")
+    p.add_argument("--top-k", type=option(int, at_least(0)), default=0, help="sample among the k most likely words (0 = all)")
+    p.add_argument("--top-p", type=option(float, PROBABILITY), default=1.0, help="nucleus sampling threshold in (0, 1]")
+    p.add_argument("--num", type=option(int, at_least(1)), default=1, help="number of samples")
+    p.add_argument("--seed", type=option(int, SEED), default=0)
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("info", help="configuration, vocabulary size and parameter counts of a run or preset")
     p.add_argument("target", help="run directory or TOML preset")
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE")
-    p.add_argument("--vocab-size", type=int, help="for a preset: use this vocabulary size instead of reading the data")
+    p.add_argument("--vocab-size", type=option(int, at_least(2)), help="for a preset: use this vocabulary size instead of reading the data")
     p.add_argument("--match-params", metavar="MODEL:WxK", help="pick emb/hidden sizes so the model has at most the "
                    "parameters of MODEL with embedding W and hidden K, e.g. lstm:300x300 (Daniluk's budgets)")
     common_data(p)
@@ -329,8 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="run directory of an attention, key-value, key-value-predict or attentive-lm model")
     p.add_argument("--text", help="the text to explain (whitespace-tokenised)")
     p.add_argument("--split", default="valid", choices=["train", "valid", "test"], help="or take a line of this split")
-    p.add_argument("--line", type=int, default=1, help="1-based line number in --split (default 1)")
-    p.add_argument("--top", type=int, default=5, help="predictions shown per position")
+    p.add_argument("--line", type=option(int, at_least(1)), default=1, help="1-based line number in --split (default 1)")
+    p.add_argument("--top", type=option(int, at_least(1)), default=5, help="predictions shown per position")
     p.add_argument("--out", default="attention", help="output folder (default ./attention)")
     common_data(p)
     p.set_defaults(func=cmd_attention)
@@ -340,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     a = analyses.add_parser("attention-by-position", help="mean attention weight per distance over a split (Daniluk Fig. 4.1)")
     a.add_argument("run", help="run directory of an attention model")
     a.add_argument("--split", default="valid", choices=["train", "valid", "test"])
-    a.add_argument("--max-tokens", type=int, default=0, help="only the first N tokens (0 = all)")
+    a.add_argument("--max-tokens", type=option(int, at_least(0)), default=0, help="only the first N tokens (0 = all)")
     a.add_argument("--out", default="analysis", help="output folder (default ./analysis)")
     common_data(a)
     a.set_defaults(func=cmd_analyze)
@@ -358,7 +361,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except CtxlmError as exc:
+    except (CtxlmError, OSError) as exc:     # OSError: a file we were told to read or write (missing, no permission, disk full)
         print(f"ctxlm: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import Config, load_toml
+from ..config import Config, load_toml, validate
 from ..data.batching import SentenceBatches, StreamBatches, split_sentences
 from ..data.registry import load_corpus
 from ..data.vocab import EOS, Vocabulary
@@ -25,7 +25,7 @@ from ..errors import CtxlmError
 from ..evaluation.perplexity import evaluate_sentences, evaluate_stream
 from ..models.base import LanguageModel, build_model, detach_state
 from . import checkpoint
-from .optim import build_optimizer, check_schedule, next_lr
+from .optim import build_optimizer, next_lr
 from .progress import Progress
 
 
@@ -72,15 +72,9 @@ def check_config(config: Config) -> None:
     """Refuse bad settings before any data is read."""
     from ..models import MODELS
 
+    validate(config)
     if config.model.name not in MODELS:
         raise CtxlmError(f"unknown model {config.model.name!r} (model.name); known models: {', '.join(sorted(MODELS))}")
-    if config.data.batching not in ("stream", "sentence"):
-        raise CtxlmError(f"unknown batching {config.data.batching!r} (data.batching); choose stream or sentence")
-    if config.train.loss_normalization not in ("token", "sequence"):
-        raise CtxlmError(f"train.loss_normalization must be token or sequence, got {config.train.loss_normalization!r}")
-    if config.train.epochs < 1:
-        raise CtxlmError(f"train.epochs must be at least 1, got {config.train.epochs}")
-    check_schedule(config.train.schedule, config.train.lr_factor)
     with torch.device("meta"):
         build_model(config.model, 2)       # bad sizes or model options fail here, not after loading data
     build_optimizer(config.train.optimizer, [torch.zeros(1, requires_grad=True)], config.train.lr, config.train.weight_decay)
