@@ -6,22 +6,13 @@ import sys
 
 import pytest
 
-from conftest import tiny_config
+from conftest import one_line_error, tiny_config
 
 CLI = [sys.executable, "-m", "ctxlm"]
 
 
 def run(*args, cwd=None):
     return subprocess.run(CLI + [str(a) for a in args], capture_output=True, text=True, cwd=cwd)
-
-
-def one_line_error(result, *needles):
-    assert result.returncode != 0
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def test_missing_dataset_says_where_it_looked_and_how_to_get_it(tmp_path, monkeypatch):

@@ -362,7 +362,7 @@ def main(argv=None) -> int:
     try:
         return args.func(args)
     except (CtxlmError, OSError) as exc:     # OSError: a file we were told to read or write (missing, no permission, disk full)
-        print(f"ctxlm: error: {exc}", file=sys.stderr)
+        print("ctxlm: error: " + " ".join(str(exc).split("\n")), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("ctxlm: interrupted", file=sys.stderr)

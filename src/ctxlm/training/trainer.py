@@ -114,11 +114,12 @@ class Trainer:
     def __init__(self, config: Config, run_dir: str | Path, data_dir=None, resume: bool = False, log=print):
         self.run_dir, self.log = Path(run_dir), log
         state_file = self.run_dir / "trainer_state.pt"
-        if resume:
-            self.resume_state = checkpoint.load_state(state_file)
+        existing = checkpoint.clear_temporaries(self.run_dir)
+        if resume:      # killed before its first checkpoint: start again from the beginning, with its config
+            self.resume_state = checkpoint.load_state(state_file) if state_file.exists() else None
             config = self._merge_resume_config(config)
         else:
-            if self.run_dir.exists() and any(self.run_dir.iterdir()):
+            if existing:
                 raise CtxlmError(f"run directory {self.run_dir} is not empty; continue it with --resume or pick another --run-dir")
             self.resume_state = None
         self.config = config
@@ -126,7 +127,7 @@ class Trainer:
         self.device = pick_device(config.train.device)
         if config.train.threads:
             torch.set_num_threads(config.train.threads)
-        vocab = Vocabulary.load(self.run_dir / "vocab.txt") if resume else None
+        vocab = Vocabulary.load(self.run_dir / "vocab.txt") if resume and (self.run_dir / "vocab.txt").exists() else None
         self.data = prepare_data(config, data_dir, vocab)
         torch.manual_seed(config.train.seed)
         self.model = build_model(config.model, len(self.data.vocab)).to(self.device)
@@ -137,6 +138,8 @@ class Trainer:
 
     def _merge_resume_config(self, given: Config) -> Config:
         """On --resume the run's own config wins; only train.* settings may be changed."""
+        if not (self.run_dir / "config.toml").is_file():
+            raise CtxlmError(f"{self.run_dir}: not a run directory (no config.toml); nothing to resume")
         saved = load_toml(self.run_dir / "config.toml")
         if given is not None:
             for section in ("data", "model"):
@@ -206,6 +209,8 @@ class Trainer:
             self.log(f"resuming {run_dir} at epoch {epoch}, batch {position}")
         else:
             epoch, position, order, carry = 1, 0, None, None
+            if self.resume_state is None and (run_dir / "config.toml").exists():
+                self.log(f"no checkpoint in {run_dir} yet: starting it from the beginning")
             checkpoint.atomic_write_text(run_dir / "config.toml", cfg.to_toml())
             self.data.vocab.save(run_dir / "vocab.txt")
             counts = self.model.parameter_counts()
