@@ -122,7 +122,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     """Small finished runs shared by the property tests (read only: copy one before changing it).
 
     lstm: one epoch on the synthetic corpus; other: the same on another corpus (another vocabulary);
-    ngram: a Kneser-Ney trigram. `corpus` holds the corpus files of `lstm` and `ngram`.
+    attention: Daniluk's attention model, one epoch; ngram: a Kneser-Ney trigram. `corpus` holds the
+    corpus files (train.txt, valid.txt, test.txt) of all but `other`.
     """
     from ctxlm.training.count import estimate_run
     from ctxlm.training.trainer import Trainer
@@ -137,9 +138,12 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     other = tiny_config(write_corpus(root / "other_corpus", seed=5))
     other.train.epochs, other.data.max_vocab = 1, 12
     Trainer(other, root / "other", log=lambda *a: None).fit()
+    attention = tiny_config(corpus, name="attention", window=3)
+    attention.train.epochs = 1
+    Trainer(attention, root / "attention", log=lambda *a: None).fit()
     ngram = tiny_config(corpus, name="kneser-ney", order=3)
     estimate_run(ngram, root / "ngram", log=lambda *a: None)
-    return {"lstm": root / "lstm", "other": root / "other", "ngram": root / "ngram", "corpus": root / "corpus"}
+    return {name: root / name for name in ("lstm", "other", "attention", "ngram", "corpus")}
 
 
 def needs_data(*relative):

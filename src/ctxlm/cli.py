@@ -199,13 +199,19 @@ def cmd_attention(args) -> int:
     if args.text:
         words = args.text.split()
     else:
-        from .data.registry import locate
-        from .data.corpus import read_text
+        import itertools
 
-        lines = [l for l in read_text(locate(run.config.data.dataset, args.split, args.data_dir)).splitlines() if l.strip()]
+        from .data.registry import load_corpus
+        from .data.vocab import EOS
+
+        d = run.config.data
+        splits = load_corpus(d.dataset, args.data_dir, {"train": d.train, "valid": d.valid, "test": d.test}).splits
+        if args.split not in splits:
+            raise CtxlmError(f"--split {args.split}: dataset {d.dataset!r} has splits {', '.join(splits)}")
+        lines = [list(words) for end, words in itertools.groupby(splits[args.split], lambda t: t == EOS) if not end]
         if not 1 <= args.line <= len(lines):
             raise CtxlmError(f"--line {args.line}: the {args.split} split has {len(lines)} non-empty lines")
-        words = lines[args.line - 1].split()
+        words = lines[args.line - 1]
     result = explain(run, words, args.top)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

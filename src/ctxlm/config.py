@@ -96,10 +96,7 @@ _KINDS = {"int": int, "float": float, "bool": bool, "str": str}
 
 def apply(config: Config, section: str, key: str, value: Any, source: str) -> None:
     """Set config.section.key = value, checked against the field's type and allowed values; unknown names are errors."""
-    sections = {f.name: getattr(config, f.name) for f in fields(config)}
-    if section not in sections:
-        raise CtxlmError(f"{source}: unknown section [{section}]; expected one of {', '.join(sections)}")
-    target = sections[section]
+    target = _section(config, section, source)
     known = {f.name: f for f in fields(target)}
     if key not in known:
         raise CtxlmError(f"{source}: unknown key {section}.{key}; valid keys: {', '.join(known)}")
@@ -107,6 +104,13 @@ def apply(config: Config, section: str, key: str, value: Any, source: str) -> No
         setattr(target, key, convert(_KINDS[known[key].type], known[key].metadata.get("allowed", ANY), value))
     except ValueError as exc:
         raise CtxlmError(f"{source}: {section}.{key} {exc}") from None
+
+
+def _section(config: Config, section: str, source: str):
+    sections = {f.name: getattr(config, f.name) for f in fields(config)}
+    if section not in sections:
+        raise CtxlmError(f"{source}: unknown section [{section}]; expected one of {', '.join(sections)}")
+    return sections[section]
 
 
 def validate(config: Config) -> None:
@@ -144,6 +148,7 @@ def _load(path: Path, config: Config, chain: tuple[Path, ...]) -> Config:
     for section, values in raw.items():
         if not isinstance(values, dict):
             raise CtxlmError(f"{path}: top-level key {section!r} must be a [section]")
+        _section(config, section, str(path))
         for key, value in values.items():
             apply(config, section, key, value, str(path))
     return config

@@ -44,7 +44,8 @@ def sample(model, vocab, prompt: list[str], max_tokens: int, temperature: float 
         if temperature <= 0:
             choice = int(logits.argmax())
         else:
-            probs = torch.softmax(filter_logits(logits / temperature, top_k, top_p), -1)
+            scaled = (logits - logits.max()).double() / temperature     # finite for any temperature > 0
+            probs = torch.softmax(filter_logits(scaled, top_k, top_p), -1)
             choice = int(torch.multinomial(probs, 1, generator=generator))
         words.append(vocab.words[choice])
         out = model(torch.tensor([[choice]]), out.state)
