@@ -95,7 +95,7 @@ def ctxlm(*args, stdin: bytes = b"") -> subprocess.CompletedProcess:
 
     out, err = io.StringIO(), io.StringIO()
     real_stdin = sys.stdin
-    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.BytesIO(stdin)), encoding="utf-8")
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
@@ -143,7 +143,13 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     Trainer(attention, root / "attention", log=lambda *a: None).fit()
     ngram = tiny_config(corpus, name="kneser-ney", order=3)
     estimate_run(ngram, root / "ngram", log=lambda *a: None)
-    return {name: root / name for name in ("lstm", "other", "attention", "ngram", "corpus")}
+    before = _contents(root)
+    yield {name: root / name for name in ("lstm", "other", "attention", "ngram", "corpus")}
+    assert _contents(root) == before, "a command changed a file it was only meant to read"
+
+
+def _contents(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def needs_data(*relative):
