@@ -39,7 +39,7 @@ def evaluate_file(model, vocab, path: str | Path, batch_size: int = 1, chunk: in
     """`evaluate_stream` of a text file (`<eos>` first, then its tokens), in memory independent of its length:
     the ids are written to a temporary file and read back chunk by chunk."""
     tokens = itertools.chain([EOS], iter_tokens(path))
-    blocks = (vocab.encode(block) for block in iter(lambda: list(itertools.islice(tokens, 1 << 16)), []))
+    blocks = (vocab.encode(block) for block in iter(lambda: list(itertools.islice(tokens, 4096)), []))
     with tempfile.TemporaryFile() as spool:
         count = spool_ids(blocks, spool)
         return _accumulate(model, SpooledStreamBatches(spool, count, batch_size, chunk), device, carry=True)
