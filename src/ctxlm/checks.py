@@ -24,6 +24,7 @@ class Allowed:
     choices: tuple[str, ...] = ()
 
     def describe(self, kind: type) -> str:
+        """What is allowed, in words: "an integer ≥ 1", "a number in (0, 1]", "one of a, b"."""
         if self.choices:
             return "one of " + ", ".join(self.choices)
         if kind is bool:
@@ -36,11 +37,10 @@ class Allowed:
             return f"{noun} in {'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
         if low:
             return f"{noun} {'>' if self.low_open else '≥'} {low}"
-        if high:
-            return f"{noun} {'<' if self.high_open else '≤'} {high}"
         return noun if kind is int else "a finite number"
 
     def admits(self, value: Any) -> bool:
+        """Whether a value already of the right type is allowed (finite, 64-bit, within bounds or choices)."""
         if self.choices:
             return value in self.choices
         if isinstance(value, bool) or not isinstance(value, (int, float)):
