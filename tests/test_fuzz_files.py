@@ -261,3 +261,12 @@ def test_a_damaged_run_directory_is_read_right_or_refused(runs, reference, tmp_p
             assert result.stdout.replace(str(run_dir), "RUN") == reference[command]
     if command != "resume":
         assert _digests(run_dir) == before
+
+
+def test_resume_refuses_a_config_changed_under_the_checkpoint(runs, tmp_path):
+    """Found by the property above (an emptied config.toml is all defaults, hidden_size 300)."""
+    shutil.copytree(runs["lstm"], tmp_path / "run")
+    config = tmp_path / "run" / "config.toml"
+    config.write_text(config.read_text().replace("hidden_size = 16", "hidden_size = 32"))
+    result = run_ctxlm("train", "--resume", tmp_path / "run", "--set", "train.epochs=2")
+    one_line_error(result, "trainer_state.pt: checkpoint does not fit the model of", "config.toml")

@@ -174,6 +174,9 @@ class Trainer:
     def _restore(self, state: dict):
         if state.get("identity") != self.identity:
             raise CtxlmError(f"{self.run_dir / 'trainer_state.pt'}: checkpoint belongs to another model or vocabulary")
+        if {k: v.shape for k, v in state["model"].items()} != {k: v.shape for k, v in checkpoint.unique_state_dict(self.model).items()}:
+            raise CtxlmError(f"{self.run_dir / 'trainer_state.pt'}: checkpoint does not fit the model of "
+                             f"{self.run_dir / 'config.toml'}; was that file changed?")
         with torch.no_grad():
             own = self.model.state_dict()
             for name, tensor in state["model"].items():
