@@ -41,7 +41,13 @@ def cmd_train(args) -> int:
 
         if args.config or args.match_params or args.run_dir:
             raise CtxlmError("--resume continues a run with its own config.toml in its own folder; only --set train.KEY=VALUE may change it")
-        config = apply_overrides(load_toml(Path(args.resume) / "config.toml"), args.set or []) if args.set else None
+        saved = Path(args.resume) / "config.toml"
+        config = apply_overrides(load_toml(saved), args.set or []) if args.set else None
+        if saved.is_file() and getattr(MODELS.get(load_toml(saved).model.name), "count_based", False):
+            from .training.count import estimate_run       # seconds long and deterministic: estimated again
+
+            _print_table(args.resume, estimate_run(config or load_toml(saved), args.resume, args.data_dir, again=True))
+            return 0
         trainer = Trainer(config, args.resume, args.data_dir, resume=True)
     else:
         config = _config(args)

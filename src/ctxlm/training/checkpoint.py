@@ -61,7 +61,7 @@ def digest(value: Any) -> str:
 
     def visit(v):
         if isinstance(v, torch.Tensor):
-            t = v.detach().cpu().contiguous().reshape(-1)
+            t = v.detach().cpu().reshape(-1).clone(memory_format=torch.contiguous_format)   # stride 1, even for 1 element
             h.update(f"tensor {t.dtype} {tuple(v.shape)};".encode())
             h.update(t.view(torch.uint8).numpy())
         elif isinstance(v, (dict, list, tuple)):
