@@ -1,12 +1,45 @@
+import contextlib
+import io
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
 
 from ctxlm.config import Config
 
 DATA_DIR = os.environ.get("CTXLM_DATA_DIR", "")
+
+# Property tests (Hypothesis): a quick profile in the default run, ten times the inputs with -m slow.
+settings.register_profile("ctxlm", deadline=None, database=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                                 HealthCheck.data_too_large, HealthCheck.large_base_example])
+settings.load_profile("ctxlm")
+FUZZ_SCALE = 1
+
+
+def pytest_configure(config):
+    global FUZZ_SCALE
+    markexpr = config.getoption("markexpr") or ""
+    if "slow" in markexpr and "not slow" not in markexpr:
+        FUZZ_SCALE = 10
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """With -m slow the property tests run too, with their long profile."""
+    if FUZZ_SCALE > 1:
+        for item in items:
+            if item.get_closest_marker("fuzz"):
+                item.add_marker(pytest.mark.slow)
+
+
+def examples(n: int) -> int:
+    """How many inputs a property test tries: n by default, 10 n under -m slow."""
+    return n * FUZZ_SCALE
 
 WORDS = "the cat sat on a mat while dog ran to big red house and small bird flew over".split()
 
@@ -51,6 +84,72 @@ def offline(monkeypatch, tmp_path):
     """Tests never download: no network, and a private cache folder."""
     monkeypatch.setenv("CTXLM_OFFLINE", "1")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+def ctxlm(*args, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    """Run `ctxlm ARGS` in this process, as the command would: exit status, stdout and stderr.
+
+    Anything but a clean error (CtxlmError, argparse) escapes as the exception itself.
+    """
+    from ctxlm.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    real_stdin = sys.stdin
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.BytesIO(stdin)), encoding="utf-8")
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main([str(a) for a in args])
+            except SystemExit as exc:
+                code = exc.code
+    finally:
+        sys.stdin = real_stdin
+    return subprocess.CompletedProcess(args, code or 0, out.getvalue(), err.getvalue())
+
+
+def one_line_error(result, *needles):
+    """A non-zero exit with exactly one line on stderr, no traceback, containing every needle."""
+    assert result.returncode != 0, result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    """Small finished runs shared by the property tests (read only: copy one before changing it).
+
+    lstm: one epoch on the synthetic corpus; other: the same on another corpus (another vocabulary);
+    attention: Daniluk's attention model, one epoch; ngram: a Kneser-Ney trigram. `corpus` holds the
+    corpus files (train.txt, valid.txt, test.txt) of all but `other`.
+    """
+    from ctxlm.training.count import estimate_run
+    from ctxlm.training.trainer import Trainer
+
+    root = tmp_path_factory.mktemp("runs")
+    (root / "corpus").mkdir()
+    (root / "other_corpus").mkdir()
+    corpus = write_corpus(root / "corpus")
+    config = tiny_config(corpus)
+    config.train.epochs = 1
+    Trainer(config, root / "lstm", log=lambda *a: None).fit()
+    other = tiny_config(write_corpus(root / "other_corpus", seed=5))
+    other.train.epochs, other.data.max_vocab = 1, 12
+    Trainer(other, root / "other", log=lambda *a: None).fit()
+    attention = tiny_config(corpus, name="attention", window=3)
+    attention.train.epochs = 1
+    Trainer(attention, root / "attention", log=lambda *a: None).fit()
+    ngram = tiny_config(corpus, name="kneser-ney", order=3)
+    estimate_run(ngram, root / "ngram", log=lambda *a: None)
+    before = _contents(root)
+    yield {name: root / name for name in ("lstm", "other", "attention", "ngram", "corpus")}
+    assert _contents(root) == before, "a command changed a file it was only meant to read"
+
+
+def _contents(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def needs_data(*relative):

@@ -6,22 +6,13 @@ import sys
 
 import pytest
 
-from conftest import tiny_config
+from conftest import one_line_error, tiny_config
 
 CLI = [sys.executable, "-m", "ctxlm"]
 
 
 def run(*args, cwd=None):
     return subprocess.run(CLI + [str(a) for a in args], capture_output=True, text=True, cwd=cwd)
-
-
-def one_line_error(result, *needles):
-    assert result.returncode != 0
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def test_missing_dataset_says_where_it_looked_and_how_to_get_it(tmp_path, monkeypatch):
@@ -52,7 +43,7 @@ def test_empty_or_binary_corpus(tmp_path, corpus, content):
 def test_unknown_model_option_and_preset_key(tmp_path):
     one_line_error(run("train", "--set", "model.name=transformerxl", "--run-dir", tmp_path / "r"), "unknown model", "lstm")
     one_line_error(run("train", "--set", "model.hiden_size=3"), "unknown key model.hiden_size", "hidden_size")
-    one_line_error(run("train", "--set", "train.epochs=many"), "train.epochs must be a int")
+    one_line_error(run("train", "--set", "train.epochs=many"), "train.epochs must be an integer ≥ 1, got 'many'")
     one_line_error(run("train", "--bogus"), "unrecognized arguments: --bogus")
     preset = tmp_path / "p.toml"
     preset.write_text("[model]\nname = 'lstm'\nlayer = 2\n")

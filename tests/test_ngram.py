@@ -161,7 +161,7 @@ def test_order_below_one_and_empty_corpus_are_errors(tmp_path, corpus):
 
     one_line_error(run("train", "--set", "model.name=kneser-ney", "--set", "model.order=0", "--set", "data.dataset=files",
                        "--set", f"data.train={corpus['train']}", "--set", f"data.valid={corpus['valid']}",
-                       "--set", f"data.test={corpus['test']}", "--run-dir", tmp_path / "r"), "order must be at least 1")
+                       "--set", f"data.test={corpus['test']}", "--run-dir", tmp_path / "r"), "model.order must be an integer ≥ 1, got '0'")
     (tmp_path / "empty.txt").write_text("")
     one_line_error(run("train", "--set", "model.name=kneser-ney", "--set", "data.dataset=files",
                        "--set", f"data.train={tmp_path / 'empty.txt'}", "--set", f"data.valid={corpus['valid']}",

@@ -7,6 +7,7 @@ import math
 import sys
 from pathlib import Path
 
+from .checks import PROBABILITY, SEED, at_least, in_range, option
 from .errors import CtxlmError
 
 
@@ -16,10 +17,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _config(args):
-    from .config import Config, apply_overrides, load_toml
+    from .config import Config, apply_overrides, load_toml, validate
 
     config = load_toml(args.config) if args.config else Config()
     apply_overrides(config, args.set or [])
+    validate(config)
     if getattr(args, "match_params", None):
         from .models.budget import match_params
         from .training.trainer import prepare_data
@@ -37,9 +39,15 @@ def cmd_train(args) -> int:
     if args.resume:
         from .config import apply_overrides, load_toml
 
-        if args.config or args.match_params:
-            raise CtxlmError("--resume continues a run with its own config.toml; only --set train.KEY=VALUE may change it")
-        config = apply_overrides(load_toml(Path(args.resume) / "config.toml"), args.set or []) if args.set else None
+        if args.config or args.match_params or args.run_dir:
+            raise CtxlmError("--resume continues a run with its own config.toml in its own folder; only --set train.KEY=VALUE may change it")
+        saved = Path(args.resume) / "config.toml"
+        config = apply_overrides(load_toml(saved), args.set or []) if args.set else None
+        if saved.is_file() and getattr(MODELS.get(load_toml(saved).model.name), "count_based", False):
+            from .training.count import estimate_run       # seconds long and deterministic: estimated again
+
+            _print_table(args.resume, estimate_run(config or load_toml(saved), args.resume, args.data_dir, again=True))
+            return 0
         trainer = Trainer(config, args.resume, args.data_dir, resume=True)
     else:
         config = _config(args)
@@ -68,9 +76,7 @@ def _print_table(run_dir, results) -> None:
 
 
 def cmd_eval(args) -> int:
-    from .data.corpus import read_tokens
-    from .data.vocab import EOS
-    from .evaluation import evaluate_stream
+    from .evaluation import evaluate_file
     from .run import load
     from .training.precision import autocast
     from .training.trainer import evaluate_split, prepare_data
@@ -83,15 +89,15 @@ def cmd_eval(args) -> int:
         settings = _cache_settings(args)
         model = NeuralCache(run.model, settings)
         run.config.data.batching = "stream"          # the cache spans sentence boundaries (Grave et al.)
-    if args.batch_size:
+    if args.batch_size is not None:
         run.config.data.eval_batch_size = args.batch_size
-    if args.chunk:
+    if args.chunk is not None:
         run.config.data.eval_chunk = args.chunk
     results = {}
     with autocast("cpu", args.precision):
         if args.file:
-            ids = run.vocab.encode([EOS] + read_tokens(args.file))
-            results[args.file] = evaluate_stream(model, ids, run.config.data.eval_batch_size, run.config.data.eval_chunk)
+            results[args.file] = evaluate_file(model, run.vocab, args.file, run.config.data.eval_batch_size,
+                                               run.config.data.eval_chunk)
         else:
             data = prepare_data(run.config, args.data_dir, run.vocab)
             for split in args.split or ("valid", "test"):
@@ -235,22 +241,21 @@ def _commit() -> str:
 
 
 def cmd_score(args) -> int:
+    from .data.corpus import iter_lines
     from .generate import score_tokens
     from .run import load
 
     run = load(args.run)
-    source = open(args.input, encoding="utf-8") if args.input and args.input != "-" else sys.stdin
     state = None
-    with source:
-        for line in source:
-            tokens = line.split() + ["<eos>"]
-            log_probs, new_state = score_tokens(run.model, run.vocab, tokens, state if args.stream else None)
-            state = new_state
-            total = sum(log_probs)
-            print(json.dumps({"text": line.rstrip("\n"), "tokens": tokens,
-                              "unknown": [t not in run.vocab.index for t in tokens],
-                              "log_probs": [round(x, 5) for x in log_probs], "total": round(total, 5),
-                              "ppl": round(math.exp(-total / len(tokens)), 4)}))
+    for line in iter_lines(args.input or "-", allow_empty=True):
+        tokens = line.split() + ["<eos>"]
+        log_probs, new_state = score_tokens(run.model, run.vocab, tokens, state if args.stream else None)
+        state = new_state
+        total = sum(log_probs)
+        print(json.dumps({"text": line, "tokens": tokens,
+                          "unknown": [t not in run.vocab.index for t in tokens],
+                          "log_probs": [round(x, 5) for x in log_probs], "total": round(total, 5),
+                          "ppl": round(math.exp(-total / len(tokens)), 4)}))
     return 0
 
 
@@ -270,6 +275,8 @@ def cmd_generate(args) -> int:
 
 
 def cmd_info(args) -> int:
+    import torch
+
     from .models import build_model
 
     target = Path(args.target)
@@ -287,7 +294,8 @@ def cmd_info(args) -> int:
             from .training.trainer import prepare_data
 
             vocab_size = len(prepare_data(config, args.data_dir).vocab)
-        model = build_model(config.model, vocab_size)
+        with torch.device("meta"):          # sizes only: nothing is allocated
+            model = build_model(config.model, vocab_size)
     counts = model.parameter_counts()
     print(config.to_toml())
     print(f"vocabulary size          {vocab_size:,}")
@@ -341,13 +349,19 @@ def cmd_attention(args) -> int:
     if args.text:
         words = args.text.split()
     else:
-        from .data.registry import locate
-        from .data.corpus import read_text
+        import itertools
 
-        lines = [l for l in read_text(locate(run.config.data.dataset, args.split, args.data_dir)).splitlines() if l.strip()]
+        from .data.registry import load_corpus
+        from .data.vocab import EOS
+
+        d = run.config.data
+        splits = load_corpus(d.dataset, args.data_dir, {"train": d.train, "valid": d.valid, "test": d.test}).splits
+        if args.split not in splits:
+            raise CtxlmError(f"--split {args.split}: dataset {d.dataset!r} has splits {', '.join(splits)}")
+        lines = [list(words) for end, words in itertools.groupby(splits[args.split], lambda t: t == EOS) if not end]
         if not 1 <= args.line <= len(lines):
             raise CtxlmError(f"--line {args.line}: the {args.split} split has {len(lines)} non-empty lines")
-        words = lines[args.line - 1].split()
+        words = lines[args.line - 1]
     result = explain(run, words, args.top)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -439,9 +453,9 @@ def cmd_models(args) -> int:
 def cache_options(p) -> None:
     p.add_argument("--cache", action="store_true", help="add the neural cache (Grave et al. 2017) with the settings "
                    "`ctxlm tune-cache` recorded in the run; --cache-window/--cache-theta/--cache-lambda override them")
-    p.add_argument("--cache-window", type=int, help="cache size: (hidden state, next word) pairs kept (default 2000)")
-    p.add_argument("--cache-theta", type=float, help="flatness θ of the cache distribution (default 0.3)")
-    p.add_argument("--cache-lambda", type=float, help="cache interpolation weight λ in [0, 1] (default 0.1)")
+    p.add_argument("--cache-window", type=option(int, at_least(1)), help="cache size: (hidden state, next word) pairs kept (default 2000)")
+    p.add_argument("--cache-theta", type=option(float, at_least(0)), help="flatness θ of the cache distribution (default 0.3)")
+    p.add_argument("--cache-lambda", type=option(float, in_range(0, 1)), help="cache interpolation weight λ in [0, 1] (default 0.1)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -466,10 +480,11 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Perplexity = exp(total NLL / tokens), every <eos> and <unk> counted (SPEC §0.2). "
                                    "Stream evaluation uses batch size 1 in chunks of 1,000 tokens unless told otherwise.")
     p.add_argument("run", help="run directory")
-    p.add_argument("--split", action="append", choices=["train", "valid", "test"], help="split(s) to evaluate (default valid and test)")
-    p.add_argument("--file", help="evaluate a text file (one sentence per line) instead")
-    p.add_argument("--batch-size", type=int, help="parallel streams (default from the run: 1)")
-    p.add_argument("--chunk", type=int, help="tokens per forward pass (default from the run: 1000)")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--split", action="append", choices=["train", "valid", "test"], help="split(s) to evaluate (default valid and test)")
+    what.add_argument("--file", help="evaluate a text file (one sentence per line, read as a stream) instead")
+    p.add_argument("--batch-size", type=option(int, at_least(1)), help="parallel streams (default from the run: 1)")
+    p.add_argument("--chunk", type=option(int, at_least(1)), help="tokens per forward pass (default from the run: 1000)")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                    help="fp32 (default, exact) or bf16 autocast (faster on bf16 hardware, approximate, reported as such)")
     cache_options(p)
@@ -484,7 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="run directory")
     p.add_argument("file", help="passages, e.g. $CTXLM_DATA_DIR/lambada/lambada_development_plain_text.txt")
     p.add_argument("--names", help="capitalised-in-training words, one per line (`ctxlm names` writes one)")
-    p.add_argument("--top", type=int, default=5, help="predictions kept per passage in the JSON (default 5)")
+    p.add_argument("--top", type=option(int, at_least(1)), default=5, help="predictions kept per passage in the JSON (default 5)")
     p.add_argument("--out", default="lambada.jsonl", help="per-passage results, JSON lines (default ./lambada.jsonl)")
     cache_options(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -495,8 +510,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "after a sentence's first word and is capitalised in at least --share of those.")
     p.add_argument("files", nargs="+", help="cased text files (.gz is fine) or folders of them, e.g. the Gutenberg novels")
     p.add_argument("--out", default="names.txt", help="output file, one word per line (default ./names.txt)")
-    p.add_argument("--min-count", type=int, default=5)
-    p.add_argument("--share", type=float, default=0.9)
+    p.add_argument("--min-count", type=option(int, at_least(1)), default=5)
+    p.add_argument("--share", type=option(float, in_range(0, 1, low_open=True)), default=0.9)
     p.set_defaults(func=cmd_names)
 
     p = sub.add_parser("tune-cache", help="choose the neural cache's window, θ and λ on validation data",
@@ -521,18 +536,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("generate", help="sample text from a trained run")
     p.add_argument("run", help="run directory")
     p.add_argument("--prompt", default="", help="words to continue")
-    p.add_argument("--max-tokens", type=int, default=50)
-    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=0, help="sample among the k most likely words (0 = all)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold")
-    p.add_argument("--num", type=int, default=1, help="number of samples")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-tokens", type=option(int, at_least(1)), default=50)
+    p.add_argument("--temperature", type=option(float, at_least(0)), default=1.0, help="0 = greedy")
+    p.add_argument("--top-k", type=option(int, at_least(0)), default=0, help="sample among the k most likely words (0 = all)")
+    p.add_argument("--top-p", type=option(float, PROBABILITY), default=1.0, help="nucleus sampling threshold in (0, 1]")
+    p.add_argument("--num", type=option(int, at_least(1)), default=1, help="number of samples")
+    p.add_argument("--seed", type=option(int, SEED), default=0)
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("info", help="configuration, vocabulary size and parameter counts of a run or preset")
     p.add_argument("target", help="run directory or TOML preset")
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE")
-    p.add_argument("--vocab-size", type=int, help="for a preset: use this vocabulary size instead of reading the data")
+    p.add_argument("--vocab-size", type=option(int, at_least(2)), help="for a preset: use this vocabulary size instead of reading the data")
     p.add_argument("--match-params", metavar="MODEL:WxK", help="pick emb/hidden sizes so the model has at most the "
                    "parameters of MODEL with embedding W and hidden K, e.g. lstm:300x300 (Daniluk's budgets)")
     common_data(p)
@@ -554,7 +569,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "each run. Example: ctxlm explore runs/ptb-lstm runs/ptb-attention")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories, loaded once")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)")
-    p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any free port)")
+    p.add_argument("--port", type=option(int, in_range(0, 65535)), default=8765, help="port (default 8765; 0 = any free port)")
     p.add_argument("--cache", action="store_true", help="also serve each neural run with its neural cache "
                    "(the setting `ctxlm tune-cache` recorded, else window 2000, θ 0.3, λ 0.1)")
     p.set_defaults(func=cmd_explore)
@@ -565,8 +580,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="run directory of an attention, key-value, key-value-predict or attentive-lm model")
     p.add_argument("--text", help="the text to explain (whitespace-tokenised)")
     p.add_argument("--split", default="valid", choices=["train", "valid", "test"], help="or take a line of this split")
-    p.add_argument("--line", type=int, default=1, help="1-based line number in --split (default 1)")
-    p.add_argument("--top", type=int, default=5, help="predictions shown per position")
+    p.add_argument("--line", type=option(int, at_least(1)), default=1, help="1-based line number in --split (default 1)")
+    p.add_argument("--top", type=option(int, at_least(1)), default=5, help="predictions shown per position")
     p.add_argument("--out", default="attention", help="output folder (default ./attention)")
     common_data(p)
     p.set_defaults(func=cmd_attention)
@@ -576,7 +591,7 @@ def build_parser() -> argparse.ArgumentParser:
     a = analyses.add_parser("attention-by-position", help="mean attention weight per distance over a split (Daniluk Fig. 4.1)")
     a.add_argument("run", help="run directory of an attention model")
     a.add_argument("--split", default="valid", choices=["train", "valid", "test"])
-    a.add_argument("--max-tokens", type=int, default=0, help="only the first N tokens (0 = all)")
+    a.add_argument("--max-tokens", type=option(int, at_least(0)), default=0, help="only the first N tokens (0 = all)")
     a.add_argument("--out", default="analysis", help="output folder (default ./analysis)")
     common_data(a)
     a.set_defaults(func=cmd_analyze)
@@ -603,8 +618,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except CtxlmError as exc:
-        print(f"ctxlm: error: {exc}", file=sys.stderr)
+    except (CtxlmError, OSError) as exc:     # OSError: a file we were told to read or write (missing, no permission, disk full)
+        print("ctxlm: error: " + " ".join(str(exc).split("\n")), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("ctxlm: interrupted", file=sys.stderr)

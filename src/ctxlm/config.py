@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from .checks import ANY, SEED, above, at_least, convert, in_range, one_of, setting
 from .errors import CtxlmError
 
 
@@ -16,53 +17,53 @@ class DataConfig:
     train: str = ""                 # user corpus files (dataset = "files")
     valid: str = ""
     test: str = ""
-    batching: str = "stream"        # stream | sentence (SPEC §0.4 regimes A and B)
-    batch_size: int = 64
-    bptt: int = 20                  # stream: tokens per chunk
-    max_sentence_len: int = 0       # sentence: truncate training sentences (0 = no limit)
+    batching: str = setting("stream", one_of("stream", "sentence"))  # SPEC §0.4 regimes A and B
+    batch_size: int = setting(64, at_least(1))
+    bptt: int = setting(20, at_least(1))  # stream: tokens per chunk
+    max_sentence_len: int = setting(0, at_least(0))  # sentence: truncate training sentences (0 = no limit)
     sentence_ends: str = ""         # sentence: tokens that also end a sentence, e.g. ". ? !" (lines always do)
-    eval_batch_size: int = 1        # SPEC §0.2: stream evaluation, batch size 1, large chunks
-    eval_chunk: int = 1000
-    max_vocab: int = 0              # 0 = no limit
-    min_count: int = 0              # 0 = the dataset's default (1, or 4 for Brown)
+    eval_batch_size: int = setting(1, at_least(1))  # SPEC §0.2: stream evaluation, batch size 1, large chunks
+    eval_chunk: int = setting(1000, at_least(1))
+    max_vocab: int = setting(0, at_least(0))  # 0 = no limit
+    min_count: int = setting(0, at_least(0))  # 0 = the dataset's default (1, or 4 for Brown)
 
 
 @dataclass
 class ModelConfig:
     name: str = "lstm"              # lstm, gru, attention, key-value, rnn-ngram, kneser-ney, ... (`ctxlm models`)
-    emb_size: int = 300
-    hidden_size: int = 300
-    layers: int = 1
-    dropout: float = 0.0            # on non-recurrent connections
+    emb_size: int = setting(300, at_least(1))
+    hidden_size: int = setting(300, at_least(1))
+    layers: int = setting(1, at_least(1))
+    dropout: float = setting(0.0, in_range(0, 1, high_open=True))  # on non-recurrent connections
     tie_weights: bool = False
-    init_range: float = 0.1         # U(-r, r) for every parameter; 0 = PyTorch's default initialisation
+    init_range: float = setting(0.1, at_least(0))  # U(-r, r) for every parameter; 0 = PyTorch's default initialisation
     forget_bias: float = 1.0        # LSTM forget-gate bias (SPEC §1.6a)
-    order: int = 5                  # n-gram order (kneser-ney)
-    window: int = 4                 # attention window a: past outputs attended (Daniluk models)
-    ngram: int = 1                  # N of the RNN N-gram model (rnn-ngram)
-    score: str = "single"           # attentive-lm attention score: single | combined
+    order: int = setting(5, at_least(1))  # n-gram order (kneser-ney)
+    window: int = setting(4, at_least(1))  # attention window a: past outputs attended (Daniluk models)
+    ngram: int = setting(1, at_least(1))  # N of the RNN N-gram model (rnn-ngram)
+    score: str = setting("single", one_of("single", "combined"))  # attentive-lm attention score
 
 
 @dataclass
 class TrainConfig:
-    optimizer: str = "adam"         # sgd | adam | adamw
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    schedule: str = "constant"      # constant | decay (divide by lr_factor every epoch after decay_start) | plateau
-    lr_factor: float = 2.0
-    decay_start: int = 0
-    epochs: int = 10
-    early_stop_patience: int = 0    # stop after this many epochs without validation gain (0 = never)
+    optimizer: str = setting("adam", one_of("sgd", "adam", "adamw"))
+    lr: float = setting(1e-3, above(0))
+    weight_decay: float = setting(0.0, at_least(0))
+    schedule: str = setting("constant", one_of("constant", "decay", "plateau"))  # decay: divide by lr_factor every epoch after decay_start
+    lr_factor: float = setting(2.0, above(0))  # must be > 1 unless the schedule is constant
+    decay_start: int = setting(0, at_least(0))
+    epochs: int = setting(10, at_least(1))
+    early_stop_patience: int = setting(0, at_least(0))  # stop after this many epochs without validation gain (0 = never)
     rollback: bool = False          # after an epoch without validation gain, go on from the best weights (RNNLM recipe)
-    clip: float = 5.0               # global gradient-norm clipping (0 = off)
-    loss_normalization: str = "token"  # token: mean NLL per target ([000] eq 3.2); sequence: summed NLL / batch size
-    seed: int = 1
-    device: str = "auto"            # auto | cpu | cuda
-    checkpoint_every: int = 500     # also checkpoint mid-epoch every N batches (0 = only per epoch)
-    max_batches: int = 0            # cap batches per epoch (0 = all), for smoke tests and demos
-    threads: int = 0                # CPU threads for PyTorch (0 = its default)
-    precision: str = "fp32"         # fp32 | bf16 (autocast, float32 weights and loss; evaluation stays float32)
-    compile: bool = False           # torch.compile forward + loss (falls back to eager on errors; see docs/benchmarks.md)
+    clip: float = setting(5.0, at_least(0))  # global gradient-norm clipping (0 = off)
+    loss_normalization: str = setting("token", one_of("token", "sequence"))  # token: mean NLL per target ([000] eq 3.2); sequence: summed NLL / batch size
+    seed: int = setting(1, SEED)
+    device: str = setting("auto", one_of("auto", "cpu", "cuda"))
+    checkpoint_every: int = setting(500, at_least(0))  # also checkpoint mid-epoch every N batches (0 = only per epoch)
+    max_batches: int = setting(0, at_least(0))  # cap batches per epoch (0 = all), for smoke tests and demos
+    threads: int = setting(0, at_least(0))  # CPU threads for PyTorch (0 = its default)
+    precision: str = setting("fp32", one_of("fp32", "bf16"))  # bf16: autocast, float32 weights and loss; evaluation stays float32
+    compile: bool = setting(False)  # torch.compile forward + loss (falls back to eager on errors; see docs/benchmarks.md)
 
 
 @dataclass
@@ -92,59 +93,64 @@ def _toml_value(value: Any) -> str:
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _coerce(section: str, key: str, kind: type, value: Any, source: str) -> Any:
-    """Convert a TOML or command-line value to the field's type, or raise a clear error."""
-    try:
-        if kind is bool:
-            if isinstance(value, bool):
-                return value
-            if str(value).lower() in ("true", "1", "yes"):
-                return True
-            if str(value).lower() in ("false", "0", "no"):
-                return False
-            raise ValueError
-        if kind is int:
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError
-            return int(value)
-        if kind is float:
-            return float(value)
-        return str(value)
-    except (TypeError, ValueError):
-        raise CtxlmError(f"{source}: {section}.{key} must be a {kind.__name__}, got {value!r}") from None
+_KINDS = {"int": int, "float": float, "bool": bool, "str": str}
 
 
 def apply(config: Config, section: str, key: str, value: Any, source: str) -> None:
-    """Set config.section.key = value with type checking; unknown names are errors."""
+    """Set config.section.key = value, checked against the field's type and allowed values; unknown names are errors."""
+    target = _section(config, section, source)
+    known = {f.name: f for f in fields(target)}
+    if key not in known:
+        raise CtxlmError(f"{source}: unknown key {section}.{key}; valid keys: {', '.join(known)}")
+    try:
+        setattr(target, key, convert(_KINDS[known[key].type], known[key].metadata.get("allowed", ANY), value))
+    except ValueError as exc:
+        raise CtxlmError(f"{source}: {section}.{key} {exc}") from None
+
+
+def _section(config: Config, section: str, source: str):
     sections = {f.name: getattr(config, f.name) for f in fields(config)}
     if section not in sections:
         raise CtxlmError(f"{source}: unknown section [{section}]; expected one of {', '.join(sections)}")
-    target = sections[section]
-    types = {f.name: f.type for f in fields(target)}
-    if key not in types:
-        raise CtxlmError(f"{source}: unknown key {section}.{key}; valid keys: {', '.join(types)}")
-    kind = {"int": int, "float": float, "bool": bool, "str": str}[types[key]]
-    setattr(target, key, _coerce(section, key, kind, value, source))
+    return sections[section]
+
+
+def validate(config: Config) -> None:
+    """Check a whole config (also one built in Python): every value allowed, and the combinations."""
+    for section in fields(config):
+        values = getattr(config, section.name)
+        for f in fields(values):
+            apply(config, section.name, f.name, getattr(values, f.name), "config")
+    if config.train.schedule != "constant" and config.train.lr_factor <= 1:
+        raise CtxlmError(f"config: train.lr_factor must be > 1 with schedule {config.train.schedule!r} "
+                         f"(it divides the rate), got {config.train.lr_factor}")
 
 
 def load_toml(path: str | Path, config: Config | None = None) -> Config:
     """Read a TOML preset on top of `config` (default: the built-in defaults), after its `base` preset."""
-    config = config or Config()
-    path = Path(path)
+    return _load(Path(path), config or Config(), ())
+
+
+def _load(path: Path, config: Config, chain: tuple[Path, ...]) -> Config:
+    if path.resolve() in chain:
+        raise CtxlmError(f"{path}: base presets form a cycle ({' -> '.join(str(p) for p in chain)} -> {path})")
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise CtxlmError(f"config file {path} not found; presets live in configs/ (e.g. configs/daniluk/ptb-lstm.toml)") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise CtxlmError(f"{path}: not valid TOML ({exc})") from None
+    except (OSError, ValueError) as exc:
+        raise CtxlmError(f"{path}: cannot read the config file ({getattr(exc, 'strerror', None) or exc})") from None
     if "base" in raw:   # a preset may build on another: base = "ptb-lstm.toml" (relative to this file)
         base = raw.pop("base")
         if not isinstance(base, str):
             raise CtxlmError(f"{path}: base must be a file name, e.g. base = \"ptb-lstm.toml\"")
-        config = load_toml(path.parent / base, config)
+        config = _load(path.parent / base, config, (*chain, path.resolve()))
     for section, values in raw.items():
         if not isinstance(values, dict):
             raise CtxlmError(f"{path}: top-level key {section!r} must be a [section]")
+        _section(config, section, str(path))
         for key, value in values.items():
             apply(config, section, key, value, str(path))
     return config

@@ -7,11 +7,16 @@ from .data.vocab import EOS
 
 
 @torch.no_grad()
-def score_tokens(model, vocab, tokens: list[str], state=None):
-    """log p of every token (natural log) given `<eos>` + the preceding tokens and `state`."""
+def score_tokens(model, vocab, tokens: list[str], state=None, chunk: int = 1000):
+    """log p of every token (natural log) given `<eos>` + the preceding tokens and `state`, `chunk` tokens at a time."""
     ids = vocab.encode([EOS] + tokens).unsqueeze(0)
-    out = model(ids[:, :-1], state)
-    return model.target_log_probs(out, ids[:, 1:])[0].tolist(), out.state
+    log_probs = []
+    for start in range(0, ids.size(1) - 1, chunk):
+        piece = ids[:, start:start + chunk + 1]
+        out = model(piece[:, :-1], state)
+        log_probs += model.target_log_probs(out, piece[:, 1:])[0].tolist()
+        state = out.state
+    return log_probs, state
 
 
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
@@ -39,7 +44,8 @@ def sample(model, vocab, prompt: list[str], max_tokens: int, temperature: float 
         if temperature <= 0:
             choice = int(logits.argmax())
         else:
-            probs = torch.softmax(filter_logits(logits / temperature, top_k, top_p), -1)
+            scaled = (logits - logits.max()).double() / temperature     # finite for any temperature > 0
+            probs = torch.softmax(filter_logits(scaled, top_k, top_p), -1)
             choice = int(torch.multinomial(probs, 1, generator=generator))
         words.append(vocab.words[choice])
         out = model(torch.tensor([[choice]]), out.state)

@@ -35,7 +35,7 @@ def explain(run, words: list[str], top: int = 5) -> dict:
         for weight, distance in zip(out.attention[0, t].tolist(), distances[t].tolist()):
             if weight > 0 and t - distance >= 0:
                 matrix[t, 0 if distance == 0 else 1 + t - distance] += weight
-    best = log_probs.topk(top, -1)
+    best = log_probs.topk(min(top, log_probs.size(-1)), -1)
     return {
         "model": run.config.model.name, "inputs": inputs, "targets": targets,
         "attention_columns": ["<h0>"] + inputs, "attention": matrix.tolist(),

@@ -5,7 +5,9 @@ Targets that are padding carry IGNORE (-100): they are never counted in loss or 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
+import numpy as np
 import torch
 
 IGNORE = -100
@@ -52,6 +54,51 @@ class StreamBatches:
 
     def __iter__(self):
         return (self.batch(i) for i in range(len(self)))
+
+
+class SpooledStreamBatches:
+    """The batches of `StreamBatches(ids, batch_size, bptt)`, with `ids` in a file of int32 (see `spool_ids`).
+
+    Each batch reads only its own span of every row, so memory does not grow with the stream.
+    """
+
+    def __init__(self, spool, num_ids: int, batch_size: int, bptt: int):
+        self.spool, self.bptt = spool, bptt
+        self.num_tokens = count = num_ids - 1
+        self.rows = max(1, min(batch_size, count))
+        self.length = -(-count // self.rows)
+
+    def __len__(self) -> int:
+        return -(-self.length // self.bptt)
+
+    def _read(self, start: int, count: int) -> torch.Tensor:
+        self.spool.seek(4 * start)
+        return torch.from_numpy(np.frombuffer(self.spool.read(4 * count), dtype=np.int32).astype(np.int64))
+
+    def batch(self, index: int) -> Batch:
+        start = index * self.bptt
+        width = min(self.bptt, self.length - start)
+        inputs = torch.zeros(self.rows, width, dtype=torch.long)
+        targets = torch.full((self.rows, width), IGNORE, dtype=torch.long)
+        for row in range(self.rows):
+            first = row * self.length + start          # targets before this one in the stream
+            n = max(0, min(width, self.num_tokens - first))
+            if n:
+                ids = self._read(first, n + 1)
+                inputs[row, :n], targets[row, :n] = ids[:-1], ids[1:]
+        return Batch(inputs, targets, None)
+
+    def __iter__(self):
+        return (self.batch(i) for i in range(len(self)))
+
+
+def spool_ids(ids: Iterable[torch.Tensor], spool) -> int:
+    """Write blocks of token ids to `spool` as int32; returns how many were written."""
+    count = 0
+    for block in ids:
+        spool.write(block.to(torch.int32).numpy().tobytes())
+        count += block.numel()
+    return count
 
 
 def split_sentences(ids: torch.Tensor, eos: int, extra_ends: tuple[int, ...] = ()) -> list[torch.Tensor]:

@@ -1,12 +1,16 @@
 """Readers: plain token files (gzip transparent), Brown word/TAG files, LAMBADA passages, MSR CSV, Gutenberg."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import io
 import re
+import sys
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from ..errors import CtxlmError
 from .vocab import EOS
@@ -24,7 +28,7 @@ def read_text(path: str | Path, encoding: str = "utf-8") -> str:
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             raise CtxlmError(f"{path}: corrupt gzip file ({exc}); download it again") from None
     if not raw.strip():
         raise CtxlmError(f"{path}: file is empty; a corpus needs at least one line of text")
@@ -46,8 +50,58 @@ def lines_to_tokens(text: str) -> list[str]:
     return tokens
 
 
+def iter_lines(path: str | Path, allow_empty: bool = False) -> Iterator[str]:
+    """The lines of a UTF-8 text file without their "\\n", read as a stream (gzip transparent, "-" = standard input).
+
+    Memory is bounded by the longest line. NUL bytes, undecodable text, a corrupt gzip stream and (unless
+    `allow_empty`) a file without a single word are clear errors naming the file and line.
+    """
+    name = "standard input" if str(path) == "-" else str(path)
+    words = False
+    with _open_binary(path) as handle:
+        for number, raw in enumerate(_raw_lines(handle, name), 1):
+            if b"\x00" in raw:
+                raise CtxlmError(f"{name}, line {number}: looks binary (contains NUL bytes); expected plain text, one sentence per line")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise CtxlmError(f"{name}, line {number}: not valid utf-8 text; convert the file to UTF-8") from None
+            words = words or bool(line.split())
+            yield line[:-1] if line.endswith("\n") else line
+    if not words and not allow_empty:
+        raise CtxlmError(f"{name}: file is empty (no words); a corpus needs at least one line of text")
+
+
+def _open_binary(path: str | Path):
+    if str(path) == "-":
+        return contextlib.nullcontext(sys.stdin.buffer)
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise CtxlmError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise CtxlmError(f"{path}: is a directory, expected a text file") from None
+
+
+def _raw_lines(handle, name: str) -> Iterator[bytes]:
+    if handle.peek(2)[:2] != b"\x1f\x8b":
+        yield from handle
+        return
+    try:
+        yield from gzip.GzipFile(fileobj=handle)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise CtxlmError(f"{name}: corrupt gzip file ({exc}); download it again") from None
+
+
+def iter_tokens(path: str | Path) -> Iterator[str]:
+    """Whitespace tokens of every line, each line followed by `<eos>`, streamed (as `lines_to_tokens`)."""
+    for line in iter_lines(path):
+        yield from line.split()
+        yield EOS
+
+
 def read_tokens(path: str | Path) -> list[str]:
-    return lines_to_tokens(read_text(path))
+    return list(iter_tokens(path))
 
 
 def read_sentences(path: str | Path) -> list[list[str]]:

@@ -63,4 +63,9 @@ class Vocabulary:
             text = Path(path).read_text(encoding="utf-8")
         except FileNotFoundError:
             raise CtxlmError(f"vocabulary file {path} not found") from None
-        return cls(text.split("\n")[:-1])
+        except UnicodeDecodeError:
+            raise CtxlmError(f"{path}: not valid utf-8 text; the vocabulary file is corrupt") from None
+        try:
+            return cls(text.split("\n")[:-1])
+        except CtxlmError as exc:
+            raise CtxlmError(f"{path}: {exc}") from None

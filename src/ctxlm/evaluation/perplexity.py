@@ -2,11 +2,16 @@
 padding never; sums are accumulated in float64 across batches, never averaged per batch."""
 from __future__ import annotations
 
+import itertools
 import math
+import tempfile
+from pathlib import Path
 
 import torch
 
-from ..data.batching import IGNORE, SentenceBatches, StreamBatches
+from ..data.batching import IGNORE, SentenceBatches, SpooledStreamBatches, StreamBatches, spool_ids
+from ..data.corpus import iter_tokens
+from ..data.vocab import EOS
 
 
 def _accumulate(model, batches, device, carry: bool) -> dict[str, float]:
@@ -28,6 +33,16 @@ def evaluate_stream(model, ids: torch.Tensor, batch_size: int = 1, chunk: int = 
                     device="cpu") -> dict[str, float]:
     """Regime A: `ids` starts with `<eos>`; state is carried across chunks (batch 1 = exact history)."""
     return _accumulate(model, StreamBatches(ids, batch_size, chunk, doc_starts), device, carry=True)
+
+
+def evaluate_file(model, vocab, path: str | Path, batch_size: int = 1, chunk: int = 1000, device="cpu") -> dict[str, float]:
+    """`evaluate_stream` of a text file (`<eos>` first, then its tokens), in memory independent of its length:
+    the ids are written to a temporary file and read back chunk by chunk."""
+    tokens = itertools.chain([EOS], iter_tokens(path))
+    blocks = (vocab.encode(block) for block in iter(lambda: list(itertools.islice(tokens, 4096)), []))
+    with tempfile.TemporaryFile() as spool:
+        count = spool_ids(blocks, spool)
+        return _accumulate(model, SpooledStreamBatches(spool, count, batch_size, chunk), device, carry=True)
 
 
 def evaluate_sentences(model, sentences: list[torch.Tensor], eos: int, batch_size: int = 32,

@@ -86,6 +86,8 @@ def read_arpa(path: str | Path) -> tuple[KneserNeyLM, Vocabulary]:
                 order = int(line[1:-7])
             except ValueError:
                 fail(f"bad section header {line!r}")
+            if order not in expected or order in entries:
+                fail(f"unexpected section {line!r}: the header declares orders 1 to {len(expected)}, each once")
             entries[order] = []
             continue
         fields = line.split("\t") if "\t" in line else line.split()
@@ -98,6 +100,8 @@ def read_arpa(path: str | Path) -> tuple[KneserNeyLM, Vocabulary]:
                 float(fields[1 + order]) if "\t" not in line and len(fields) > 1 + order else 0.0)
         except (ValueError, IndexError):
             fail(f"bad n-gram entry {line!r}")
+        if not (np.isfinite(log_prob) and np.isfinite(backoff) and log_prob <= 0):
+            fail(f"bad n-gram entry {line!r}: log-probabilities are finite and at most 0, back-offs finite")
         if len(gram) != order:
             fail(f"expected {order} words in a {order}-gram entry, got {len(gram)}")
         entries[order].append((log_prob, gram, backoff))
@@ -107,22 +111,28 @@ def read_arpa(path: str | Path) -> tuple[KneserNeyLM, Vocabulary]:
         if len(entries.get(n, [])) != count:
             raise CtxlmError(f"{path}: header says {count} {n}-grams, the file has {len(entries.get(n, []))}")
 
-    unigram_words = [g[0] for _, g, _ in entries[1]]
-    words = [EOS, UNK] + [w for w in unigram_words if w not in ("</s>", "<s>", UNK)]
-    vocab = Vocabulary(words)
+    def word(w):            # `</s>` is our `<eos>`
+        return EOS if w == "</s>" else w
+
+    unigram_words = [word(g[0]) for _, g, _ in entries.get(1, [])]
+    if len(set(unigram_words)) != len(unigram_words):
+        raise CtxlmError(f"{path}: a word appears twice among the unigrams")
+    if EOS not in unigram_words:
+        raise CtxlmError(f"{path}: no </s> unigram; an ARPA model gives the end of a sentence a probability")
+    vocab = Vocabulary([EOS, UNK] + [w for w in unigram_words if w not in (EOS, "<s>", UNK)])
     model = KneserNeyLM(len(vocab), order=len(expected), eos=vocab.eos)
-    word_id = {("</s>" if w == EOS else w): i for i, w in enumerate(vocab.words)}
+    word_id = {w: i for i, w in enumerate(vocab.words)}
     word_id["<s>"] = model.bos
     tables = []
     unigram_prob, unigram_backoff = np.full(model.base, -np.inf), np.zeros(model.base)
-    for log_prob, gram, backoff in entries[1]:
-        unigram_prob[word_id[gram[0]]] = log_prob * LN10
-        unigram_backoff[word_id[gram[0]]] = backoff * LN10
+    for (log_prob, _, backoff), w in zip(entries[1], unigram_words):
+        unigram_prob[word_id[w]] = log_prob * LN10
+        unigram_backoff[word_id[w]] = backoff * LN10
     unigram_prob[model.bos] = -np.inf
     tables.append(_Table(np.arange(model.base, dtype=np.int64), unigram_prob, unigram_backoff))
     for n in range(2, len(expected) + 1):
         try:
-            ids = np.array([[word_id[w] for w in gram] for _, gram, _ in entries[n]], dtype=np.int64).reshape(-1, n)
+            ids = np.array([[word_id[word(w)] for w in gram] for _, gram, _ in entries.get(n, [])], dtype=np.int64).reshape(-1, n)
         except KeyError as exc:
             raise CtxlmError(f"{path}: {n}-gram uses {exc.args[0]!r}, which is not among the unigrams") from None
         prefix = ids[:, 0]
@@ -131,8 +141,10 @@ def read_arpa(path: str | Path) -> tuple[KneserNeyLM, Vocabulary]:
         if (prefix < 0).any():
             raise CtxlmError(f"{path}: some {n}-grams have no {n - 1}-gram prefix entry; not a valid back-off model")
         keys = prefix * model.base + ids[:, -1]
+        if np.unique(keys).size != keys.size:
+            raise CtxlmError(f"{path}: some {n}-gram appears twice")
         order_by = np.argsort(keys, kind="stable")
-        values = np.array([(p, b) for p, _, b in entries[n]], dtype=np.float64).reshape(-1, 2) * LN10
+        values = np.array([(p, b) for p, _, b in entries.get(n, [])], dtype=np.float64).reshape(-1, 2) * LN10
         tables.append(_Table(keys[order_by], values[order_by, 0], values[order_by, 1]))
     model.tables = tables
     return model, vocab

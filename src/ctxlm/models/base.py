@@ -30,6 +30,8 @@ def build_model(config, vocab_size: int) -> "LanguageModel":
         return MODELS[config.name].from_config(config, vocab_size)
     except ValueError as exc:
         raise CtxlmError(f"model {config.name!r}: {exc}") from None
+    except (RuntimeError, TypeError, OverflowError) as exc:     # sizes torch cannot hold or memory cannot fit
+        raise CtxlmError(f"model {config.name!r} with vocabulary {vocab_size:,}: {str(exc).splitlines()[0]}") from None
 
 
 @dataclass

@@ -2,11 +2,14 @@
 
 Every write goes to a temporary file in the same folder and is renamed into place, so a crash
 never leaves a half-written file; the previous trainer state is kept as `trainer_state.prev.pt`.
-Loading never unpickles arbitrary objects (`weights_only=True`, safetensors).
+Weights and trainer state carry a sha256 of their content, so a changed bit is an error, not a
+silently different model. Loading never unpickles arbitrary objects (`weights_only=True`, safetensors).
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,41 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     _atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
+def clear_temporaries(folder: str | Path) -> list[Path]:
+    """Delete the temporary files that writes interrupted by a kill left in `folder`; return what else is there."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    kept = []
+    for entry in folder.iterdir():
+        if entry.name.startswith(".") and entry.name.endswith(".tmp"):
+            entry.unlink(missing_ok=True)
+        else:
+            kept.append(entry)
+    return kept
+
+
+def digest(value: Any) -> str:
+    """sha256 of nested dicts, lists and tuples of tensors and plain values (dtypes, shapes and bytes)."""
+    h = hashlib.sha256()
+
+    def visit(v):
+        if isinstance(v, torch.Tensor):
+            t = v.detach().cpu().reshape(-1).clone(memory_format=torch.contiguous_format)   # stride 1, even for 1 element
+            h.update(f"tensor {t.dtype} {tuple(v.shape)};".encode())
+            h.update(t.view(torch.uint8).numpy())
+        elif isinstance(v, (dict, list, tuple)):
+            items = [x for pair in v.items() for x in pair] if isinstance(v, dict) else v
+            h.update(f"{type(v).__name__} {len(v)};".encode())
+            for x in items:
+                visit(x)
+        else:
+            h.update(f"{type(v).__name__} {v!r};".encode())
+
+    visit(value)
+    return h.hexdigest()
+
+
 def unique_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """State dict without aliases (a tied output weight is stored once, under the embedding's name)."""
     seen, out = set(), {}
@@ -52,6 +90,7 @@ def unique_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def save_weights(model: torch.nn.Module, path: str | Path, metadata: dict[str, str]) -> None:
     """Neural models store their state dict; count-based models their tables (`model.tensors()`)."""
     tensors = model.tensors() if hasattr(model, "tensors") else unique_state_dict(model)
+    metadata = {**metadata, "sha256": digest(dict(sorted(tensors.items())))}
     _atomic(path, lambda tmp: save_file(tensors, tmp, metadata=metadata))
 
 
@@ -68,6 +107,9 @@ def load_weights(model: torch.nn.Module, path: str | Path, expect: dict[str, str
         tensors = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as exc:
         raise CtxlmError(f"{path}: unreadable or truncated weights file ({exc})") from None
+    if "sha256" in metadata and digest(dict(sorted(tensors.items()))) != metadata["sha256"]:
+        raise CtxlmError(f"{path}: corrupt weights file (its content does not match its sha256); "
+                         "restore it from a copy or train the run again")
     for key, value in expect.items():
         if metadata.get(key) != value:
             raise CtxlmError(f"{path}: weights were saved for a different {key} ({metadata.get(key, '?')[:16]} vs {value[:16]}); "
@@ -89,19 +131,41 @@ def load_weights(model: torch.nn.Module, path: str | Path, expect: dict[str, str
 
 
 def save_state(path: str | Path, state: dict[str, Any]) -> None:
+    """Replace the trainer state atomically, with its sha256; the state it replaces becomes trainer_state.prev.pt.
+
+    The old file is hard-linked to its new name before the new one is renamed over it, so at every
+    moment `path` holds a complete state (the old or the new one).
+    """
     path = Path(path)
     if path.exists():
-        os.replace(path, path.with_name("trainer_state.prev.pt"))
-    _atomic(path, lambda tmp: torch.save(state, tmp))
+        _atomic(path.with_name("trainer_state.prev.pt"), lambda tmp: _link(path, tmp))
+    _atomic(path, lambda tmp: torch.save({**state, "sha256": digest(state)}, tmp))
+
+
+def _link(source: Path, target: str) -> None:
+    os.unlink(target)
+    try:
+        os.link(source, target)
+    except OSError:             # a file system without hard links
+        shutil.copyfile(source, target)
 
 
 def load_state(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if state.pop("sha256", None) not in (None, digest(state)):
+            raise ValueError("content does not match its sha256")
+        return state
     except FileNotFoundError:
         raise CtxlmError(f"{path}: no trainer state to resume from; start the run without --resume") from None
-    except Exception as exc:  # truncated zip, bad pickle opcode, ...: all mean an unusable file
+    except Exception as exc:  # truncated zip, bad pickle opcode, changed bits: all mean an unusable file
         prev = path.with_name("trainer_state.prev.pt")
-        hint = f"; the previous checkpoint {prev} is intact: move it to {path.name} to resume from there" if prev.exists() else ""
-        raise CtxlmError(f"{path}: truncated or corrupt checkpoint ({type(exc).__name__}){hint}") from None
+        hint = ""
+        if path.name != prev.name and prev.exists():
+            try:
+                load_state(prev)
+                hint = f"; the previous checkpoint {prev} is intact: move it to {path.name} to resume from there"
+            except CtxlmError:
+                hint = f"; the previous checkpoint {prev} is unusable too"
+        raise CtxlmError(f"{path}: truncated or corrupt checkpoint ({type(exc).__name__}: {exc}){hint}") from None

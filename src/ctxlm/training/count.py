@@ -13,9 +13,10 @@ from . import checkpoint
 from .trainer import check_config, evaluate_split, git_commit, prepare_data
 
 
-def estimate_run(config: Config, run_dir: str | Path, data_dir=None, log=print) -> dict:
+def estimate_run(config: Config, run_dir: str | Path, data_dir=None, log=print, again: bool = False) -> dict:
+    """Estimate into a new run directory, or `again` into an existing one (`--resume` after a kill)."""
     run_dir = Path(run_dir)
-    if run_dir.exists() and any(run_dir.iterdir()):
+    if checkpoint.clear_temporaries(run_dir) and not again:
         raise CtxlmError(f"run directory {run_dir} is not empty; pick another --run-dir")
     check_config(config)
     data = prepare_data(config, data_dir)

@@ -19,16 +19,6 @@ def build_optimizer(name: str, parameters, lr: float, weight_decay: float) -> to
     raise CtxlmError(f"unknown optimizer {name!r} (train.optimizer); choose sgd, adam or adamw")
 
 
-SCHEDULES = ("constant", "decay", "plateau")
-
-
-def check_schedule(name: str, factor: float) -> None:
-    if name not in SCHEDULES:
-        raise CtxlmError(f"unknown schedule {name!r} (train.schedule); choose {', '.join(SCHEDULES)}")
-    if name != "constant" and factor <= 1.0:
-        raise CtxlmError(f"train.lr_factor must be > 1 to lower the rate, got {factor}")
-
-
 def next_lr(lr: float, schedule: str, factor: float, decay_start: int, epoch: int, improved: bool) -> float:
     """The rate for the epoch after `epoch` (1-based).
 

@@ -11,16 +11,6 @@ import contextlib
 
 import torch
 
-from ..errors import CtxlmError
-
-PRECISIONS = ("fp32", "bf16")
-
-
-def check_precision(precision: str, option: str = "train.precision") -> None:
-    if precision not in PRECISIONS:
-        raise CtxlmError(f"{option} must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-
-
 def autocast(device: torch.device | str, precision: str):
     """The context a forward pass runs in: bf16 autocast, or nothing for fp32."""
     if precision == "fp32":

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import Config, load_toml
+from ..config import Config, load_toml, validate
 from ..data.batching import IGNORE, SentenceBatches, StreamBatches, split_sentences
 from ..data.registry import load_corpus
 from ..data.vocab import EOS, Vocabulary
@@ -26,8 +26,8 @@ from ..evaluation.perplexity import evaluate_sentences, evaluate_stream
 from ..models.base import LanguageModel, build_model, detach_state
 from . import checkpoint
 from .distributed import LossStep, World, merge_state, split_state, wrap
-from .optim import build_optimizer, check_schedule, next_lr
-from .precision import autocast, check_precision, float32_state
+from .optim import build_optimizer, next_lr
+from .precision import autocast, float32_state
 from .progress import Progress
 
 
@@ -74,16 +74,9 @@ def check_config(config: Config) -> None:
     """Refuse bad settings before any data is read."""
     from ..models import MODELS
 
+    validate(config)
     if config.model.name not in MODELS:
         raise CtxlmError(f"unknown model {config.model.name!r} (model.name); known models: {', '.join(sorted(MODELS))}")
-    if config.data.batching not in ("stream", "sentence"):
-        raise CtxlmError(f"unknown batching {config.data.batching!r} (data.batching); choose stream or sentence")
-    if config.train.loss_normalization not in ("token", "sequence"):
-        raise CtxlmError(f"train.loss_normalization must be token or sequence, got {config.train.loss_normalization!r}")
-    if config.train.epochs < 1:
-        raise CtxlmError(f"train.epochs must be at least 1, got {config.train.epochs}")
-    check_schedule(config.train.schedule, config.train.lr_factor)
-    check_precision(config.train.precision)
     with torch.device("meta"):
         build_model(config.model, 2)       # bad sizes or model options fail here, not after loading data
     build_optimizer(config.train.optimizer, [torch.zeros(1, requires_grad=True)], config.train.lr, config.train.weight_decay)
@@ -144,11 +137,12 @@ class Trainer:
     def __init__(self, config: Config, run_dir: str | Path, data_dir=None, resume: bool = False, log=print):
         self.run_dir, self.log = Path(run_dir), log
         state_file = self.run_dir / "trainer_state.pt"
-        if resume:
-            self.resume_state = checkpoint.load_state(state_file)
+        existing = checkpoint.clear_temporaries(self.run_dir)
+        if resume:      # killed before its first checkpoint: start again from the beginning, with its config
+            self.resume_state = checkpoint.load_state(state_file) if state_file.exists() else None
             config = self._merge_resume_config(config)
         else:
-            if self.run_dir.exists() and any(self.run_dir.iterdir()):
+            if existing:
                 raise CtxlmError(f"run directory {self.run_dir} is not empty; continue it with --resume or pick another --run-dir")
             self.resume_state = None
         self.config = config
@@ -165,7 +159,7 @@ class Trainer:
                 self.log = lambda *args, **kwargs: None
         if config.train.threads:
             torch.set_num_threads(config.train.threads)
-        vocab = Vocabulary.load(self.run_dir / "vocab.txt") if resume else None
+        vocab = Vocabulary.load(self.run_dir / "vocab.txt") if resume and (self.run_dir / "vocab.txt").exists() else None
         self.data = prepare_data(config, data_dir, vocab)
         torch.manual_seed(config.train.seed)
         self.model = build_model(config.model, len(self.data.vocab)).to(self.device)
@@ -178,6 +172,8 @@ class Trainer:
 
     def _merge_resume_config(self, given: Config) -> Config:
         """On --resume the run's own config wins; only train.* settings may be changed."""
+        if not (self.run_dir / "config.toml").is_file():
+            raise CtxlmError(f"{self.run_dir}: not a run directory (no config.toml); nothing to resume")
         saved = load_toml(self.run_dir / "config.toml")
         if given is not None:
             for section in ("data", "model"):
@@ -223,6 +219,9 @@ class Trainer:
     def _restore(self, state: dict):
         if state.get("identity") != self.identity:
             raise CtxlmError(f"{self.run_dir / 'trainer_state.pt'}: checkpoint belongs to another model or vocabulary")
+        if {k: v.shape for k, v in state["model"].items()} != {k: v.shape for k, v in checkpoint.unique_state_dict(self.model).items()}:
+            raise CtxlmError(f"{self.run_dir / 'trainer_state.pt'}: checkpoint does not fit the model of "
+                             f"{self.run_dir / 'config.toml'}; was that file changed?")
         with torch.no_grad():
             own = self.model.state_dict()
             for name, tensor in state["model"].items():
@@ -271,6 +270,8 @@ class Trainer:
             self.log(f"resuming {run_dir} at epoch {epoch}, batch {position}")
         else:
             epoch, position, order, carry = 1, 0, None, None
+            if self.resume_state is None and (run_dir / "config.toml").exists():
+                self.log(f"no checkpoint in {run_dir} yet: starting it from the beginning")
             if self.world.main:
                 checkpoint.atomic_write_text(run_dir / "config.toml", cfg.to_toml())
                 self.data.vocab.save(run_dir / "vocab.txt")

@@ -1,0 +1,127 @@
+"""Allowed values of command-line options and config keys: one rule type for both.
+
+`Allowed` says what a value may be (bounds or choices); `convert(kind, allowed, value)` turns a
+string or TOML value into `kind` and checks it, raising ValueError with "must be ..., got ...".
+argparse gets `option(kind, allowed)` as `type=`; config fields carry `setting(default, allowed)`.
+Floats are always finite and integers always fit in 64 bits (what torch and numpy can hold).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+INT64 = (-2**63, 2**63 - 1)
+
+
+@dataclass(frozen=True)
+class Allowed:
+    low: float | None = None        # bounds, inclusive unless *_open
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    choices: tuple[str, ...] = ()
+
+    def describe(self, kind: type) -> str:
+        """What is allowed, in words: "an integer ≥ 1", "a number in (0, 1]", "one of a, b"."""
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
+        if kind is bool:
+            return "true or false"
+        if kind is str:
+            return "a string"
+        noun = "an integer" if kind is int else "a number"
+        low, high = _number(self.low), _number(self.high)
+        if low and high:
+            return f"{noun} in {'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
+        if low:
+            return f"{noun} {'>' if self.low_open else '≥'} {low}"
+        return noun if kind is int else "a finite number"
+
+    def admits(self, value: Any) -> bool:
+        """Whether a value already of the right type is allowed (finite, 64-bit, within bounds or choices)."""
+        if self.choices:
+            return value in self.choices
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return True
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
+        if isinstance(value, int) and not INT64[0] <= value <= INT64[1]:
+            return False
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return self.high is None or (value < self.high if self.high_open else value <= self.high)
+
+
+ANY = Allowed()
+
+
+def _number(x: float | None) -> str:
+    return "" if x is None else str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def at_least(low: float) -> Allowed:
+    return Allowed(low=low)
+
+
+def above(low: float) -> Allowed:
+    return Allowed(low=low, low_open=True)
+
+
+def in_range(low: float, high: float, low_open: bool = False, high_open: bool = False) -> Allowed:
+    return Allowed(low, high, low_open, high_open)
+
+
+def one_of(*choices: str) -> Allowed:
+    return Allowed(choices=choices)
+
+
+PROBABILITY = in_range(0, 1, low_open=True)     # (0, 1]
+SEED = in_range(0, INT64[1])
+
+
+def _typed(kind: type, value: Any) -> Any:
+    """A TOML value of the right type, or a string to parse; anything else raises ValueError."""
+    if isinstance(value, str) and kind is not str:
+        text = value.strip()
+        if kind is bool:
+            lowered = text.lower()
+            if lowered in ("true", "1", "yes"):
+                return True
+            if lowered in ("false", "0", "no"):
+                return False
+            raise ValueError
+        return kind(text)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if type(value) is not kind:
+        raise ValueError
+    return value
+
+
+def convert(kind: type, allowed: Allowed, value: Any) -> Any:
+    """`value` as `kind` if `allowed` admits it, else ValueError("must be <what is allowed>, got <value>")."""
+    try:
+        result = _typed(kind, value)
+    except (TypeError, ValueError, OverflowError):
+        result = None
+    if result is None or not allowed.admits(result):
+        too_big = kind is int and isinstance(result, int) and not INT64[0] <= result <= INT64[1]
+        raise ValueError(f"must be {allowed.describe(kind)}{' that fits in 64 bits' if too_big else ''}, got {value!r}")
+    return result
+
+
+def option(kind: type, allowed: Allowed = ANY):
+    """argparse `type=`: parse and check one command-line value."""
+    def parse(text: str):
+        try:
+            return convert(kind, allowed, text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return parse
+
+
+def setting(default: Any, allowed: Allowed = ANY):
+    """A config dataclass field with its allowed values (checked by config.apply and config.validate)."""
+    return field(default=default, metadata={"allowed": allowed})
