@@ -11,6 +11,7 @@ import contextlib
 
 import torch
 
+
 def autocast(device: torch.device | str, precision: str):
     """The context a forward pass runs in: bf16 autocast, or nothing for fp32."""
     if precision == "fp32":
