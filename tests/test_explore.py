@@ -70,7 +70,7 @@ def request(server, method, path, body=None, headers=None):
 
 
 def ctxlm_score(run_dir, text, stream, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "stdin", io.StringIO(text + "\n"))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(io.BytesIO((text + "\n").encode()))))
     assert cli.main(["score", str(run_dir)] + (["--stream"] if stream else [])) == 0
     return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
