@@ -125,3 +125,9 @@ def test_tune_cache_records_the_best_setting_and_eval_reproduces_it(tmp_path, co
     assert evaluated["valid"]["ppl"] == pytest.approx(best["ppl"], rel=1e-5)      # the grid's closed form = the wrapper
     bad = subprocess.run(cli + ["tune-cache", str(tmp_path / "run"), "--thetas", "a,b"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--thetas" in bad.stderr and "Traceback" not in bad.stderr
+    from ctxlm.training.count import estimate_run
+
+    estimate_run(tiny_config(corpus, name="kneser-ney", order=3), tmp_path / "kn", log=lambda *a: None)
+    for command in (["eval", str(tmp_path / "kn"), "--cache"], ["tune-cache", str(tmp_path / "kn")]):
+        refused = subprocess.run(cli + command, capture_output=True, text=True)
+        assert refused.returncode == 2 and "n-gram run" in refused.stderr and "Traceback" not in refused.stderr

@@ -82,12 +82,8 @@ def cmd_eval(args) -> int:
     from .training.trainer import evaluate_split, prepare_data
 
     run = load(args.run)
-    model = run.model
-    if args.cache:
-        from .models.cache import NeuralCache
-
-        settings = _cache_settings(args)
-        model = NeuralCache(run.model, settings)
+    model, settings = _with_cache(run, args)
+    if settings:
         run.config.data.batching = "stream"          # the cache spans sentence boundaries (Grave et al.)
     if args.batch_size is not None:
         run.config.data.eval_batch_size = args.batch_size
@@ -121,15 +117,20 @@ def cmd_eval(args) -> int:
     return 0
 
 
-def _cache_settings(args):
-    """The cache settings recorded by `ctxlm tune-cache` in the run, with any --cache-* option on top."""
-    from .models.cache import CacheSettings
+def _with_cache(run, args):
+    """(the run's model, None), or with --cache (the model inside the neural cache, its settings): those
+    `ctxlm tune-cache` recorded in the run, with any --cache-* option on top."""
+    from .models.cache import CacheSettings, NeuralCache
 
-    settings = CacheSettings.recorded(args.run)
+    if not args.cache:
+        return run.model, None
+    if getattr(run.model, "count_based", False):
+        raise CtxlmError(f"--cache: the neural cache reads a neural model's hidden states; {run.path} is an n-gram run")
+    settings = CacheSettings.recorded(run.path)
     if settings is None:
         settings = CacheSettings()
         if None in (args.cache_window, args.cache_theta, args.cache_lambda):
-            print(f"note: {Path(args.run) / 'cache.json'} not found (run `ctxlm tune-cache {args.run}` to choose on "
+            print(f"note: {run.path / 'cache.json'} not found (run `ctxlm tune-cache {run.path}` to choose on "
                   "validation); defaults fill the settings not given", file=sys.stderr)
     for name, value in (("window", args.cache_window), ("theta", args.cache_theta), ("lam", args.cache_lambda)):
         if value is not None:
@@ -138,7 +139,7 @@ def _cache_settings(args):
         settings.check()
     except ValueError as exc:
         raise CtxlmError(f"--cache: {exc}") from None
-    return settings
+    return NeuralCache(run.model, settings), settings
 
 
 def cmd_tune_cache(args) -> int:
@@ -167,6 +168,8 @@ def cmd_tune_cache(args) -> int:
                 except ValueError as exc:
                     raise CtxlmError(f"tune-cache: {exc}") from None
     run = load(args.run)
+    if getattr(run.model, "count_based", False):
+        raise CtxlmError(f"tune-cache: the neural cache reads a neural model's hidden states; {args.run} is an n-gram run")
     data = prepare_data(run.config, args.data_dir, run.vocab)
     result = cache_grid(run.model, data.ids[args.split], windows, thetas, lambdas, run.config.data.eval_chunk)
     result.update(split=args.split, commit=_commit())
@@ -191,11 +194,7 @@ def cmd_lambada(args) -> int:
     from .training.progress import Progress
 
     run = load(args.run)
-    model = run.model
-    if args.cache:
-        from .models.cache import NeuralCache
-
-        model = NeuralCache(run.model, _cache_settings(args))
+    model, _ = _with_cache(run, args)
     names = frozenset(read_text(args.names).split()) if args.names else frozenset()
     passages = read_lambada(args.file)
     bar = Progress(len(passages), "lambada")
@@ -401,12 +400,7 @@ def cmd_categories(args) -> int:
     tables = {}
     for run_dir in args.runs:
         run = load(run_dir)
-        model = run.model
-        if args.cache:
-            from .models.cache import NeuralCache
-
-            args.run = run_dir
-            model = NeuralCache(run.model, _cache_settings(args))
+        model, _ = _with_cache(run, args)
         data = prepare_data(run.config, args.data_dir, run.vocab)
         if args.split not in data.ids:
             raise CtxlmError(f"--split {args.split}: dataset {run.config.data.dataset!r} has splits {', '.join(data.ids)}")
