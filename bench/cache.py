@@ -2,7 +2,8 @@
 
 The ptb-lstm preset's model (w = k = 300, V = 10k), a random token stream, batch 1, chunks of 1,000
 tokens (the evaluation default). Speed: rounds interleaved, medians. Memory: each variant in a fresh
-process, peak resident set size, at two stream lengths (the cache's memory must not grow with the text).
+process, the peak resident set size during the evaluation, at two stream lengths (the cache's memory
+must not grow with the text).
 
     python bench/cache.py                       # window 2,000
     python bench/cache.py --window 500 --tokens 20000
@@ -33,11 +34,21 @@ def models(window: int):
 
 
 def probe(variant: str, tokens: int, window: int) -> None:
-    """Run in a child process: evaluate once, print the peak RSS in MB."""
+    """Run in a child process: evaluate once, print the peak RSS in MB during the evaluation (Linux resets
+    the high-water mark on `5` > /proc/self/clear_refs), else of the whole process."""
     plain, cached = models(window)
     stream = torch.randint(0, 10_000, (tokens,))
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
     evaluate_stream(cached if variant == "cache" else plain, stream, 1, 1000)
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    try:
+        status = open("/proc/self/status").read()
+        print(int(next(l for l in status.splitlines() if l.startswith("VmHWM")).split()[1]) / 1024)
+    except (OSError, StopIteration):
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
 def main():
