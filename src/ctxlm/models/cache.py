@@ -78,7 +78,8 @@ def cache_step(hidden, inputs, reset, memory, window: int, theta: float):
               & (key_index >= first_usable.unsqueeze(-1)))
     weights = masked_softmax(theta * torch.bmm(hidden, ext_keys.transpose(1, 2)), usable)
     keep_valid = ext_valid & (key_index[0] >= first_usable[:, -1:])
-    new_memory = (ext_keys[:, -window:], ext_labels[:, -window:], keep_valid[:, -window:],
+    start = max(0, held + length - window)
+    new_memory = (ext_keys[:, start:], ext_labels[:, start:], keep_valid[:, start:],
                   hidden[:, -1:], last_valid.new_ones(batch, 1))
     return weights, ext_labels, new_memory
 
