@@ -6,10 +6,12 @@ exit; never a traceback, and no file changed but the command's output.
 import gzip
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 import zlib
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -270,7 +272,10 @@ def test_a_damaged_run_directory_is_read_right_or_refused(runs, reference, tmp_p
     shutil.copytree(runs[kind], run_dir)
     _mutate(run_dir, runs["other"], *mutation)
     before = _digests(run_dir)
-    result = run_ctxlm(*COMMANDS[command](run_dir, runs["corpus"]))
+    # no corpora here: a damaged config.toml that falls back to dataset = "ptb" is refused at once,
+    # instead of estimating or training on the real PTB when $CTXLM_DATA_DIR has it
+    with mock.patch.dict(os.environ, {"CTXLM_DATA_DIR": str(tmp_path / "no-corpora")}):
+        result = run_ctxlm(*COMMANDS[command](run_dir, runs["corpus"]))
     if result.returncode:
         one_line_error(result)
     elif mutation[1] != "config.toml":         # a changed config may be another valid config
