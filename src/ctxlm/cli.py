@@ -41,12 +41,13 @@ def cmd_train(args) -> int:
 
         if args.config or args.match_params or args.run_dir:
             raise CtxlmError("--resume continues a run with its own config.toml in its own folder; only --set train.KEY=VALUE may change it")
-        saved = Path(args.resume) / "config.toml"
-        config = apply_overrides(load_toml(saved), args.set or []) if args.set else None
-        if saved.is_file() and getattr(MODELS.get(load_toml(saved).model.name), "count_based", False):
+        saved_path = Path(args.resume) / "config.toml"
+        saved = load_toml(saved_path) if saved_path.is_file() else None
+        config = apply_overrides(saved, args.set) if saved and args.set else None
+        if saved and getattr(MODELS.get(saved.model.name), "count_based", False):
             from .training.count import estimate_run       # seconds long and deterministic: estimated again
 
-            _print_table(args.resume, estimate_run(config or load_toml(saved), args.resume, args.data_dir, again=True))
+            _print_table(args.resume, estimate_run(saved, args.resume, args.data_dir, again=True))
             return 0
         trainer = Trainer(config, args.resume, args.data_dir, resume=True)
     else:
@@ -83,7 +84,7 @@ def cmd_eval(args) -> int:
 
     run = load(args.run)
     model, settings = _with_cache(run, args)
-    if settings:
+    if settings is not None:
         run.config.data.batching = "stream"          # the cache spans sentence boundaries (Grave et al.)
     if args.batch_size is not None:
         run.config.data.eval_batch_size = args.batch_size
@@ -102,12 +103,12 @@ def cmd_eval(args) -> int:
                 results[split] = evaluate_split(model, run.config, data.ids[split], run.vocab, "cpu")
     for r in results.values():
         r["precision"] = args.precision
-        if args.cache:
+        if settings is not None:
             r["cache"] = {"window": settings.window, "theta": settings.theta, "lambda": settings.lam}
     if args.json:
         print(json.dumps(results, indent=2))
     else:
-        if args.cache:
+        if settings is not None:
             print(f"with the neural cache: window {settings.window}, theta {settings.theta}, lambda {settings.lam}")
         if args.precision != "fp32":
             print(f"evaluated under {args.precision} autocast (approximate; the default fp32 is exact)")
@@ -124,8 +125,7 @@ def _with_cache(run, args):
 
     if not args.cache:
         return run.model, None
-    if getattr(run.model, "count_based", False):
-        raise CtxlmError(f"--cache: the neural cache reads a neural model's hidden states; {run.path} is an n-gram run")
+    _neural_only(run, "--cache")
     settings = CacheSettings.recorded(run.path)
     if settings is None:
         settings = CacheSettings()
@@ -142,12 +142,20 @@ def _with_cache(run, args):
     return NeuralCache(run.model, settings), settings
 
 
+def _neural_only(run, what: str) -> None:
+    if getattr(run.model, "count_based", False):
+        raise CtxlmError(f"{what}: the neural cache reads a neural model's hidden states; {run.path} is an n-gram run")
+
+
 def cmd_tune_cache(args) -> int:
+    import itertools
+
     from .analysis.cache import plot_cache_grid
     from .evaluation.cache import cache_grid
+    from .models.cache import CacheSettings
     from .run import load
     from .training import checkpoint
-    from .training.trainer import prepare_data
+    from .training.trainer import git_commit, prepare_data
 
     def numbers(option, text, kind):
         try:
@@ -158,21 +166,16 @@ def cmd_tune_cache(args) -> int:
 
     windows, thetas, lambdas = (numbers("--windows", args.windows, int), numbers("--thetas", args.thetas, float),
                                 numbers("--lambdas", args.lambdas, float))
-    from .models.cache import CacheSettings
-
-    for w in windows:
-        for t in thetas:
-            for lam in lambdas:
-                try:
-                    CacheSettings(w, t, lam).check()
-                except ValueError as exc:
-                    raise CtxlmError(f"tune-cache: {exc}") from None
+    try:
+        for setting in itertools.product(windows, thetas, lambdas):
+            CacheSettings(*setting).check()
+    except ValueError as exc:
+        raise CtxlmError(f"tune-cache: {exc}") from None
     run = load(args.run)
-    if getattr(run.model, "count_based", False):
-        raise CtxlmError(f"tune-cache: the neural cache reads a neural model's hidden states; {args.run} is an n-gram run")
+    _neural_only(run, "tune-cache")
     data = prepare_data(run.config, args.data_dir, run.vocab)
     result = cache_grid(run.model, data.ids[args.split], windows, thetas, lambdas, run.config.data.eval_chunk)
-    result.update(split=args.split, commit=_commit())
+    result.update(split=args.split, commit=git_commit())
     checkpoint.atomic_write_text(Path(args.run) / "cache.json", json.dumps(result, indent=1) + "\n")
     plot_cache_grid(result, Path(args.run) / "cache_grid.png")
     best = result["best"]
@@ -231,12 +234,6 @@ def cmd_names(args) -> int:
     checkpoint.atomic_write_text(args.out, "".join(w + "\n" for w in words))
     print(f"{len(words):,} capitalised word types from {len(paths):,} files written to {args.out}")
     return 0
-
-
-def _commit() -> str:
-    from .training.trainer import git_commit
-
-    return git_commit()
 
 
 def cmd_score(args) -> int:

@@ -186,13 +186,17 @@ def gutenberg_body(path: str | Path) -> str:
     return text[: end.start()] if end else text
 
 
+def gutenberg_sentences(path: str | Path) -> Iterator[str]:
+    """A Gutenberg book's sentences, as cased text: blank-line paragraphs cut after `.`, `!` or `?`."""
+    for paragraph in re.split(r"\n\s*\n", gutenberg_body(path)):
+        yield from re.split(r"(?<=[.!?])\s+", " ".join(paragraph.split()))
+
+
 def read_gutenberg(path: str | Path) -> list[list[str]]:
     """A Gutenberg book as lowercased, tokenised sentences; the licence header and footer are stripped."""
-    text = gutenberg_body(path)
     sentences = []
-    for paragraph in re.split(r"\n\s*\n", text.lower()):
-        for sentence in re.split(r"(?<=[.!?])\s+", " ".join(paragraph.split())):
-            tokens = _WORD.findall(sentence)
-            if tokens:
-                sentences.append(tokens + [EOS])
+    for sentence in gutenberg_sentences(path):
+        tokens = _WORD.findall(sentence.lower())
+        if tokens:
+            sentences.append(tokens + [EOS])
     return sentences

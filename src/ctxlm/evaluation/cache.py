@@ -11,9 +11,10 @@ import math
 
 import torch
 
-from ..data.batching import IGNORE, StreamBatches
-from ..models.cache import cache_step, cache_target_probs, mix
+from ..data.batching import IGNORE
+from ..models.cache import cache_lambda, cache_step, cache_target_probs, mix
 from ..training.progress import Progress
+from .perplexity import stream_outputs
 
 WINDOWS = (100, 500, 1000, 2000)
 THETAS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
@@ -23,12 +24,8 @@ LAMBDAS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4)
 @torch.no_grad()
 def cache_grid(model, ids: torch.Tensor, windows=WINDOWS, thetas=THETAS, lambdas=LAMBDAS, chunk: int = 1000) -> dict:
     """Perplexity of `ids` for every (window, θ, λ); returns {"model_ppl", "tokens", "grid": [...], "best": {...}}."""
-    model.eval()
-    chunks, state = [], None
-    for batch in StreamBatches(ids, 1, chunk):
-        out = model(batch.inputs, state, batch.reset)
-        state = out.state
-        chunks.append((out.hidden, batch.inputs, batch.targets, model.target_log_probs(out, batch.targets)))
+    chunks = [(out.hidden, batch.inputs, batch.targets, model.target_log_probs(out, batch.targets))
+              for batch, out in stream_outputs(model, ids, chunk)]
     targets = torch.cat([c[2] for c in chunks], 1)
     counted = targets != IGNORE
     model_lp = torch.cat([c[3] for c in chunks], 1)
@@ -41,10 +38,10 @@ def cache_grid(model, ids: torch.Tensor, windows=WINDOWS, thetas=THETAS, lambdas
             for hidden, inputs, chunk_targets, _ in chunks:
                 weights, words, memory = cache_step(hidden, inputs, None, memory, window, theta)
                 cache_p.append(cache_target_probs(weights, words, chunk_targets))
-                has.append(weights.sum(-1) > 0)
+                has.append(cache_lambda(weights, 1.0))
             cache_p, has = torch.cat(cache_p, 1), torch.cat(has, 1)
             for lam in lambdas:
-                nll = -float(mix(model_lp, cache_p, has, lam)[counted].double().sum())
+                nll = -float(mix(model_lp, cache_p, has * lam)[counted].double().sum())
                 grid.append({"window": window, "theta": theta, "lambda": lam, "ppl": math.exp(nll / tokens)})
             bar.update()
     bar.close()

@@ -12,7 +12,7 @@ import re
 
 import torch
 
-from ..data.batching import StreamBatches
+from .perplexity import stream_outputs
 
 # Brown tag (after stripping -TL/-HL/-NC/FW- and taking the first part of a contraction) -> category
 POS_CATEGORIES = {
@@ -35,16 +35,11 @@ def brown_category(tag: str) -> str | None:
     return _TAG_TO_CATEGORY.get(base)
 
 
-@torch.no_grad()
 def stream_log_probs(model, ids: torch.Tensor, chunk: int = 1000) -> torch.Tensor:
     """log p of every target ids[1:], in order, reading the stream with batch 1 and carried state."""
-    model.eval()
-    state, pieces = None, []
-    for batch in StreamBatches(ids, 1, chunk):
-        out = model(batch.inputs, state, batch.reset)
-        state = out.state
-        pieces.append(model.target_log_probs(out, batch.targets)[0].double())
-    return torch.cat(pieces)
+    with torch.no_grad():
+        return torch.cat([model.target_log_probs(out, batch.targets)[0].double()
+                          for batch, out in stream_outputs(model, ids, chunk)])
 
 
 def category_perplexities(log_probs: torch.Tensor, ids: torch.Tensor, vocab, tags: list[str] | None) -> list[dict]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from ..data.corpus import gutenberg_body
+from ..data.corpus import gutenberg_sentences
 from ..data.vocab import EOS
 from ..errors import CtxlmError
 
@@ -88,10 +88,9 @@ def capitalised_words(paths: list[str | Path], min_count: int = 5, share: float 
     Gutenberg licence headers and footers are skipped."""
     upper, total = Counter(), Counter()
     for path in paths:
-        for paragraph in re.split(r"\n\s*\n", gutenberg_body(path)):
-            for sentence in re.split(r"(?<=[.!?])\s+", " ".join(paragraph.split())):
-                for word in _CASED_WORD.findall(sentence)[1:]:
-                    low = word.lower()
-                    total[low] += 1
-                    upper[low] += word[0].isupper()
+        for sentence in gutenberg_sentences(path):
+            for word in _CASED_WORD.findall(sentence)[1:]:
+                low = word.lower()
+                total[low] += 1
+                upper[low] += word[0].isupper()
     return sorted(w for w, n in total.items() if n >= min_count and upper[w] >= share * n and w != "i")

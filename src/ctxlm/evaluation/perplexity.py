@@ -35,6 +35,17 @@ def evaluate_stream(model, ids: torch.Tensor, batch_size: int = 1, chunk: int = 
     return _accumulate(model, StreamBatches(ids, batch_size, chunk, doc_starts), device, carry=True)
 
 
+@torch.no_grad()
+def stream_outputs(model, ids: torch.Tensor, chunk: int = 1000):
+    """(batch, ModelOutput) of each chunk of `ids` read as one stream (batch 1, state carried), in order."""
+    model.eval()
+    state = None
+    for batch in StreamBatches(ids, 1, chunk):
+        out = model(batch.inputs, state, batch.reset)
+        state = out.state
+        yield batch, out
+
+
 def evaluate_file(model, vocab, path: str | Path, batch_size: int = 1, chunk: int = 1000, device="cpu") -> dict[str, float]:
     """`evaluate_stream` of a text file (`<eos>` first, then its tokens), in memory independent of its length:
     the ids are written to a temporary file and read back chunk by chunk."""

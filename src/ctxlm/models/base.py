@@ -42,13 +42,18 @@ class ModelOutput:
     words: torch.Tensor | None = None      # [B, L]: the word each attended slot predicts (cache, pointer)
 
 
-def detach_state(state: Any) -> Any:
-    """Truncated BPTT: cut the graph at the chunk boundary, keep the values."""
+def map_state(state: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """`fn` applied to every tensor of a carried state (None, a tensor, or nested tuples of them)."""
     if state is None:
         return None
     if isinstance(state, torch.Tensor):
-        return state.detach()
-    return type(state)(detach_state(s) for s in state)
+        return fn(state)
+    return type(state)(map_state(s, fn) for s in state)
+
+
+def detach_state(state: Any) -> Any:
+    """Truncated BPTT: cut the graph at the chunk boundary, keep the values."""
+    return map_state(state, torch.Tensor.detach)
 
 
 def reset_segments(reset: torch.Tensor | None, length: int):

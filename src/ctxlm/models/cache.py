@@ -89,9 +89,13 @@ def cache_target_probs(weights: torch.Tensor, words: torch.Tensor, targets: torc
     return (weights * (words.unsqueeze(1) == targets.unsqueeze(-1))).sum(-1)
 
 
-def mix(model_log_probs: torch.Tensor, cache_probs: torch.Tensor, has_cache: torch.Tensor, lam: float) -> torch.Tensor:
-    """log((1 − λ) p_model + λ p_cache), with λ = 0 where the cache is still empty; computed in log space."""
-    lam = has_cache.to(model_log_probs.dtype) * lam
+def cache_lambda(weights: torch.Tensor, lam: float) -> torch.Tensor:
+    """[B, T]: the cache's mixture weight at each position, λ, or 0 while the cache is still empty."""
+    return (weights.sum(-1) > 0).to(weights.dtype) * lam
+
+
+def mix(model_log_probs: torch.Tensor, cache_probs: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
+    """log((1 − λ) p_model + λ p_cache) with a per-position λ (`cache_lambda`), computed in log space."""
     return torch.logaddexp(torch.log1p(-lam) + model_log_probs, torch.log(lam * cache_probs))
 
 
@@ -120,13 +124,13 @@ class NeuralCache(LanguageModel):
     def target_log_probs(self, out, targets):
         base = self.model.target_log_probs(self._model_output(out), targets)
         cache = cache_target_probs(out.attention, out.words, targets)
-        mixed = mix(base, cache, out.attention.sum(-1) > 0, self.settings.lam)
+        mixed = mix(base, cache, self.mixture_weight(out))
         return torch.where(targets == IGNORE, torch.zeros_like(mixed), mixed)
 
     def log_probs(self, out):
         base = self.model.log_probs(self._model_output(out))
         cache = torch.zeros_like(base).scatter_add_(-1, out.words.unsqueeze(1).expand_as(out.attention), out.attention)
-        return mix(base, cache, out.attention.sum(-1, keepdim=True) > 0, self.settings.lam)
+        return mix(base, cache, self.mixture_weight(out).unsqueeze(-1))
 
     def attention_distances(self, out: ModelOutput) -> torch.Tensor:
         """[B, T, M+T]: steps back from each position to the hidden state of each cache key (≥ 1)."""
@@ -137,7 +141,7 @@ class NeuralCache(LanguageModel):
 
     def mixture_weight(self, out: ModelOutput) -> torch.Tensor:
         """[B, T]: λ, the cache's share of the mixture (0 while the cache is still empty)."""
-        return (out.attention.sum(-1) > 0).to(out.hidden.dtype) * self.settings.lam
+        return cache_lambda(out.attention, self.settings.lam)
 
     def loss(self, out, targets):
         raise RuntimeError("the neural cache is applied at evaluation time; train the wrapped model instead")

@@ -11,6 +11,8 @@ import contextlib
 
 import torch
 
+from ..models.base import map_state
+
 
 def autocast(device: torch.device | str, precision: str):
     """The context a forward pass runs in: bf16 autocast, or nothing for fp32."""
@@ -21,8 +23,4 @@ def autocast(device: torch.device | str, precision: str):
 
 def float32_state(state):
     """Carried state back in float32 (autocast returns bfloat16 recurrent states); masks keep their dtype."""
-    if state is None:
-        return None
-    if isinstance(state, torch.Tensor):
-        return state.float() if state.dtype == torch.bfloat16 else state
-    return type(state)(float32_state(s) for s in state)
+    return map_state(state, lambda t: t.float() if t.dtype == torch.bfloat16 else t)

@@ -23,7 +23,7 @@ from ..data.registry import load_corpus
 from ..data.vocab import EOS, Vocabulary
 from ..errors import CtxlmError
 from ..evaluation.perplexity import evaluate_sentences, evaluate_stream
-from ..models.base import LanguageModel, build_model, detach_state
+from ..models.base import LanguageModel, build_model, detach_state, map_state
 from . import checkpoint
 from .distributed import LossStep, World, merge_state, split_state, wrap
 from .optim import build_optimizer, next_lr
@@ -196,7 +196,7 @@ class Trainer:
         carry = detach_state(carry) if self.config.data.batching == "stream" else None   # sentences start fresh
         rng = self.world.gather(torch.get_rng_state())
         if self.world.size > 1 and carry is not None:
-            shards = self.world.gather(type(carry)(t.cpu() for t in carry) if isinstance(carry, tuple) else carry.cpu())
+            shards = self.world.gather(map_state(carry, torch.Tensor.cpu))
             carry = merge_state(shards, self.model.state_batch_dims(carry))
         state = {
             "format": 1, "identity": self.identity, "epoch": epoch, "position": position, "order": order,
@@ -236,8 +236,7 @@ class Trainer:
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
         carry = state["carry"]
         if carry is not None:
-            carry = split_state(carry, self.world, self.model.state_batch_dims(carry))
-            carry = type(carry)(t.to(self.device) for t in carry) if isinstance(carry, tuple) else carry.to(self.device)
+            carry = map_state(split_state(carry, self.world, self.model.state_batch_dims(carry)), lambda t: t.to(self.device))
         return state["epoch"], state["position"], state["order"], carry
 
     # ---------------------------------------------------------------- loop
