@@ -10,6 +10,8 @@ import torch
 from hypothesis import HealthCheck, settings
 
 from ctxlm.config import Config
+from ctxlm.data.batching import IGNORE
+from ctxlm.models.base import ModelOutput
 
 DATA_DIR = os.environ.get("CTXLM_DATA_DIR", "")
 
@@ -158,3 +160,21 @@ def needs_data(*relative):
 
 
 torch.set_num_threads(1)   # tiny models: one thread is fastest and stable next to other jobs
+
+
+class FixedDistribution(torch.nn.Module):
+    """A 'model' whose next-token distribution is a fixed table: lets us check the evaluator's sums."""
+
+    def __init__(self, probs):
+        super().__init__()
+        self.log_table = torch.log(torch.tensor(probs, dtype=torch.float64))
+
+    def forward(self, inputs, state=None, reset=None):
+        return ModelOutput(self.log_table.expand(*inputs.shape, -1), state)
+
+    def log_probs(self, out):
+        return out.hidden
+
+    def target_log_probs(self, out, targets):
+        valid = targets != IGNORE
+        return out.hidden.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1).masked_fill(~valid, 0.0)

@@ -6,33 +6,16 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 from ctxlm.data.vocab import Vocabulary
 from ctxlm.evaluation.lambada import capitalised_words, score_passages
-from ctxlm.models.base import ModelOutput
 
-
-class Unigram(torch.nn.Module):
-    """p(next word) is a fixed table whatever the context: every figure can be worked out by hand."""
-
-    def __init__(self, probs):
-        super().__init__()
-        self.table = torch.log(torch.tensor(probs, dtype=torch.float64))
-
-    def forward(self, inputs, state=None, reset=None):
-        return ModelOutput(self.table.expand(*inputs.shape, -1), state)
-
-    def log_probs(self, out):
-        return out.hidden
-
-    def target_log_probs(self, out, targets):
-        return out.hidden.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+from conftest import FixedDistribution
 
 
 def test_two_passages_by_hand():
     vocab = Vocabulary(["<eos>", "<unk>", "the", "holmes", "said"])
-    model = Unigram([0.05, 0.05, 0.4, 0.2, 0.3])
+    model = FixedDistribution([0.05, 0.05, 0.4, 0.2, 0.3])
     passages = [["holmes", "said", "the"],                 # target "the": the most likely word, correct
                 ["the", "holmes", "said", "watson"]]       # target "watson": outside the vocabulary, never correct
     summary, records = score_passages(model, vocab, passages, names=frozenset({"holmes", "watson"}))
@@ -54,7 +37,7 @@ def test_two_passages_by_hand():
 
 def test_baselines_are_exact_expectations():
     vocab = Vocabulary(["<eos>", "<unk>", "a", "b"])
-    model = Unigram([0.25] * 4)
+    model = FixedDistribution([0.25] * 4)
     summary, _ = score_passages(model, vocab, [["a", "b", "b", "a", "b"]], names=frozenset({"b"}))
     assert summary["baseline_random_word"] == pytest.approx(2 / 4)
     assert summary["baseline_random_capitalised"] == pytest.approx(1.0)

@@ -10,28 +10,13 @@ from ctxlm.models import build_model
 from ctxlm.config import ModelConfig
 from ctxlm.errors import CtxlmError
 
+from conftest import FixedDistribution
+
 
 def test_worked_example_from_pham_table_2_1():
     probabilities = [0.1, 0.002, 0.05, 0.00001, 0.2, 0.00001, 0.05, 0.02, 0.001, 0.0007, 0.2]
     ppl = math.exp(-sum(math.log(p) for p in probabilities) / len(probabilities))
     assert ppl == pytest.approx(210.4, abs=0.05)
-
-
-class FixedDistribution(torch.nn.Module):
-    """A 'model' whose next-token distribution is a fixed table: lets us check the evaluator's sums."""
-
-    def __init__(self, probs):
-        super().__init__()
-        self.log_table = torch.log(torch.tensor(probs, dtype=torch.float64))
-
-    def forward(self, inputs, state=None, reset=None):
-        from ctxlm.models.base import ModelOutput
-
-        return ModelOutput(self.log_table.expand(*inputs.shape, -1), state)
-
-    def target_log_probs(self, out, targets):
-        valid = targets != IGNORE
-        return out.hidden.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1).masked_fill(~valid, 0.0)
 
 
 def test_evaluator_counts_every_target_once_for_any_batch_and_chunk():
