@@ -16,11 +16,11 @@ import sys
 
 CHILD = r"""
 import json, resource, sys, time
-from ctxlm.config import Config
+from ctxlm.config import Config, ModelConfig
 from ctxlm.models import build_model
 from ctxlm.training.trainer import prepare_data
 config = Config()
-config.data.dataset, config.model.name, config.model.order = sys.argv[1], "kneser-ney", int(sys.argv[3])
+config.data.dataset, config.model = sys.argv[1], ModelConfig.of(name="kneser-ney", order=int(sys.argv[3]))
 start = time.perf_counter()
 data = prepare_data(config, sys.argv[2] or None)
 loaded = time.perf_counter()

@@ -140,13 +140,19 @@ def interleaved(runners: dict, rounds: int) -> dict:
     return {name: statistics.median(values) for name, values in rates.items()}
 
 
+def sized(name: str, w: int, k: int, a: int) -> ModelConfig:
+    """Model `name` at w/k with its context size a (the window, or N for rnn-ngram; 0: none)."""
+    context = {"ngram": a} if name == "rnn-ngram" else {"window": a} if a else {}
+    return ModelConfig.of(name=name, emb_size=w, hidden_size=k, **context)
+
+
 def attention_section(args, V, B, T) -> dict:
     data = torch.randint(0, V, (B, args.steps * T + 1))
     lstm = build_model(ModelConfig(emb_size=300, hidden_size=300), V)
     results = {}
     for name, w, k, a in ATTENTION_MODELS:
         torch.manual_seed(0)
-        model = build_model(ModelConfig(name=name, emb_size=w, hidden_size=k, window=a, ngram=a), V)
+        model = build_model(sized(name, w, k, a), V)
         with torch.no_grad():
             check = data[:4, :T]
             vectorised = model(check).hidden
@@ -238,7 +244,7 @@ def precision_section(args, V, B, T) -> dict:
     results = {}
     for name, w, k, a in [("lstm", 300, 300, 0)] + ATTENTION_MODELS:
         torch.manual_seed(0)
-        model = build_model(ModelConfig(name=name, emb_size=w, hidden_size=k, window=a or 4, ngram=a or 1), V)
+        model = build_model(sized(name, w, k, a), V)
         optimizer = build_optimizer("adam", model.parameters(), 1e-3, 0.0)
         rates = interleaved({p: lambda p=p: timed(ours_train, model, optimizer, data, args.steps, T, 5.0, p)
                              for p in ("fp32", "bf16")}, args.rounds)
@@ -254,7 +260,7 @@ def compile_section(args, V, B, T) -> dict:
     results = {}
     for name, w, k, a in [("lstm", 300, 300, 0)] + ATTENTION_MODELS[:1]:
         torch.manual_seed(0)
-        model = build_model(ModelConfig(name=name, emb_size=w, hidden_size=k, window=a or 4), V)
+        model = build_model(sized(name, w, k, a), V)
         optimizer = build_optimizer("adam", model.parameters(), 1e-3, 0.0)
         started = time.perf_counter()
         step = compiled(LossStep(model))

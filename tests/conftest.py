@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-from ctxlm.config import Config
+from ctxlm.config import Config, ModelConfig
 from ctxlm.data.batching import IGNORE
 from ctxlm.models.base import ModelOutput
 
@@ -67,10 +67,7 @@ def tiny_config(paths: dict[str, str], **model) -> Config:
     config.data.dataset = "files"
     config.data.train, config.data.valid, config.data.test = paths["train"], paths["valid"], paths["test"]
     config.data.batch_size, config.data.bptt, config.data.eval_chunk = 4, 7, 50
-    config.model.emb_size, config.model.hidden_size = 16, 16
-    config.model.dropout = 0.1
-    for key, value in model.items():
-        setattr(config.model, key, value)
+    config.model = ModelConfig.of(**{"emb_size": 16, "hidden_size": 16, "dropout": 0.1, **model})
     config.train.epochs, config.train.checkpoint_every = 2, 0
     config.train.device = "cpu"
     return config

@@ -11,7 +11,7 @@ V = 23
 
 def make(name, **kwargs):
     torch.manual_seed(0)
-    config = ModelConfig(name=name, **kwargs)
+    config = ModelConfig.of(name=name, **kwargs)
     return build_model(config, V).double().eval()
 
 

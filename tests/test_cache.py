@@ -14,7 +14,8 @@ V = 12
 
 def cached(name="lstm", window=7, theta=0.8, lam=0.3):
     torch.manual_seed(0)
-    model = build_model(ModelConfig(name=name, emb_size=10, hidden_size=10, window=3, init_range=0.5), V).double().eval()
+    attention = {"window": 3} if name != "lstm" else {}
+    model = build_model(ModelConfig.of(name=name, emb_size=10, hidden_size=10, init_range=0.5, **attention), V).double().eval()
     return NeuralCache(model, CacheSettings(window, theta, lam))
 
 

@@ -41,7 +41,7 @@ def test_empty_or_binary_corpus(tmp_path, corpus, content):
 
 
 def test_unknown_model_option_and_preset_key(tmp_path):
-    one_line_error(run("train", "--set", "model.name=transformerxl", "--run-dir", tmp_path / "r"), "unknown model", "lstm")
+    one_line_error(run("train", "--set", "model.name=transformerxl", "--run-dir", tmp_path / "r"), "model.name must be one of", "lstm")
     one_line_error(run("train", "--set", "model.hiden_size=3"), "unknown key model.hiden_size", "hidden_size")
     one_line_error(run("train", "--set", "train.epochs=many"), "train.epochs must be an integer ≥ 1, got 'many'")
     one_line_error(run("train", "--bogus"), "unrecognized arguments: --bogus")

@@ -32,7 +32,7 @@ def test_evaluator_counts_every_target_once_for_any_batch_and_chunk():
 
 def lstm(vocab=30, **kwargs):
     torch.manual_seed(0)
-    config = ModelConfig(emb_size=12, hidden_size=10, **kwargs)
+    config = ModelConfig.of(emb_size=12, hidden_size=10, **kwargs)
     return build_model(config, vocab).double().eval()
 
 
@@ -80,7 +80,7 @@ def test_blocked_target_log_probs_equal_the_full_distribution_with_padding_at_ze
 
 def test_init_range_zero_keeps_pytorch_initialisation_and_sets_the_forget_bias():
     torch.manual_seed(0)
-    model = build_model(ModelConfig(emb_size=200, hidden_size=100, init_range=0.0, forget_bias=1.0), 1000).requires_grad_(False)
+    model = build_model(ModelConfig.of(emb_size=200, hidden_size=100, init_range=0.0, forget_bias=1.0), 1000).requires_grad_(False)
     assert 0.95 < float(model.embedding.weight.std()) < 1.05                        # N(0, 1)
     assert float(model.rnn.weight_hh_l0.abs().max()) <= 100 ** -0.5                 # U(±1/√H)
     assert torch.all(model.rnn.bias_ih_l0[100:200] == 1) and torch.all(model.rnn.bias_hh_l0[100:200] == 0)

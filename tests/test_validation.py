@@ -18,7 +18,7 @@ import pytest
 from hypothesis import assume, given, settings, strategies as st
 
 from ctxlm.cli import build_parser
-from ctxlm.config import Config, apply_overrides, load_toml
+from ctxlm.config import Config, apply_overrides, load_toml, shared_fields
 from ctxlm.errors import CtxlmError
 
 from conftest import ctxlm, examples, one_line_error
@@ -162,7 +162,8 @@ KEYS = {
     "data.sentence_ends": (str, None), "data.eval_batch_size": (int, lambda v: v >= 1),
     "data.eval_chunk": (int, lambda v: v >= 1), "data.max_vocab": (int, lambda v: v >= 0),
     "data.min_count": (int, lambda v: v >= 0),
-    "model.name": (str, None), "model.emb_size": (int, lambda v: v >= 1), "model.hidden_size": (int, lambda v: v >= 1),
+    "model.name": (str, ("attention", "attentive-lm", "gru", "key-value", "key-value-predict", "kneser-ney", "lstm",
+                         "rnn-ngram", "rnn-relu", "rnn-tanh")), "model.emb_size": (int, lambda v: v >= 1), "model.hidden_size": (int, lambda v: v >= 1),
     "model.layers": (int, lambda v: v >= 1), "model.dropout": (float, lambda v: 0 <= v < 1),
     "model.tie_weights": (bool, None), "model.init_range": (float, lambda v: v >= 0), "model.forget_bias": (float, None),
     "model.order": (int, lambda v: v >= 1), "model.window": (int, lambda v: v >= 1), "model.ngram": (int, lambda v: v >= 1),
@@ -177,15 +178,53 @@ KEYS = {
     "train.max_batches": (int, lambda v: v >= 0), "train.threads": (int, lambda v: v >= 0),
     "train.precision": (str, ("fp32", "bf16")), "train.compile": (bool, None),
 }
+# Each family's own options (ARCHITECTURE.md "Model options"); one needs its family chosen first.
+OPTIONS_OF = {"lstm": {"forget_bias"}, "gru": {"forget_bias"}, "rnn-tanh": {"forget_bias"}, "rnn-relu": {"forget_bias"},
+              "attention": {"window", "forget_bias"}, "key-value": {"window", "forget_bias"},
+              "key-value-predict": {"window", "forget_bias"}, "rnn-ngram": {"ngram", "forget_bias"},
+              "attentive-lm": {"score"}, "kneser-ney": {"order"}}
+FAMILY = {f"model.{option}": name for name, options in reversed(OPTIONS_OF.items()) for option in options}
 WORDS = ["stream", "sentence", "single", "combined", "adam", "adamw", "sgd", "constant", "decay", "plateau", "token",
          "sequence", "auto", "cpu", "cuda", "fp32", "bf16", "true", "false", "yes", "no", "TRUE", "lstm", "x.txt", "STREAM"]
 SET_VALUES = st.one_of(NUMBERS, st.sampled_from(WORDS), st.sampled_from(WORDS).map(lambda w: f" {w} "))
 
 
 def test_the_table_covers_every_config_key():
+    from ctxlm.models import MODELS
+
     config = Config()
-    keys = {f"{s.name}.{f.name}" for s in dataclasses.fields(config) for f in dataclasses.fields(getattr(config, s.name))}
+    keys = {f"{s.name}.{f.name}" for s in dataclasses.fields(config) for f in shared_fields(getattr(config, s.name))}
+    keys |= {f"model.{f.name}" for cls in MODELS.values() for f in dataclasses.fields(cls.Options)}
     assert keys == set(KEYS)
+    assert set(KEYS["model.name"][1]) == set(MODELS) == set(OPTIONS_OF)
+    assert all({f.name for f in dataclasses.fields(MODELS[name].Options)} == OPTIONS_OF[name] for name in MODELS)
+
+
+def family_first(key: str) -> list[str]:
+    """The --set that chooses the family a model option belongs to."""
+    return [f"model.name={FAMILY[key]}"] if key in FAMILY else []
+
+
+def value_of(config, key: str):
+    section, name = key.split(".")
+    return config.to_dict()[section][name]
+
+
+def test_an_option_of_another_family_is_refused_with_the_keys_it_has():
+    with pytest.raises(CtxlmError, match=r"^--set: unknown key model.window for model 'lstm'; its keys: name, .*forget_bias"):
+        apply_overrides(Config(), ["model.window=4"])
+    config = apply_overrides(Config(), ["model.name=attention", "model.window=6", "model.name=key-value"])
+    assert value_of(config, "model.window") == 6          # an option both families have keeps its value
+    assert value_of(apply_overrides(config, ["model.name=lstm"]), "model.forget_bias") == 1.0
+    with pytest.raises(CtxlmError, match="^--set: model.name must be one of attention, .*, got 'lsmt'$"):
+        apply_overrides(Config(), ["model.name=lsmt"])
+
+
+def test_models_command_lists_a_family_s_options_with_defaults():
+    result = ctxlm("models", "rnn-ngram")
+    assert result.returncode == 0, result.stderr
+    assert "ngram = 1" in result.stdout and "emb_size = 300" in result.stdout and "window" not in result.stdout
+    one_line_error(ctxlm("models", "nope"), "unknown model 'nope'")
 
 
 def allowed_value(key, value):
@@ -212,12 +251,12 @@ def test_every_config_key_is_checked_on_the_command_line(key, value):
     want = allowed_value(key, value.strip())
     config = Config()
     try:
-        apply_overrides(config, [f"{key}={value}"])
+        apply_overrides(config, family_first(key) + [f"{key}={value}"])
     except CtxlmError as exc:
         assert want is None, exc
         assert "\n" not in str(exc) and str(exc).startswith(f"--set: {key} must be ") and repr(value.strip()) in str(exc)
         return
-    assert want is not None and getattr(getattr(config, key.split(".")[0]), key.split(".")[1]) == want
+    assert want is not None and value_of(config, key) == want
 
 
 def toml_value(value) -> str:
@@ -243,7 +282,8 @@ TOML_VALUES = st.one_of(st.integers(-2**64, 2**64), st.integers(-3, 40), st.floa
 def test_every_config_key_is_checked_in_a_preset(tmp_path, key, value):
     section, name = key.split(".")
     preset = tmp_path / "preset.toml"
-    preset.write_text(f"[{section}]\n{name} = {toml_value(value)}\n", encoding="utf-8")
+    family = f'name = "{FAMILY[key]}"\n' if key in FAMILY else ""
+    preset.write_text(f"[{section}]\n{name} = {toml_value(value)}\n{family}", encoding="utf-8")
     want = allowed_value(key, value)
     try:
         config = load_toml(preset)
@@ -251,7 +291,7 @@ def test_every_config_key_is_checked_in_a_preset(tmp_path, key, value):
         assert want is None, exc
         assert "\n" not in str(exc) and str(exc).startswith(f"{preset}: {key} must be ")
         return
-    assert want is not None and getattr(getattr(config, section), name) == want
+    assert want is not None and value_of(config, key) == want
 
 
 @pytest.mark.fuzz
@@ -259,7 +299,8 @@ def test_every_config_key_is_checked_in_a_preset(tmp_path, key, value):
 @given(key=st.sampled_from(sorted(KEYS)), value=SET_VALUES)
 def test_train_refuses_a_bad_setting_before_making_anything(tmp_path, key, value):
     assume(allowed_value(key, value.strip()) is None)
-    result = ctxlm("train", "--set", f"{key}={value}", "--run-dir", tmp_path / "run")
+    family = ["--set", f"model.name={FAMILY[key]}"] if key in FAMILY else []
+    result = ctxlm("train", *family, "--set", f"{key}={value}", "--run-dir", tmp_path / "run")
     assert result.returncode == 2
     one_line_error(result, f"--set: {key} must be ")
     assert not (tmp_path / "run").exists()
@@ -282,7 +323,9 @@ def test_any_preset_is_read_or_refused_in_one_line(tmp_path, document):
     preset = tmp_path / "preset.toml"
     preset.write_text("".join(f"[{s}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in keys.items())
                               for s, keys in document.items()), encoding="utf-8")
-    wanted = {(s, k): allowed_value(f"{s}.{k}", v) if f"{s}.{k}" in KEYS else None
+    family = allowed_value("model.name", document.get("model", {}).get("name", "lstm")) or "lstm"
+    wanted = {(s, k): allowed_value(f"{s}.{k}", v) if f"{s}.{k}" in KEYS and (f"{s}.{k}" not in FAMILY or
+                                                                                k in OPTIONS_OF[family]) else None
               for s, keys in document.items() for k, v in keys.items()}
     result = ctxlm("info", preset, "--vocab-size", "50")
     if None in wanted.values():

@@ -42,7 +42,7 @@ def cmd_train(args) -> int:
         if args.config or args.match_params or args.run_dir:
             raise CtxlmError("--resume continues a run with its own config.toml in its own folder; only --set train.KEY=VALUE may change it")
         saved_path = Path(args.resume) / "config.toml"
-        saved = load_toml(saved_path) if saved_path.is_file() else None
+        saved = load_toml(saved_path, saved=True) if saved_path.is_file() else None
         config = apply_overrides(saved, args.set) if saved and args.set else None
         if saved and getattr(MODELS.get(saved.model.name), "count_based", False):
             from .training.count import estimate_run       # seconds long and deterministic: estimated again
@@ -321,8 +321,7 @@ def cmd_import_arpa(args) -> int:
     if run_dir.exists() and any(run_dir.iterdir()):
         raise CtxlmError(f"run directory {run_dir} is not empty; pick another")
     model, vocab = read_arpa(args.arpa)
-    config = apply_overrides(Config(), args.set or [])
-    config.model.name, config.model.order = "kneser-ney", model.order
+    config = apply_overrides(Config(), [*(args.set or []), "model.name=kneser-ney", f"model.order={model.order}"])
     checkpoint.atomic_write_text(run_dir / "config.toml", config.to_toml())
     vocab.save(run_dir / "vocab.txt")
     checkpoint.save_weights(model, run_dir / "model.safetensors", {"model": "kneser-ney", "vocab": vocab.fingerprint()})
@@ -434,10 +433,23 @@ def cmd_datasets(args) -> int:
 
 
 def cmd_models(args) -> int:
+    from .config import ModelConfig, _toml_value, described, family_options, shared_fields
     from .models import MODELS
 
-    for name, cls in sorted(MODELS.items()):
-        print(f"{name:<20}{(cls.__doc__ or '').strip().splitlines()[0]}")
+    if not args.name:
+        for name, cls in sorted(MODELS.items()):
+            print(f"{name:<20}{(cls.__doc__ or '').strip().splitlines()[0]}")
+        print("\n`ctxlm models NAME` lists a model's [model] keys with their defaults.")
+        return 0
+    options = family_options(args.name)
+    print(f"{args.name}: {(MODELS[args.name].__doc__ or '').strip().splitlines()[0]}\n")
+    print("[model]  # keys every model shares")
+    for key, default, comment in described(ModelConfig, shared_fields(ModelConfig)):
+        print(f"{key} = {_toml_value(args.name if key == 'name' else default)}".ljust(28) + f"# {comment}")
+    rows = described(options)
+    print(f"# {args.name}'s own options" if rows else f"# {args.name} has no options of its own")
+    for key, default, comment in rows:
+        print(f"{key} = {_toml_value(default)}".ljust(28) + f"# {comment}")
     return 0
 
 
@@ -600,7 +612,8 @@ def build_parser() -> argparse.ArgumentParser:
     common_data(p)
     p.set_defaults(func=cmd_datasets)
 
-    p = sub.add_parser("models", help="list the registered models")
+    p = sub.add_parser("models", help="list the registered models, or one model's options with their defaults")
+    p.add_argument("name", nargs="?", help="a model name (e.g. attention): print its [model] keys, defaults and meaning")
     p.set_defaults(func=cmd_models)
     return parser
 

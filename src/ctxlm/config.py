@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import re
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -28,20 +30,64 @@ class DataConfig:
     min_count: int = setting(0, at_least(0))  # 0 = the dataset's default (1, or 4 for Brown)
 
 
-@dataclass
+@dataclass(slots=True)      # slots: `config.model.window = 4` on a family without that option fails at once
 class ModelConfig:
+    """[model]: what every model shares, plus the chosen family's own options (ARCHITECTURE.md "Model options").
+
+    Each family declares its options as a dataclass (`Options`) beside its class; `options` holds one
+    for the family `name` chooses, and `ctxlm models NAME` lists them.
+    """
     name: str = "lstm"              # lstm, gru, attention, key-value, rnn-ngram, kneser-ney, ... (`ctxlm models`)
-    emb_size: int = setting(300, at_least(1))
-    hidden_size: int = setting(300, at_least(1))
-    layers: int = setting(1, at_least(1))
+    emb_size: int = setting(300, at_least(1))  # word vector size w
+    hidden_size: int = setting(300, at_least(1))  # hidden / LSTM output size k
+    layers: int = setting(1, at_least(1))  # stacked recurrent layers (where the family stacks)
     dropout: float = setting(0.0, in_range(0, 1, high_open=True))  # on non-recurrent connections
-    tie_weights: bool = False
+    tie_weights: bool = False       # output weights = input embedding (softmax and nce output layers)
     init_range: float = setting(0.1, at_least(0))  # U(-r, r) for every parameter; 0 = PyTorch's default initialisation
-    forget_bias: float = 1.0        # LSTM forget-gate bias (SPEC §1.6a)
-    order: int = setting(5, at_least(1))  # n-gram order (kneser-ney)
-    window: int = setting(4, at_least(1))  # attention window a: past outputs attended (Daniluk models)
-    ngram: int = setting(1, at_least(1))  # N of the RNN N-gram model (rnn-ngram)
-    score: str = setting("single", one_of("single", "combined"))  # attentive-lm attention score
+    options: Any = field(default=None, metadata={"family": True})  # the family's Options dataclass
+
+    def __post_init__(self):
+        if self.options is None:
+            self.options = family_options(self.name)()
+
+    @classmethod
+    def of(cls, **keys: Any) -> "ModelConfig":
+        """A checked config from shared keys and family options alike: ModelConfig.of(name="attention", window=3)."""
+        config = Config()
+        for key, value in sorted(keys.items(), key=lambda item: item[0] != "name"):
+            apply(config, "model", key, value, "ModelConfig.of")
+        return config.model
+
+
+def family_options(name: str) -> type:
+    """The option dataclass of model `name` (an unknown name is an error listing the known ones)."""
+    from .models import MODELS
+
+    if name not in MODELS:
+        raise CtxlmError(f"unknown model {name!r} (model.name); known models: {', '.join(sorted(MODELS))}")
+    return MODELS[name].Options
+
+
+def described(options_class: type, only: list | None = None) -> list[tuple[str, Any, str]]:
+    """(key, default, comment) for each field of a config dataclass, the comment read from its source line."""
+    comments = {}
+    for line in inspect.getsource(options_class).splitlines():
+        match = re.match(r"\s+(\w+):[^#]*#\s*(.*)$", line)
+        if match:
+            comments[match.group(1)] = match.group(2)
+    defaults = options_class()
+    return [(f.name, getattr(defaults, f.name), comments.get(f.name, "")) for f in (only or fields(options_class))]
+
+
+def _model_names() -> list[str]:
+    from .models import MODELS
+
+    return sorted(MODELS)
+
+
+def shared_fields(section) -> list:
+    """A section's own fields (for [model]: the keys every family shares, without its options)."""
+    return [f for f in fields(section) if not f.metadata.get("family")]
 
 
 @dataclass
@@ -73,7 +119,14 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
-        return dataclasses.asdict(self)
+        """Every section as a flat dict; [model] lists the shared keys, then its family's options."""
+        result = {}
+        for section in fields(self):
+            values = getattr(self, section.name)
+            result[section.name] = {f.name: getattr(values, f.name) for f in shared_fields(values)}
+            if isinstance(values, ModelConfig):
+                result[section.name].update(dataclasses.asdict(values.options))
+        return result
 
     def to_toml(self) -> str:
         lines = []
@@ -97,15 +150,31 @@ _KINDS = {"int": int, "float": float, "bool": bool, "str": str}
 
 
 def apply(config: Config, section: str, key: str, value: Any, source: str) -> None:
-    """Set config.section.key = value, checked against the field's type and allowed values; unknown names are errors."""
+    """Set config.section.key = value, checked against the field's type and allowed values; unknown names are errors.
+
+    A [model] key is one every family shares or an option of the family `model.name` chooses. Choosing
+    another family starts from its defaults, keeping the values of options both families have.
+    """
     target = _section(config, section, source)
-    known = {f.name: f for f in fields(target)}
+    known = {f.name: f for f in shared_fields(target)}
+    if isinstance(target, ModelConfig) and key not in known:
+        known, target = {f.name: f for f in fields(target.options)}, target.options
+        if key not in known:
+            keys = [f.name for f in shared_fields(config.model)] + list(known)
+            raise CtxlmError(f"{source}: unknown key {section}.{key} for model {config.model.name!r}; "
+                             f"its keys: {', '.join(keys)} (`ctxlm models {config.model.name}` explains them)")
     if key not in known:
         raise CtxlmError(f"{source}: unknown key {section}.{key}; valid keys: {', '.join(known)}")
+    choosing_family = isinstance(target, ModelConfig) and key == "name"
+    allowed = one_of(*_model_names()) if choosing_family else known[key].metadata.get("allowed", ANY)
     try:
-        setattr(target, key, convert(_KINDS[known[key].type], known[key].metadata.get("allowed", ANY), value))
+        converted = convert(_KINDS[known[key].type], allowed, value)
     except ValueError as exc:
         raise CtxlmError(f"{source}: {section}.{key} {exc}") from None
+    if choosing_family:
+        options, old = family_options(converted), target.options
+        target.options = options(**{f.name: getattr(old, f.name) for f in fields(options) if hasattr(old, f.name)})
+    setattr(target, key, converted)
 
 
 def _section(config: Config, section: str, source: str):
@@ -119,19 +188,28 @@ def validate(config: Config) -> None:
     """Check a whole config (also one built in Python): every value allowed, and the combinations."""
     for section in fields(config):
         values = getattr(config, section.name)
-        for f in fields(values):
+        for f in shared_fields(values):
             apply(config, section.name, f.name, getattr(values, f.name), "config")
+    if not isinstance(config.model.options, family_options(config.model.name)):
+        raise CtxlmError(f"config: model.options must be {config.model.name}'s options dataclass "
+                         f"({family_options(config.model.name).__qualname__})")
+    for f in fields(config.model.options):
+        apply(config, "model", f.name, getattr(config.model.options, f.name), "config")
     if config.train.schedule != "constant" and config.train.lr_factor <= 1:
         raise CtxlmError(f"config: train.lr_factor must be > 1 with schedule {config.train.schedule!r} "
                          f"(it divides the rate), got {config.train.lr_factor}")
 
 
-def load_toml(path: str | Path, config: Config | None = None) -> Config:
-    """Read a TOML preset on top of `config` (default: the built-in defaults), after its `base` preset."""
-    return _load(Path(path), config or Config(), ())
+def load_toml(path: str | Path, config: Config | None = None, saved: bool = False) -> Config:
+    """Read a TOML preset on top of `config` (default: the built-in defaults), after its `base` preset.
+
+    `saved`: a run's own config.toml. Runs made before each family had its own options list every
+    family's keys; the keys of other families are skipped there.
+    """
+    return _load(Path(path), config or Config(), (), saved)
 
 
-def _load(path: Path, config: Config, chain: tuple[Path, ...]) -> Config:
+def _load(path: Path, config: Config, chain: tuple[Path, ...], saved: bool = False) -> Config:
     if path.resolve() in chain:
         raise CtxlmError(f"{path}: base presets form a cycle ({' -> '.join(str(p) for p in chain)} -> {path})")
     try:
@@ -146,14 +224,23 @@ def _load(path: Path, config: Config, chain: tuple[Path, ...]) -> Config:
         base = raw.pop("base")
         if not isinstance(base, str):
             raise CtxlmError(f"{path}: base must be a file name, e.g. base = \"ptb-lstm.toml\"")
-        config = _load(path.parent / base, config, (*chain, path.resolve()))
+        config = _load(path.parent / base, config, (*chain, path.resolve()), saved)
     for section, values in raw.items():
         if not isinstance(values, dict):
             raise CtxlmError(f"{path}: top-level key {section!r} must be a [section]")
         _section(config, section, str(path))
-        for key, value in values.items():
+        for key, value in sorted(values.items(), key=lambda item: item[0] != "name"):   # the family first
+            if saved and section == "model" and key in _other_families_options(config.model):
+                continue
             apply(config, section, key, value, str(path))
     return config
+
+
+def _other_families_options(model: ModelConfig) -> set[str]:
+    from .models import MODELS
+
+    own = {f.name for f in shared_fields(model)} | {f.name for f in fields(model.options)}
+    return {f.name for cls in MODELS.values() for f in fields(cls.Options)} - own
 
 
 def apply_overrides(config: Config, overrides: list[str]) -> Config:

@@ -24,7 +24,7 @@ def load(run_dir: str | Path, device: str = "cpu") -> Run:
     run_dir = Path(run_dir)
     if not (run_dir / "config.toml").is_file():
         raise CtxlmError(f"{run_dir}: not a run directory (no config.toml); train one with `ctxlm train`")
-    config = load_toml(run_dir / "config.toml")
+    config = load_toml(run_dir / "config.toml", saved=True)
     vocab = Vocabulary.load(run_dir / "vocab.txt")
     model = build_model(config.model, len(vocab))
     load_weights(model, run_dir / "model.safetensors", {"model": config.model.name, "vocab": vocab.fingerprint()})

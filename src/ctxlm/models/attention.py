@@ -6,9 +6,12 @@ recurrence reads its attention output, so nothing loops over time (ARCHITECTURE.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
+from ..checks import at_least, one_of, setting
 from ..layers.history import masked_softmax, windows
 from ..layers.output import SoftmaxOutput
 from .base import LanguageModel, ModelOutput, register
@@ -16,6 +19,12 @@ from .recurrent import run_recurrent, run_recurrent_with_history, uniform_init
 
 # how the LSTM output h splits into (key, value, predict) parts, SPEC §6.2 REC 10: contiguous [k | v | p]
 _PARTS = {"attention": 1, "key-value": 2, "key-value-predict": 3}
+
+
+@dataclass
+class DanilukOptions:
+    window: int = setting(4, at_least(1))  # attention window a: how many previous outputs are attended
+    forget_bias: float = 1.0        # LSTM forget-gate bias (SPEC §1.6a)
 
 
 @register(*_PARTS)
@@ -30,6 +39,8 @@ class DanilukAttentionLM(LanguageModel):
     No biases in the attention (REC 11). Memory crosses chunk boundaries (detached) and is cleared by
     the reset mask; with no valid slot r = 0.
     """
+
+    Options = DanilukOptions
 
     def __init__(self, vocab_size: int, variant: str = "attention", emb_size: int = 300, hidden_size: int = 300,
                  window: int = 4, init_range: float = 0.1, forget_bias: float = 1.0):
@@ -52,9 +63,9 @@ class DanilukAttentionLM(LanguageModel):
         uniform_init(self, init_range, forget_bias)
 
     @classmethod
-    def from_config(cls, config, vocab_size: int) -> "DanilukAttentionLM":
-        return cls(vocab_size, config.name, config.emb_size, config.hidden_size, config.window, config.init_range,
-                   config.forget_bias)
+    def from_config(cls, config, options: DanilukOptions, vocab_size: int) -> "DanilukAttentionLM":
+        return cls(vocab_size, config.name, config.emb_size, config.hidden_size, options.window, config.init_range,
+                   options.forget_bias)
 
     def split(self, h: torch.Tensor):
         """(key, value, predict) views of the LSTM outputs."""
@@ -84,6 +95,11 @@ class DanilukAttentionLM(LanguageModel):
         return torch.arange(window, 0, -1).expand(batch, length, window)
 
 
+@dataclass
+class AttentiveOptions:
+    score: str = setting("single", one_of("single", "combined"))  # attention score: single (eq 9) or combined (eq 10)
+
+
 @register("attentive-lm")
 class AttentiveLM(LanguageModel):
     """Salton et al. 2017 Attentive RNN-LM ([001], SPEC §1.15), sentence regime.
@@ -94,6 +110,8 @@ class AttentiveLM(LanguageModel):
         h̃_t = tanh(W_c [h_t; c_t] + b_t);  p = softmax(E h̃_t + b), E the tied input embedding   (7–8)
     Memory spans one sentence: positions after an `<eos>` input or a reset start a fresh sentence.
     """
+
+    Options = AttentiveOptions
 
     def __init__(self, vocab_size: int, emb_size: int = 650, hidden_size: int = 650, layers: int = 2,
                  dropout: float = 0.5, score: str = "single", init_range: float = 0.05, eos: int = 0):
@@ -119,8 +137,8 @@ class AttentiveLM(LanguageModel):
                     nn.init.uniform_(parameter, -init_range, init_range)
 
     @classmethod
-    def from_config(cls, config, vocab_size: int) -> "AttentiveLM":
-        return cls(vocab_size, config.emb_size, config.hidden_size, config.layers, config.dropout, config.score,
+    def from_config(cls, config, options: AttentiveOptions, vocab_size: int) -> "AttentiveLM":
+        return cls(vocab_size, config.emb_size, config.hidden_size, config.layers, config.dropout, options.score,
                    config.init_range, eos=0)
 
     def forward(self, inputs, state=None, reset=None) -> ModelOutput:

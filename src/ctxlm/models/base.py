@@ -27,11 +27,16 @@ def build_model(config, vocab_size: int) -> "LanguageModel":
     if config.init_range < 0:
         raise CtxlmError(f"model.init_range must be ≥ 0 (0 = PyTorch's default initialisation), got {config.init_range}")
     try:
-        return MODELS[config.name].from_config(config, vocab_size)
+        return MODELS[config.name].from_config(config, config.options, vocab_size)
     except ValueError as exc:
         raise CtxlmError(f"model {config.name!r}: {exc}") from None
     except (RuntimeError, TypeError, OverflowError) as exc:     # sizes torch cannot hold or memory cannot fit
         raise CtxlmError(f"model {config.name!r} with vocabulary {vocab_size:,}: {str(exc).splitlines()[0]}") from None
+
+
+@dataclass
+class NoOptions:
+    """A family without options of its own: only the [model] keys every family shares."""
 
 
 @dataclass
@@ -73,6 +78,7 @@ class LanguageModel(nn.Module):
 
     embedding: nn.Embedding
     output: nn.Module
+    Options: type = NoOptions     # the family's own [model] options (ARCHITECTURE.md "Model options")
 
     def forward(self, inputs: torch.Tensor, state: Any = None, reset: torch.Tensor | None = None) -> ModelOutput:
         raise NotImplementedError

@@ -16,7 +16,9 @@ from .base import build_model
 
 
 def hidden_ratio(config) -> int:
-    return {"key-value": 2, "key-value-predict": 3, "rnn-ngram": config.ngram + 1}.get(config.name, 1)
+    if config.name == "rnn-ngram":
+        return config.options.ngram + 1
+    return {"key-value": 2, "key-value-predict": 3}.get(config.name, 1)
 
 
 def count_parameters(config, vocab_size: int) -> int:
@@ -31,9 +33,12 @@ def parse_budget(spec: str, base_config):
         emb, hidden = (int(x) for x in sizes.split("x"))
     except ValueError:
         raise CtxlmError(f"--match-params {spec!r}: expected MODEL:EMBxHIDDEN, e.g. lstm:300x300") from None
-    budget = copy.deepcopy(base_config)
-    budget.name, budget.emb_size, budget.hidden_size, budget.layers = name, emb, hidden, 1
-    return budget
+    from ..config import ModelConfig
+
+    try:
+        return ModelConfig.of(name=name, emb_size=emb, hidden_size=hidden, layers=1, init_range=base_config.init_range)
+    except CtxlmError as exc:
+        raise CtxlmError(f"--match-params {spec!r}: {exc}") from None
 
 
 def match_params(config, vocab_size: int, spec: str):

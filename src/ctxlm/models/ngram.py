@@ -20,10 +20,13 @@ order, B = |V| + 1; `<s>` is the extra word id |V|.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from torch import nn
 
+from ..checks import at_least, setting
 from ..data.batching import IGNORE
 from .base import LanguageModel, ModelOutput, register, reset_segments
 
@@ -56,6 +59,11 @@ class _Table:
         return np.where((self.keys[where] == query) & (query >= 0), where, -1)
 
 
+@dataclass
+class KneserNeyOptions:
+    order: int = setting(5, at_least(1))  # n: the longest n-gram counted
+
+
 @register("kneser-ney")
 class KneserNeyLM(LanguageModel):
     """Interpolated modified Kneser-Ney n-gram LM (SPEC §1.1), scored through the LanguageModel interface.
@@ -65,6 +73,7 @@ class KneserNeyLM(LanguageModel):
     """
 
     count_based = True
+    Options = KneserNeyOptions
 
     def __init__(self, vocab_size: int, order: int = 5, eos: int = 0):
         super().__init__()
@@ -78,8 +87,8 @@ class KneserNeyLM(LanguageModel):
         self.embedding = nn.Embedding(0, 1)   # the interface's θ_W; an n-gram model has none
 
     @classmethod
-    def from_config(cls, config, vocab_size: int) -> "KneserNeyLM":
-        return cls(vocab_size, config.order, eos=0)
+    def from_config(cls, config, options: KneserNeyOptions, vocab_size: int) -> "KneserNeyLM":
+        return cls(vocab_size, options.order, eos=0)
 
     # ------------------------------------------------------------------ estimation
     def estimate(self, ids: np.ndarray, log=None) -> "KneserNeyLM":

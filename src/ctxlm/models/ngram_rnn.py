@@ -1,13 +1,22 @@
 """RNN N-gram (RNNN) language model (Daniluk 2016, [000] §3.2; SPEC §1.8 with REC §6.2 5–6)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
+from ..checks import at_least, setting
 from ..layers.history import windows
 from ..layers.output import SoftmaxOutput
 from .base import LanguageModel, ModelOutput, register
 from .recurrent import run_recurrent_with_history, uniform_init
+
+
+@dataclass
+class RNNNgramOptions:
+    ngram: int = setting(1, at_least(1))  # N: how many past outputs each contribute a slice (RNN-N)
+    forget_bias: float = 1.0        # LSTM forget-gate bias (SPEC §1.6a)
 
 
 @register("rnn-ngram")
@@ -21,6 +30,8 @@ class RNNNgramLM(LanguageModel):
     Missing past outputs (stream or document start) are zero vectors; the N previous outputs are
     carried across chunks (detached). Only the next-word loss trains the future slices.
     """
+
+    Options = RNNNgramOptions
 
     def __init__(self, vocab_size: int, emb_size: int = 252, hidden_size: int = 504, ngram: int = 1,
                  init_range: float = 0.1, forget_bias: float = 1.0):
@@ -38,8 +49,8 @@ class RNNNgramLM(LanguageModel):
         uniform_init(self, init_range, forget_bias)
 
     @classmethod
-    def from_config(cls, config, vocab_size: int) -> "RNNNgramLM":
-        return cls(vocab_size, config.emb_size, config.hidden_size, config.ngram, config.init_range, config.forget_bias)
+    def from_config(cls, config, options: RNNNgramOptions, vocab_size: int) -> "RNNNgramLM":
+        return cls(vocab_size, config.emb_size, config.hidden_size, options.ngram, config.init_range, options.forget_bias)
 
     def forward(self, inputs, state=None, reset=None) -> ModelOutput:
         length = inputs.size(1)

@@ -1,6 +1,8 @@
 """RNN / GRU / LSTM language models (SPEC §1.5–1.7; Daniluk's vanilla LSTM LM is §1.7, eq 3.1)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -12,6 +14,11 @@ _CELLS = {"lstm": (nn.LSTM, {}), "gru": (nn.GRU, {}), "rnn-tanh": (nn.RNN, {"non
           "rnn-relu": (nn.RNN, {"nonlinearity": "relu"})}
 
 
+@dataclass
+class RecurrentOptions:
+    forget_bias: float = 1.0        # LSTM forget-gate bias (SPEC §1.6a; [000] uses 1)
+
+
 @register(*_CELLS)
 class RecurrentLM(LanguageModel):
     """Embedding → stacked recurrent layers (fused over the chunk) → softmax.
@@ -20,6 +27,8 @@ class RecurrentLM(LanguageModel):
     with the forget-gate bias initialised to `forget_bias` (1 in [000]). Dropout acts on
     non-recurrent connections only (embedding output, between layers, top output).
     """
+
+    Options = RecurrentOptions
 
     def __init__(self, vocab_size: int, cell: str = "lstm", emb_size: int = 300, hidden_size: int = 300,
                  layers: int = 1, dropout: float = 0.0, tie_weights: bool = False, init_range: float = 0.1,
@@ -39,9 +48,9 @@ class RecurrentLM(LanguageModel):
         self.reset_parameters(init_range, forget_bias)
 
     @classmethod
-    def from_config(cls, config, vocab_size: int) -> "RecurrentLM":
+    def from_config(cls, config, options: RecurrentOptions, vocab_size: int) -> "RecurrentLM":
         return cls(vocab_size, config.name, config.emb_size, config.hidden_size, config.layers, config.dropout,
-                   config.tie_weights, config.init_range, config.forget_bias)
+                   config.tie_weights, config.init_range, options.forget_bias)
 
     def reset_parameters(self, init_range: float, forget_bias: float) -> None:
         uniform_init(self, init_range, forget_bias if self.cell == "lstm" else None)

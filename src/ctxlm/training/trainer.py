@@ -174,7 +174,7 @@ class Trainer:
         """On --resume the run's own config wins; only train.* settings may be changed."""
         if not (self.run_dir / "config.toml").is_file():
             raise CtxlmError(f"{self.run_dir}: not a run directory (no config.toml); nothing to resume")
-        saved = load_toml(self.run_dir / "config.toml")
+        saved = load_toml(self.run_dir / "config.toml", saved=True)
         if given is not None:
             for section in ("data", "model"):
                 if getattr(given, section) != getattr(saved, section):
