@@ -77,3 +77,27 @@ def attentive_oracle(model, inputs):
         return F.log_softmax(model.output.logits(torch.tanh(model.W_c(torch.cat([h, context])))), -1)
 
     return run_oracle(model, inputs, head, lambda b, t: bool(inputs[b, t] == model.eos))
+
+
+
+def psmm_oracle(model, inputs, reset=None):
+    """PSMM (SPEC §1.18) one position at a time: the window [x_t … x_{t−L+1}] with its states, the
+    sentinel, eqs 5.3–5.6; log p_mix over the vocabulary [B, T, V]."""
+    base, V = model.base, model.output.bias.numel()
+    rows = []
+    for b in range(inputs.size(0)):
+        state, memory, out = zero_state(base.rnn), [], []
+        for t in range(inputs.size(1)):
+            if reset is not None and bool(reset[b, t]):
+                state, memory = zero_state(base.rnn), []
+            h, state = lstm_step(base.rnn, base.embedding(inputs[b, t]), state)
+            memory.append((h, inputs[b, t]))
+            window = memory[-model.window:]                      # (state, input word), the current one last
+            q = torch.tanh(model.query.weight @ h + model.query.bias)
+            a = torch.softmax(torch.stack([q @ s for s, _ in window] + [q @ model.sentinel]), 0)
+            p = a[-1] * torch.softmax(base.output.weight @ h + base.output.bias, 0)
+            for k, (_, word) in enumerate(window):
+                p = p + a[k] * F.one_hot(word, V).to(p.dtype)
+            out.append(torch.log(p))
+        rows.append(torch.stack(out))
+    return torch.stack(rows)
