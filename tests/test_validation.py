@@ -163,11 +163,14 @@ KEYS = {
     "data.eval_chunk": (int, lambda v: v >= 1), "data.max_vocab": (int, lambda v: v >= 0),
     "data.min_count": (int, lambda v: v >= 0),
     "model.name": (str, ("attention", "attentive-lm", "gru", "key-value", "key-value-predict", "kneser-ney", "lstm",
-                         "rnn-ngram", "rnn-relu", "rnn-tanh")), "model.emb_size": (int, lambda v: v >= 1), "model.hidden_size": (int, lambda v: v >= 1),
+                         "names-mixture", "psmm", "rnn-ngram", "rnn-relu", "rnn-tanh")), "model.emb_size": (int, lambda v: v >= 1), "model.hidden_size": (int, lambda v: v >= 1),
     "model.layers": (int, lambda v: v >= 1), "model.dropout": (float, lambda v: 0 <= v < 1),
     "model.tie_weights": (bool, None), "model.init_range": (float, lambda v: v >= 0), "model.forget_bias": (float, None),
     "model.order": (int, lambda v: v >= 1), "model.window": (int, lambda v: v >= 1), "model.ngram": (int, lambda v: v >= 1),
-    "model.score": (str, ("single", "combined")),
+    "model.score": (str, ("single", "combined")), "model.input_dropout": (float, lambda v: 0 <= v < 1),
+    "model.state_dropout": (float, lambda v: 0 <= v < 1), "model.output_dropout": (float, lambda v: 0 <= v < 1),
+    "model.base": (str, ("lstm", "gru", "rnn-tanh", "rnn-relu")), "model.names": (str, None),
+    "model.supervision": (float, lambda v: v >= 0),
     "train.optimizer": (str, ("sgd", "adam", "adamw")), "train.lr": (float, lambda v: v > 0),
     "train.weight_decay": (float, lambda v: v >= 0), "train.schedule": (str, ("constant", "decay", "plateau")),
     "train.lr_factor": (float, lambda v: v > 0), "train.decay_start": (int, lambda v: v >= 0),
@@ -179,10 +182,12 @@ KEYS = {
     "train.precision": (str, ("fp32", "bf16")), "train.compile": (bool, None),
 }
 # Each family's own options (ARCHITECTURE.md "Model options"); one needs its family chosen first.
-OPTIONS_OF = {"lstm": {"forget_bias"}, "gru": {"forget_bias"}, "rnn-tanh": {"forget_bias"}, "rnn-relu": {"forget_bias"},
+REGULARISED = {"forget_bias", "input_dropout", "state_dropout", "output_dropout"}
+OPTIONS_OF = {"lstm": REGULARISED, "gru": REGULARISED, "rnn-tanh": REGULARISED, "rnn-relu": REGULARISED,
               "attention": {"window", "forget_bias"}, "key-value": {"window", "forget_bias"},
               "key-value-predict": {"window", "forget_bias"}, "rnn-ngram": {"ngram", "forget_bias"},
-              "attentive-lm": {"score"}, "kneser-ney": {"order"}}
+              "attentive-lm": {"score"}, "kneser-ney": {"order"}, "psmm": REGULARISED | {"base", "window"},
+              "names-mixture": REGULARISED | {"base", "names", "supervision"}}
 FAMILY = {f"model.{option}": name for name, options in reversed(OPTIONS_OF.items()) for option in options}
 WORDS = ["stream", "sentence", "single", "combined", "adam", "adamw", "sgd", "constant", "decay", "plateau", "token",
          "sequence", "auto", "cpu", "cuda", "fp32", "bf16", "true", "false", "yes", "no", "TRUE", "lstm", "x.txt", "STREAM"]

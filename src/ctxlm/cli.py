@@ -78,6 +78,8 @@ def _print_table(run_dir, results) -> None:
 
 def cmd_eval(args) -> int:
     from .evaluation import evaluate_file
+    from .evaluation.categories import stream_log_probs
+    from .evaluation.names import names_perplexity, read_names
     from .run import load
     from .training.precision import autocast
     from .training.trainer import evaluate_split, prepare_data
@@ -101,6 +103,9 @@ def cmd_eval(args) -> int:
                 if split not in data.ids:
                     raise CtxlmError(f"--split {split}: dataset {run.config.data.dataset!r} has splits {', '.join(data.ids)}")
                 results[split] = evaluate_split(model, run.config, data.ids[split], run.vocab, "cpu")
+                if args.names:
+                    results[split]["names"] = names_perplexity(stream_log_probs(model, data.ids[split], run.config.data.eval_chunk),
+                                                               data.ids[split], read_names(args.names, run.vocab))
     for r in results.values():
         r["precision"] = args.precision
         if settings is not None:
@@ -115,6 +120,9 @@ def cmd_eval(args) -> int:
         print(f"{'split':<12}{'tokens':>10}{'nll':>10}{'perplexity':>12}")
         for name, r in results.items():
             print(f"{name:<12}{r['tokens']:>10,}{r['nll'] / r['tokens']:>10.4f}{r['ppl']:>12.2f}")
+            if "names" in r:
+                n = r["names"]
+                print(f"{'  names':<12}{n['tokens']:>10,}{n['nll'] / max(n['tokens'], 1):>10.4f}{n['ppl']:>12.2f}")
     return 0
 
 
@@ -491,6 +499,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                    help="fp32 (default, exact) or bf16 autocast (faster on bf16 hardware, approximate, reported as such)")
     cache_options(p)
+    p.add_argument("--names", help="also the perplexity of the name targets only (SPEC §1.19): a file of name words, "
+                   "one per line, e.g. from `ctxlm names`")
     p.add_argument("--json", action="store_true", help="print JSON")
     common_data(p)
     p.set_defaults(func=cmd_eval)

@@ -163,6 +163,8 @@ class Trainer:
         self.data = prepare_data(config, data_dir, vocab)
         torch.manual_seed(config.train.seed)
         self.model = build_model(config.model, len(self.data.vocab)).to(self.device)
+        if not (resume and self.resume_state) and hasattr(self.model, "use_vocabulary"):   # e.g. the names mixture
+            self.model.use_vocabulary(self.data.vocab)
         if not self.world.main:
             torch.manual_seed(config.train.seed + self.world.rank)   # its own dropout masks
         self.optimizer = build_optimizer(config.train.optimizer, self.model.parameters(), config.train.lr, config.train.weight_decay)
