@@ -12,7 +12,7 @@ from torch import nn
 
 from ..checks import at_least, in_range, one_of, setting
 from ..data.batching import IGNORE
-from ..layers.history import empty_memory, masked_softmax, windowed_history, windows
+from ..layers.history import empty_memory, masked_softmax, windowed_history
 from .base import LanguageModel, ModelOutput, register
 from .recurrent import RecurrentLM, _CELLS
 
@@ -88,10 +88,12 @@ class PointerSentinelLM(LanguageModel):
         extended, earlier_valid, new_memory, new_valid = windowed_history(memory, valid, hidden, reset)
         extended_words = torch.cat([words, inputs], 1)
         slot_valid = torch.cat([earlier_valid, earlier_valid.new_ones(*earlier_valid.shape[:2], 1)], -1)
-        states = windows(extended, self.window, length)                                # [B, T, L, H]
         slot_words = extended_words.unfold(1, self.window, 1)[:, :length]            # [B, T, L]
         query = torch.tanh(self.query(hidden))                                         # [B, T, H]
-        scores = torch.einsum("bth,btlh->btl", query, states)
+        # qᵀh for every (position, extended state) in one matmul, then each position's band of L states
+        band = (torch.arange(length, device=hidden.device).view(-1, 1)
+                + torch.arange(self.window, device=hidden.device)).expand(inputs.size(0), length, self.window)
+        scores = torch.bmm(query, extended.transpose(1, 2)).gather(2, band)
         sentinel = (query @ self.sentinel).unsqueeze(-1)                               # [B, T, 1]
         attention = masked_softmax(torch.cat([scores, sentinel], -1),
                                    torch.cat([slot_valid, slot_valid.new_ones(*slot_valid.shape[:2], 1)], -1))
