@@ -95,7 +95,7 @@ class SoftmaxOutput(nn.Module):
 def unigram(counts: torch.Tensor | None, vocab_size: int) -> torch.Tensor:
     """[V] float64 training distribution of the words, a word never seen (`<unk>` in some corpora) counted
     once; uniform without counts (a placeholder that loading the state dict replaces)."""
-    counts = torch.ones(vocab_size, dtype=torch.float64) if counts is None else counts.detach().cpu().double()
+    counts = torch.ones(vocab_size, dtype=torch.float64, device="cpu") if counts is None else counts.detach().cpu().double()
     if counts.shape != (vocab_size,) or not bool((counts >= 0).all()):
         raise ValueError(f"word counts must be {vocab_size} non-negative numbers, one per vocabulary word")
     counts = counts.clamp(min=1)
@@ -205,17 +205,18 @@ class ClassOutput(nn.Module):
         result = widen(hidden.new_zeros(flat_targets.shape))
         if rows.numel() == 0:
             return result.view(targets.shape)
+        word_class = torch.bucketize(flat_targets[rows], self.bounds, right=True) - 1
+        order = word_class.argsort()                                  # the positions grouped by class
+        rows, word_class = rows[order], word_class[order]
         h, words = flat_hidden[rows], flat_targets[rows]
-        word_class = torch.bucketize(words, self.bounds, right=True) - 1
         log_p = self.class_log_probs(h).gather(1, word_class.unsqueeze(1)).squeeze(1)
-        order = word_class.argsort()
-        groups = order.split(torch.bincount(word_class, minlength=self.bounds.numel() - 1).tolist())
-        bounds = self.bounds.tolist()
-        within = [-F.cross_entropy(widen(F.linear(h[group], self.weight[s:e], self.bias[s:e])), words[group] - s,
-                                   reduction="none")
-                  for group, s, e in zip(groups, bounds[:-1], bounds[1:]) if group.numel()]
-        log_p = log_p + torch.zeros_like(log_p).index_copy(0, order, torch.cat(within))
-        return result.index_copy(0, rows, log_p).view(targets.shape)
+        # split (not slicing) so that backward assembles each gradient once, not once per class
+        groups = torch.bincount(word_class, minlength=self.bounds.numel() - 1).tolist()
+        sizes, starts = self.bounds.diff().tolist(), self.bounds.tolist()
+        within = [-F.cross_entropy(widen(F.linear(h_c, w_c, b_c)), words_c - start, reduction="none")
+                  for h_c, words_c, w_c, b_c, start in zip(h.split(groups), words.split(groups), self.weight.split(sizes),
+                                                             self.bias.split(sizes), starts) if words_c.numel()]
+        return result.index_copy(0, rows, log_p + torch.cat(within)).view(targets.shape)
 
     def loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
         """(exact summed NLL over non-padding targets, their count)."""
@@ -223,10 +224,11 @@ class ClassOutput(nn.Module):
 
 
 def parse_cutoffs(text: str, vocab_size: int) -> list[int]:
-    """Cluster bounds "2000,10000"; "" = 2000, 10000, 50000, … (×5) below V, the head min(2000, V/4) words."""
+    """Cluster bounds "2000,10000"; "" = a head of min(2000, V/4) words, then ×5 per cluster while below V
+    (WikiText-2: 2000, 10000; PTB: 2000)."""
     if not text.strip():
-        cutoffs, cut = [], min(2000, vocab_size // 4)
-        while 0 < cut < vocab_size:
+        cutoffs, cut = [], max(1, min(2000, vocab_size // 4))
+        while cut < vocab_size:
             cutoffs.append(cut)
             cut *= 5
         return cutoffs
@@ -247,8 +249,6 @@ class AdaptiveOutput(nn.Module):
 
     def __init__(self, in_dim: int, vocab_size: int, cutoffs: list[int], div_value: float = 4.0):
         super().__init__()
-        if not cutoffs:
-            raise ValueError(f"adaptive softmax needs at least one cutoff below the vocabulary size {vocab_size}")
         if not div_value > 0 or int(in_dim // div_value ** len(cutoffs)) < 1:
             raise ValueError(f"output.div_value = {div_value} leaves no units for the last tail cluster "
                              f"(in_dim {in_dim} / div_value^{len(cutoffs)} < 1)")
