@@ -208,15 +208,15 @@ class ClassOutput(nn.Module):
         word_class = torch.bucketize(flat_targets[rows], self.bounds, right=True) - 1
         order = word_class.argsort()                                  # the positions grouped by class
         rows, word_class = rows[order], word_class[order]
-        h, words = flat_hidden[rows], flat_targets[rows]
-        log_p = self.class_log_probs(h).gather(1, word_class.unsqueeze(1)).squeeze(1)
+        h, within_class = flat_hidden[rows], flat_targets[rows] - self.bounds[word_class]
+        class_log_p = self.class_log_probs(h).gather(1, word_class.unsqueeze(1)).squeeze(1)
         # split (not slicing) so that backward assembles each gradient once, not once per class
         groups = torch.bincount(word_class, minlength=self.bounds.numel() - 1).tolist()
-        sizes, starts = self.bounds.diff().tolist(), self.bounds.tolist()
-        within = [-F.cross_entropy(widen(F.linear(h_c, w_c, b_c)), words_c - start, reduction="none")
-                  for h_c, words_c, w_c, b_c, start in zip(h.split(groups), words.split(groups), self.weight.split(sizes),
-                                                             self.bias.split(sizes), starts) if words_c.numel()]
-        return result.index_copy(0, rows, log_p + torch.cat(within)).view(targets.shape)
+        sizes = self.bounds.diff().tolist()
+        nll = [F.cross_entropy(widen(F.linear(h_c, w_c, b_c)), words_c, reduction="none")
+               for h_c, words_c, w_c, b_c in zip(h.split(groups), within_class.split(groups), self.weight.split(sizes),
+                                                 self.bias.split(sizes)) if words_c.numel()]
+        return result.index_copy(0, rows, class_log_p - torch.cat(nll)).view(targets.shape)
 
     def loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
         """(exact summed NLL over non-padding targets, their count)."""
