@@ -257,3 +257,24 @@ def test_nce_starts_as_the_self_normalised_unigram():
     hidden = torch.randn(2, 16)
     assert torch.allclose(out.log_probs(hidden), (counts / counts.sum()).log().float().expand(2, 60), atol=1e-6)
     assert torch.allclose(torch.logsumexp(out.logits(hidden) - 9.0, -1), torch.zeros(2), atol=1e-5)     # Σ p̃ = 1
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_every_layer_serves_the_cache_scoring_and_sampling(name):
+    from ctxlm.data.vocab import EOS, UNK, Vocabulary
+    from ctxlm.generate import sample, score_tokens
+    from ctxlm.models.cache import CacheSettings, NeuralCache
+
+    vocab = Vocabulary([EOS, UNK] + [f"w{i}" for i in range(58)])
+    torch.manual_seed(0)
+    model = TinyLM(60, 16, Settings(name, cutoffs="10,30"), zipf_counts(60)).eval()
+    ids = torch.randint(0, 60, (1, 30))
+    cached = NeuralCache(model, CacheSettings(window=10))
+    with torch.no_grad():
+        out = cached(ids[:, :-1])
+        assert torch.allclose(cached.log_probs(out).exp().sum(-1), torch.ones(1, 29), atol=1e-5)
+        assert torch.allclose(cached.target_log_probs(out, ids[:, 1:]),
+                              cached.log_probs(out).gather(-1, ids[:, 1:, None]).squeeze(-1), atol=1e-5)
+    log_probs, _ = score_tokens(model, vocab, ["w1", "w2", "w3"])
+    assert len(log_probs) == 3 and all(lp < 0 for lp in log_probs)
+    assert len(sample(model, vocab, ["w1"], 5, top_p=0.9, generator=torch.Generator().manual_seed(0))) == 5
