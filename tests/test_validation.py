@@ -171,6 +171,9 @@ KEYS = {
     "model.state_dropout": (float, lambda v: 0 <= v < 1), "model.output_dropout": (float, lambda v: 0 <= v < 1),
     "model.base": (str, ("lstm", "gru", "rnn-tanh", "rnn-relu")), "model.names": (str, None),
     "model.supervision": (float, lambda v: v >= 0),
+    "output.layer": (str, ("softmax", "class", "adaptive", "nce")), "output.classes": (int, lambda v: v >= 0),
+    "output.cutoffs": (str, None), "output.div_value": (float, lambda v: v > 1),
+    "output.noise_samples": (int, lambda v: v >= 1), "output.log_z": (float, None),
     "train.optimizer": (str, ("sgd", "adam", "adamw")), "train.lr": (float, lambda v: v > 0),
     "train.weight_decay": (float, lambda v: v >= 0), "train.schedule": (str, ("constant", "decay", "plateau")),
     "train.lr_factor": (float, lambda v: v > 0), "train.decay_start": (int, lambda v: v >= 0),
@@ -312,7 +315,7 @@ def test_train_refuses_a_bad_setting_before_making_anything(tmp_path, key, value
 
 
 # ------------------------------------------------------------------------------------------------ config files
-SECTIONS = st.sampled_from(["data", "model", "train", "modle", "x"])
+SECTIONS = st.sampled_from(["data", "model", "output", "train", "modle", "x"])
 DOCUMENTS = st.dictionaries(SECTIONS, st.dictionaries(st.sampled_from(sorted({k.split(".")[1] for k in KEYS}) + ["bogus"]),
                                                        TOML_VALUES, max_size=4), max_size=3)
 

@@ -299,7 +299,7 @@ def cmd_info(args) -> int:
 
             vocab_size = len(prepare_data(config, args.data_dir).vocab)
         with torch.device("meta"):          # sizes only: nothing is allocated
-            model = build_model(config.model, vocab_size)
+            model = build_model(config.model, vocab_size, config.output)
     counts = model.parameter_counts()
     print(config.to_toml())
     print(f"vocabulary size          {vocab_size:,}")

@@ -91,6 +91,17 @@ def shared_fields(section) -> list:
 
 
 @dataclass
+class OutputConfig:
+    """[output]: the output layer, chosen apart from the model (ARCHITECTURE.md "Model options"; docs/architecture.md)."""
+    layer: str = setting("softmax", one_of("softmax", "class", "adaptive", "nce"))  # evaluation is always the exact distribution
+    classes: int = setting(0, at_least(0))  # class: frequency-binned classes (0 = ⌈√V⌉)
+    cutoffs: str = ""               # adaptive: cluster boundaries, e.g. "2000,10000" ("" = chosen from V)
+    div_value: float = setting(4.0, above(1))  # adaptive: each tail cluster's projection shrinks by this factor
+    noise_samples: int = setting(100, at_least(1))  # nce: k noise words per batch from the unigram distribution (SPEC §1.20: 10)
+    log_z: float = 9.0              # nce: the fixed ln Z of the self-normalised model (SPEC §1.20)
+
+
+@dataclass
 class TrainConfig:
     optimizer: str = setting("adam", one_of("sgd", "adam", "adamw"))
     lr: float = setting(1e-3, above(0))
@@ -116,6 +127,7 @@ class TrainConfig:
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:

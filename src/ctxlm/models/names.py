@@ -44,6 +44,7 @@ class NamesMixtureLM(LanguageModel):
     """A recurrent model whose output is the names / other-words mixture of eq 5.8 (SPEC §1.19)."""
 
     Options = NamesOptions
+    any_output_layer = False        # both softmaxes are masked full softmaxes
 
     def __init__(self, base: RecurrentLM, names_file: str = "", supervision: float = 100.0):
         super().__init__()

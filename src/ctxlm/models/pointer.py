@@ -51,7 +51,7 @@ class PointerSentinelLM(LanguageModel):
         super().__init__()
         if window < 2:
             raise ValueError(f"pointer window must be at least 2, got {window}")
-        self.base, self.window = base, window
+        self.base, self.window, self.vocab_size = base, window, base.embedding.num_embeddings
         self.embedding, self.output = base.embedding, base.output
         self.rnn = base.rnn                  # state_batch_dims: (h, c) or h first, then the window, batch-first
         size = base.rnn.hidden_size
@@ -112,7 +112,7 @@ class PointerSentinelLM(LanguageModel):
 
     def log_probs(self, out):
         gate = out.attention[..., -1:]
-        pointer = torch.zeros(*out.hidden.shape[:-1], self.output.bias.numel(), dtype=out.attention.dtype,
+        pointer = torch.zeros(*out.hidden.shape[:-1], self.vocab_size, dtype=out.attention.dtype,
                               device=out.attention.device).scatter_add_(-1, out.words, out.attention[..., :-1])
         return torch.logaddexp(torch.log(gate) + self.output.log_probs(out.hidden), _log(pointer))
 

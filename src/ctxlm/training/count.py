@@ -20,7 +20,7 @@ def estimate_run(config: Config, run_dir: str | Path, data_dir=None, log=print, 
         raise CtxlmError(f"run directory {run_dir} is not empty; pick another --run-dir")
     check_config(config)
     data = prepare_data(config, data_dir)
-    model = build_model(config.model, len(data.vocab))
+    model = build_model(config.model, len(data.vocab), config.output)
     started = time.time()
     try:
         model.estimate(data.ids["train"][1:].numpy(), log)

@@ -162,7 +162,8 @@ class Trainer:
         vocab = Vocabulary.load(self.run_dir / "vocab.txt") if resume and (self.run_dir / "vocab.txt").exists() else None
         self.data = prepare_data(config, data_dir, vocab)
         torch.manual_seed(config.train.seed)
-        self.model = build_model(config.model, len(self.data.vocab)).to(self.device)
+        counts = torch.bincount(self.data.ids["train"], minlength=len(self.data.vocab))   # class bins, NCE noise
+        self.model = build_model(config.model, len(self.data.vocab), config.output, counts).to(self.device)
         if not (resume and self.resume_state) and hasattr(self.model, "use_vocabulary"):   # e.g. the names mixture
             self.model.use_vocabulary(self.data.vocab)
         if not self.world.main:
