@@ -130,7 +130,8 @@ class SentenceBatches:
         if max_len:
             sentences = [s[:max_len] for s in sentences]
         by_length = sorted(range(len(sentences)), key=lambda i: sentences[i].numel())
-        self.batches = [[sentences[i] for i in by_length[k:k + batch_size]] for k in range(0, len(by_length), batch_size)]
+        self.indices = [by_length[k:k + batch_size] for k in range(0, len(by_length), batch_size)]  # rows' sentence numbers
+        self.batches = [[sentences[i] for i in rows] for rows in self.indices]
         self.eos = eos
         self.num_tokens = sum(s.numel() for s in sentences)
 

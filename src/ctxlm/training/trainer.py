@@ -40,9 +40,13 @@ class Data:
 
 def prepare_data(config: Config, data_dir=None, vocab: Vocabulary | None = None) -> Data:
     files = {"train": config.data.train, "valid": config.data.valid, "test": config.data.test}
-    corpus = load_corpus(config.data.dataset, data_dir, files)
+    corpus = load_corpus(config.data.dataset, data_dir, files, config.data.max_train_tokens)
+    min_count = config.data.min_count or corpus.min_count
+    if corpus.encoded is not None:      # a prepared corpus (holmes): int32 arrays, never a list of strings
+        vocab = vocab or corpus.encoded.vocabulary(config.data.max_vocab, min_count)
+        return Data(vocab, corpus.encoded.ids(vocab), None)
     if vocab is None:
-        vocab = Vocabulary.build(corpus.splits["train"], config.data.max_vocab, config.data.min_count or corpus.min_count)
+        vocab = Vocabulary.build(corpus.splits["train"], config.data.max_vocab, min_count)
     ids = {split: vocab.encode([EOS] + tokens) for split, tokens in corpus.splits.items()}
     return Data(vocab, ids, corpus.tags)
 
