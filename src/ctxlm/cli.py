@@ -70,7 +70,8 @@ def cmd_train(args) -> int:
 
 
 def _print_table(run_dir, results) -> None:
-    print(f"\nrun {run_dir} (best epoch {results['best_epoch']}, {results['train_wall_s']:.0f} s training)")
+    print(f"\nrun {run_dir} (best epoch {results['best_epoch']}, {results['train_wall_s']:.0f} s training"
+          + (f", {results['train_tokens']:,} training tokens, vocabulary {results['vocabulary']:,})" if "train_tokens" in results else ")"))
     print(f"{'split':<8}{'tokens':>10}{'perplexity':>12}")
     for split in ("valid", "test"):
         if split in results:
@@ -472,6 +473,10 @@ def cmd_datasets(args) -> int:
                 status.append(f"{key}: {locate(name, key, args.data_dir, download=False)}")
             except CtxlmError:
                 status.append(f"{key}: missing")
+        if name == "holmes":
+            from .data.holmes import find_prepared
+
+            status.append(f"prepared: {find_prepared(args.data_dir) or 'not yet (ctxlm prepare holmes)'}")
         print(f"{name:<16}{info.description}\n{'':<16}" + f"\n{'':<16}".join(status))
     return 0
 

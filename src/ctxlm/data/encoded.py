@@ -48,13 +48,8 @@ class EncodedCorpus:
     def ids(self, vocab: Vocabulary) -> dict[str, torch.Tensor]:
         """Every split as `vocab` ids (int64), prefixed with `<eos>` so every token is a target (SPEC §0.2)."""
         remap = np.array([vocab.index.get(w, vocab.unk) for w in self.words], dtype=np.int64)
-        out = {}
-        for split, array in self.splits.items():
-            ids = np.empty(array.size + 1, dtype=np.int64)
-            ids[0] = vocab.eos
-            np.take(remap, array, out=ids[1:])
-            out[split] = torch.from_numpy(ids)
-        return out
+        start = np.zeros(1, dtype=np.int32)                  # words[0] is <eos>
+        return {split: torch.from_numpy(remap[np.concatenate((start, array))]) for split, array in self.splits.items()}
 
 
 class DecodedSplits(Mapping):
