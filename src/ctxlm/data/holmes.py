@@ -29,7 +29,7 @@ from .encoded import EncodedCorpus
 from .registry import DataFile, _candidates, cache_dir, locate, search_roots, spec, verify
 from .vocab import EOS, UNK
 
-FORMAT = "holmes-1"          # change when tokenisation, splitting or layout change: old output is then redone
+FORMAT = "holmes-2"          # change when tokenisation, splitting or layout change: old output is then redone
 FOLDER = "holmes"
 FILES = ("train.npy", "valid.npy", "words.tsv")
 VALID_SENTENCES = 19_000     # Tran et al. [002] §6
