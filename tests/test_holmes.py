@@ -102,6 +102,11 @@ def test_running_again_is_a_no_op_and_damage_is_reported(holmes_data, tmp_path):
     prepare(holmes_data, tmp_path / "out", "--force")
     (folder / "manifest.json").unlink()                      # an interrupted preparation: no manifest, done again
     assert "prepared in" in prepare(holmes_data, tmp_path / "out").stdout
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "format": "holmes-0"}))
+    with pytest.raises(CtxlmError, match="prepared by another ctxlm version"):
+        holmes.load_prepared(folder)
+    assert "prepared in" in prepare(holmes_data, tmp_path / "out").stdout    # an older format is redone
     one_line_error(ctxlm("prepare", "holmes", "--data-dir", holmes_data, "--out", tmp_path / "x", "--valid-sentences", "12"),
                    "--valid-sentences 12: the corpus has only 12 sentences")
 

@@ -64,8 +64,8 @@ def _sha256(path: Path) -> str:
 def check_files(folder: Path, manifest: dict) -> None:
     """Every listed file present with its size and sha256, else a one-line error saying how to redo it."""
     if manifest.get("format") != FORMAT:
-        raise CtxlmError(f"{folder}: prepared by another ctxlm version ({manifest.get('format')}); "
-                         "run `ctxlm prepare holmes --force` to redo it")
+        raise CtxlmError(f"{folder}: prepared by another ctxlm version ({manifest.get('format')}, now {FORMAT}); "
+                         "run `ctxlm prepare holmes` to redo it")
     for name, entry in manifest["files"].items():
         path = folder / name
         if not path.is_file() or path.stat().st_size != entry["bytes"] or _sha256(path) != entry["sha256"]:
@@ -124,7 +124,7 @@ def prepare(data_dir=None, out=None, valid_sentences: int = VALID_SENTENCES, see
     folder = Path(out or cache_dir()) / FOLDER
     recipe = {"valid_sentences": valid_sentences, "seed": seed, "source": spec("holmes").files["index"].sha256}
     manifest = read_manifest(folder)
-    if manifest is not None and not force:
+    if manifest is not None and manifest.get("format") == FORMAT and not force:     # an older format is redone
         if manifest.get("recipe") != recipe:
             raise CtxlmError(f"{folder} holds Holmes prepared with {manifest.get('recipe')}; "
                              "add --force to replace it, or choose another --out")
