@@ -134,6 +134,8 @@ def test_bad_question_files_are_one_line(runs, tmp_path, name, text, needle):
 
 @pytest.mark.parametrize("text, needle", [
     ("id,answer\n7,a\n8,f\n", "line 3: expected `id,letter` with a letter a-e"),
+    ("id,answer\n7,a\n8,ab\n", "line 3: expected `id,letter` with a letter a-e"),
+    ("7a) x\n9b) y\n", "line 2: question '9' is not in the questions file"),
     ("id,answer\n7,a\n", "no answer for question 8"),
     ("id,answer\n7,a\n8,b\n9,c\n", "line 4: question '9' is not in the questions file"),
     ("7a) x\nbad line\n", "line 2: expected `NUMBERletter) sentence`"),

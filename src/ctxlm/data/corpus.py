@@ -264,18 +264,22 @@ def _answers(path, ids: set[str]) -> dict[str, str]:
             if raw.strip() and not match:
                 raise CtxlmError(f"{path}, line {line}: expected `NUMBERletter) sentence`, e.g. `1c) ... [residing] ...`")
             if match:
-                key[match.group(1)] = match.group(2)
+                key[_known(path, line, match.group(1), ids)] = match.group(2)
         return key
     header, rows = _csv_rows(path, text)
     if [h.strip().lower() for h in header] != ["id", "answer"]:
         raise CtxlmError(f"{path}, line 1: expected the header id,answer (or Holmes.machine_format answer lines)")
     for line, row in rows:
-        if len(row) != 2 or row[1].strip().lower() not in LETTERS or not row[1].strip():
+        if len(row) != 2 or row[1].strip().lower() not in set(LETTERS):
             raise CtxlmError(f"{path}, line {line}: expected `id,letter` with a letter a-e, got {','.join(row)!r}")
-        if row[0].strip() not in ids:
-            raise CtxlmError(f"{path}, line {line}: question {row[0].strip()!r} is not in the questions file")
-        key[row[0].strip()] = row[1].strip().lower()
+        key[_known(path, line, row[0].strip(), ids)] = row[1].strip().lower()
     return key
+
+
+def _known(path, line: int, qid: str, ids: set[str]) -> str:
+    if qid not in ids:
+        raise CtxlmError(f"{path}, line {line}: question {qid!r} is not in the questions file")
+    return qid
 
 
 # Project Gutenberg licence text: the header ends with the "small print" (or a "*** START OF" line) in the
