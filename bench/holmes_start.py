@@ -1,8 +1,9 @@
 """Time to the first training batch and peak memory when a run on Holmes starts (prepared corpus).
 
 Runs `ctxlm train` in this process up to the end of its first batch, then prints JSON and exits:
-seconds from process start to the data being ready and to the first batch done, the process's peak
-resident memory (ru_maxrss), the training tokens and the vocabulary. Prepare Holmes first
+seconds from process start to the data being ready and to the first batch done, the CPU seconds used
+until then (user + system) with the load average, the process's peak resident memory (ru_maxrss),
+the training tokens and the vocabulary. Prepare Holmes first
 (`ctxlm prepare holmes`), or the first call prepares it and the times include that.
 
     python bench/holmes_start.py [--set data.batching=sentence ...]   # default: LSTM d=256, min_count 7
@@ -35,6 +36,9 @@ marks = {}
 
 def first_batch(trainer, epoch, number):
     marks["first_batch_s"] = round(time.time() - STARTED, 2)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    marks["cpu_s"] = round(usage.ru_utime + usage.ru_stime, 2)      # what it costs on a machine shared with others
+    marks["load_average"] = round(os.getloadavg()[0], 1)
     marks["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     marks["train_tokens"] = trainer.data.ids["train"].numel() - 1
     marks["vocabulary"] = len(trainer.data.vocab)
