@@ -286,11 +286,11 @@ def _known(path, line: int, qid: str, ids: set[str]) -> str:
 # first 20,000 characters (12,404 at most in Holmes); the footer starts at the first line in the last 30,000 characters that names
 # Project Gutenberg or the etext ("End of the Project Gutenberg Etext of ...", "*The Project Gutenberg
 # Etext of ...*", "*** END OF THIS PROJECT GUTENBERG EBOOK", with the licence after it), together with
-# a short "End of" line just before it. Transcribers' notes are paragraphs that name the etext or
+# a lone "End of" / "The end of the" line just before it. Transcribers' notes are paragraphs that name the etext or
 # Project Gutenberg, are "scanned and proofed" credits, or give an e-mail address.
 _GUTENBERG_END_OF_HEADER = re.compile(r"^.*(?:END\W*THE SMALL PRINT|\*\*\* ?START OF TH(?:E|IS) PROJECT GUTENBERG).*(?:\n|$)",
                                       re.I | re.M)
-_GUTENBERG_FOOTER = re.compile(r"(?:^[^\w\n]*(?:the )?end(?: of)?(?: the)?[^\w\n]*\n)?"
+_GUTENBERG_FOOTER = re.compile(r"(?:^[^\w\n]*(?:the )?end of(?: the)?[^\w\n]*\n)?"
                                r"^.*(?:project gutenberg|gutenberg(?:'s)? e-?text|end of (?:the |this )?e-?text).*$", re.I | re.M)
 _TRANSCRIBER_NOTE = re.compile(r"\be-?texts?\b|project gutenberg|scanned and proofed|\S@\S+\.[a-z]", re.I)
 _FOOTER_SPAN, _HEADER_SPAN = 30_000, 20_000
