@@ -170,6 +170,9 @@ def test_training_on_holmes_prepares_it_once(holmes_data, tmp_path, capsys, monk
     assert holmes.find_prepared(holmes_data) is not None
     Trainer(config, tmp_path / "run2", holmes_data, log=lambda *a: None).fit()
     assert "preparing" not in capsys.readouterr().err
+    result = ctxlm("eval", tmp_path / "run", "--data-dir", holmes_data, "--json")      # valid only: no test split
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["valid"]["ppl"] == pytest.approx(results["valid"]["ppl"], rel=1e-9)
 
 
 @pytest.mark.data

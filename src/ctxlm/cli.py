@@ -99,7 +99,7 @@ def cmd_eval(args) -> int:
                                                run.config.data.eval_chunk)
         else:
             data = prepare_data(run.config, args.data_dir, run.vocab)
-            for split in args.split or ("valid", "test"):
+            for split in args.split or [s for s in ("valid", "test") if s in data.ids]:     # holmes has no test
                 if split not in data.ids:
                     raise CtxlmError(f"--split {split}: dataset {run.config.data.dataset!r} has splits {', '.join(data.ids)}")
                 results[split] = evaluate_split(model, run.config, data.ids[split], run.vocab, "cpu")
