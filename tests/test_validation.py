@@ -80,8 +80,11 @@ OPTIONS = [
     ("names", "--min-count", int, lambda v: v >= 1),
     ("names", "--share", float, lambda v: 0 < v <= 1),
     ("explore", "--port", int, lambda v: 0 <= v <= 65535),
+    ("prepare", "--valid-sentences", int, lambda v: v >= 1),
+    ("prepare", "--seed", int, lambda v: v >= 0),
+    ("complete", "--batch-size", int, lambda v: v >= 1),
 ]
-WORK = {"--max-tokens": 200, "--num": 5, "--port": -1}    # valid values above these are only parsed, not run
+WORK = {"--max-tokens": 200, "--num": 5, "--port": -1, "--valid-sentences": 3}    # valid values above these are only parsed, not run
 
 ODD = ["", " ", "0", "-0", "1", "2", "+3", " 4 ", "12", "13", "1e3", "1.5", "0.5", "1.", ".5", "0x10", "1_000",
        "١٢", "nan", "-nan", "inf", "-inf", "1e-400", "1e400", "True", "None", "3 4", "0.999999", "1.0000001",
@@ -114,7 +117,8 @@ def test_the_table_covers_every_typed_option():
     assert sorted(typed_options(build_parser())) == sorted((c, o) for c, o, _, _ in OPTIONS)
 
 
-def _command(command, option, runs, out):
+def _command(command, option, runs, out, holmes=None):
+    """The arguments of a working `command`; `holmes`: the data folder of the two-novel sample (conftest)."""
     text = ["--text", "the cat sat on a mat"] if command == "attention" and option == "--top" else []
     cache = ["--cache", "--cache-window=100", "--cache-theta=0.3", "--cache-lambda=0.1"] if option.startswith("--cache") else []
     if command == "analyze categories":
@@ -126,16 +130,26 @@ def _command(command, option, runs, out):
             "generate": ["generate", runs["lstm"], "--max-tokens", "3"],
             "info": ["info", CONFIGS / "demo.toml"],
             "attention": ["attention", runs["attention"], "--out", out, *text],
-            "analyze": ["analyze", "attention-by-position", runs["attention"], "--out", out]}[command.split()[0]]
+            "analyze": ["analyze", "attention-by-position", runs["attention"], "--out", out],
+            "prepare": ["prepare", "holmes", "--data-dir", holmes, "--out", out, "--force", "--valid-sentences", "3"],
+            "complete": ["complete", runs["ngram"], "--questions", _questions(out), "--out", out / "completion.json"],
+            }[command.split()[0]]
+
+
+def _questions(out) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "questions.csv").write_text("id,question,a),b),c),d),e)\n1,the cat _____ on a mat.,sat,ran,dog,the,on\n"
+                                       "2,the _____ sat on a mat.,cat,dog,sat,a,mat\n")
+    return out / "questions.csv"
 
 
 @pytest.mark.fuzz
 @pytest.mark.parametrize("command, option, kind, allowed", OPTIONS, ids=[f"{c.split()[0]}{o}" for c, o, _, _ in OPTIONS])
 @settings(max_examples=examples(25))
 @given(value=NUMBERS)
-def test_every_numeric_option_is_checked(runs, tmp_path, command, option, kind, allowed, value):
+def test_every_numeric_option_is_checked(runs, tmp_path, holmes_data, command, option, kind, allowed, value):
     want = expected(kind, allowed, value)
-    args = _command(command, option, runs, tmp_path / "out") + [f"{option}={value}"]
+    args = _command(command, option, runs, tmp_path / "out", holmes_data) + [f"{option}={value}"]
     if want is not None and want > WORK.get(option, INT64):
         parsed = build_parser().parse_args([str(a) for a in args])
         assert getattr(parsed, option[2:].replace("-", "_")) == want
@@ -161,7 +175,7 @@ KEYS = {
     "data.bptt": (int, lambda v: v >= 1), "data.max_sentence_len": (int, lambda v: v >= 0),
     "data.sentence_ends": (str, None), "data.eval_batch_size": (int, lambda v: v >= 1),
     "data.eval_chunk": (int, lambda v: v >= 1), "data.max_vocab": (int, lambda v: v >= 0),
-    "data.min_count": (int, lambda v: v >= 0),
+    "data.min_count": (int, lambda v: v >= 0), "data.max_train_tokens": (int, lambda v: v >= 0),
     "model.name": (str, ("attention", "attentive-lm", "gru", "key-value", "key-value-predict", "kneser-ney", "lstm",
                          "names-mixture", "psmm", "rnn-ngram", "rnn-relu", "rnn-tanh")), "model.emb_size": (int, lambda v: v >= 1), "model.hidden_size": (int, lambda v: v >= 1),
     "model.layers": (int, lambda v: v >= 1), "model.dropout": (float, lambda v: 0 <= v < 1),

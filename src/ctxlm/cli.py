@@ -1,4 +1,5 @@
-"""The `ctxlm` command: train, eval, score, generate, info, attention, analyze, export-arpa, import-arpa, explore, datasets, models."""
+"""The `ctxlm` command: train, eval, score, generate, info, attention, analyze, export-arpa, import-arpa, explore, datasets, models,
+prepare, complete."""
 from __future__ import annotations
 
 import argparse
@@ -69,7 +70,8 @@ def cmd_train(args) -> int:
 
 
 def _print_table(run_dir, results) -> None:
-    print(f"\nrun {run_dir} (best epoch {results['best_epoch']}, {results['train_wall_s']:.0f} s training)")
+    print(f"\nrun {run_dir} (best epoch {results['best_epoch']}, {results['train_wall_s']:.0f} s training"
+          + (f", {results['train_tokens']:,} training tokens, vocabulary {results['vocabulary']:,})" if "train_tokens" in results else ")"))
     print(f"{'split':<8}{'tokens':>10}{'perplexity':>12}")
     for split in ("valid", "test"):
         if split in results:
@@ -99,7 +101,7 @@ def cmd_eval(args) -> int:
                                                run.config.data.eval_chunk)
         else:
             data = prepare_data(run.config, args.data_dir, run.vocab)
-            for split in args.split or ("valid", "test"):
+            for split in args.split or [s for s in ("valid", "test") if s in data.ids]:     # holmes has no test
                 if split not in data.ids:
                     raise CtxlmError(f"--split {split}: dataset {run.config.data.dataset!r} has splits {', '.join(data.ids)}")
                 results[split] = evaluate_split(model, run.config, data.ids[split], run.vocab, "cpu")
@@ -230,6 +232,48 @@ def cmd_lambada(args) -> int:
     else:
         print("(give --names FILE, e.g. from `ctxlm names`, for the names subset and the capitalised-word baseline)")
     print(f"per-passage results: {out}")
+    return 0
+
+
+def cmd_prepare(args) -> int:
+    from .data import holmes
+    from .data.registry import spec
+
+    folder, manifest, made = holmes.prepare(args.data_dir, args.out, args.valid_sentences, args.seed, args.force)
+    print(f"prepared in {manifest['seconds']:.0f} s" if made else
+          f"already prepared, nothing to do (prepared in {manifest['seconds']:.0f} s; --force prepares it again)")
+    for line in holmes.summary(folder, manifest, spec("holmes").min_count):
+        print(line)
+    return 0
+
+
+def cmd_complete(args) -> int:
+    from .data.corpus import read_msr_completion
+    from .data.registry import locate
+    from .evaluation.completion import answer_questions
+    from .run import load
+    from .training import checkpoint
+    from .training.progress import Progress
+
+    questions_file, answers_file = args.questions, args.answers
+    if questions_file is None:          # the registry's Kaggle CSV and its answers
+        questions_file = locate("msr-completion", "questions", args.data_dir)
+        answers_file = answers_file or locate("msr-completion", "answers", args.data_dir)
+    questions = read_msr_completion(questions_file, answers_file)
+    run = load(args.run)
+    bar = Progress(len(questions), "complete")
+    summary, records = answer_questions(run.model, run.vocab, questions, args.batch_size, bar.update)
+    bar.close()
+    summary.update(run=str(args.run), model=run.config.model.name, questions_file=str(questions_file),
+                   answers_file=str(answers_file) if answers_file else None)
+    checkpoint.atomic_write_text(args.out, json.dumps({**summary, "records": records}, indent=1) + "\n")
+    print(f"{questions_file}: {summary['questions']:,} questions, {summary['unknown_candidates']:,} candidates outside "
+          f"the vocabulary of {args.run} ({summary['seconds']:.0f} s)")
+    if summary["answered"]:
+        print(f"accuracy {100 * summary['accuracy']:.2f}% ({summary['correct']:,} of {summary['answered']:,})")
+    else:
+        print("no answers given (--answers FILE): choices only")
+    print(f"per-question scores and choices: {args.out}")
     return 0
 
 
@@ -436,6 +480,10 @@ def cmd_datasets(args) -> int:
                 status.append(f"{key}: {locate(name, key, args.data_dir, download=False)}")
             except CtxlmError:
                 status.append(f"{key}: missing")
+        if name == "holmes":
+            from .data.holmes import find_prepared
+
+            status.append(f"prepared: {find_prepared(args.data_dir) or 'not yet (ctxlm prepare holmes)'}")
         print(f"{name:<16}{info.description}\n{'':<16}" + f"\n{'':<16}".join(status))
     return 0
 
@@ -517,6 +565,35 @@ def build_parser() -> argparse.ArgumentParser:
     cache_options(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_lambada)
+
+    p = sub.add_parser("prepare", help="prepare a corpus once, as integer arrays (holmes: the MSR training novels)",
+                       description="Holmes: strip the Project Gutenberg licence from the 522 novels, split sentences, "
+                                   "tokenise and lower-case like the MSR questions, hold out random validation "
+                                   "sentences, and write int32 arrays to ROOT/holmes/ (docs/holmes.md). Running it "
+                                   "again is a no-op.")
+    p.add_argument("dataset", choices=["holmes"], help="the corpus to prepare")
+    p.add_argument("--out", metavar="ROOT", help="data folder to write ROOT/holmes/ into (default: the user cache, "
+                   "~/.cache/ctxlm/data); give training the same folder with --data-dir or $CTXLM_DATA_DIR")
+    p.add_argument("--valid-sentences", type=option(int, at_least(1)), default=19_000,
+                   help="random sentences held out for validation (default 19,000, as Tran et al.)")
+    p.add_argument("--seed", type=option(int, SEED), default=1, help="seed of the hold-out and the book order (default 1)")
+    p.add_argument("--force", action="store_true", help="prepare again even if a complete copy exists")
+    common_data(p)
+    p.set_defaults(func=cmd_prepare)
+
+    p = sub.add_parser("complete", help="MSR Sentence Completion: accuracy of a run on the five-candidate questions",
+                       description="Fill each blank with each candidate, score the whole sentence (sum of log-probs, "
+                                   "final <eos> included), choose the highest; prints accuracy and writes every "
+                                   "question's scores as JSON (docs/holmes.md).")
+    p.add_argument("run", help="run directory (any model, Kneser-Ney included)")
+    p.add_argument("--questions", help="Kaggle CSV (id,question,a)..e)) or Holmes.machine_format.questions.txt "
+                   "(default: the msr-completion dataset's testing_data.csv, with its answers)")
+    p.add_argument("--answers", help="CSV id,answer or Holmes.machine_format.answers.txt; without it, choices only")
+    p.add_argument("--out", default="completion.json", help="per-question results (default ./completion.json)")
+    p.add_argument("--batch-size", type=option(int, at_least(1)), default=50,
+                   help="sentences per forward pass, five per question (default 50)")
+    common_data(p)
+    p.set_defaults(func=cmd_complete)
 
     p = sub.add_parser("names", help="list the capitalised-in-training words of cased text (names, for LAMBADA)",
                        description="A word type (lower-cased) is a name if it occurs at least --min-count times "

@@ -28,6 +28,7 @@ class DataConfig:
     eval_chunk: int = setting(1000, at_least(1))
     max_vocab: int = setting(0, at_least(0))  # 0 = no limit
     min_count: int = setting(0, at_least(0))  # 0 = the dataset's default (1, or 4 for Brown)
+    max_train_tokens: int = setting(0, at_least(0))  # train on the first whole sentences up to this many tokens (0 = all)
 
 
 @dataclass(slots=True)      # slots: `config.model.window = 4` on a family without that option fails at once

@@ -4,6 +4,7 @@ Targets that are padding carry IGNORE (-100): they are never counted in loss or 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -27,16 +28,18 @@ class StreamBatches:
     `ids` must start with `<eos>` (SPEC §0.2 REC 3) so that every real token is a target. Unlike the
     usual trimming, the tail is padded and masked, so no token is ever dropped: evaluation is exact for
     any batch size. `doc_starts[i]` marks ids[i] as the first token of a document (state reset).
+    Inputs and targets are two views of one padded copy of `ids` (none when no padding is needed), so a
+    48M-token stream (Holmes) costs one copy, not two; a batch's padded inputs read 0.
     """
 
     def __init__(self, ids: torch.Tensor, batch_size: int, bptt: int, doc_starts: torch.Tensor | None = None):
-        inputs, targets = ids[:-1], ids[1:]
-        count = targets.numel()
+        count = ids.numel() - 1
         rows = max(1, min(batch_size, count))
         length = -(-count // rows)
         pad = rows * length - count
-        self.inputs = torch.cat([inputs, inputs.new_zeros(pad)]).view(rows, length)
-        self.targets = torch.cat([targets, targets.new_full((pad,), IGNORE)]).view(rows, length)
+        stream = torch.cat([ids, ids.new_full((pad,), IGNORE)]) if pad else ids
+        self.inputs = stream[:-1].view(rows, length)
+        self.targets = stream[1:].view(rows, length)
         self.reset = None
         if doc_starts is not None:
             starts = doc_starts[:-1].bool()
@@ -50,7 +53,8 @@ class StreamBatches:
     def batch(self, index: int) -> Batch:
         span = slice(index * self.bptt, (index + 1) * self.bptt)
         reset = None if self.reset is None else self.reset[:, span]
-        return Batch(self.inputs[:, span], self.targets[:, span], reset)
+        targets = self.targets[:, span]
+        return Batch(self.inputs[:, span].masked_fill(targets == IGNORE, 0), targets, reset)
 
     def __iter__(self):
         return (self.batch(i) for i in range(len(self)))
@@ -101,7 +105,22 @@ def spool_ids(ids: Iterable[torch.Tensor], spool) -> int:
     return count
 
 
-def split_sentences(ids: torch.Tensor, eos: int, extra_ends: tuple[int, ...] = ()) -> list[torch.Tensor]:
+class Sentences(Sequence):
+    """The sentences of a token stream as start offsets and lengths; a sentence becomes a tensor view only
+    when read, so millions of them (Holmes: 2.1M) cost two integer tensors, not millions of objects."""
+
+    def __init__(self, ids: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor):
+        self.ids, self.starts, self.lengths = ids, starts, lengths
+
+    def __len__(self) -> int:
+        return self.lengths.numel()
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        start = int(self.starts[index])
+        return self.ids[start:start + int(self.lengths[index])]
+
+
+def split_sentences(ids: torch.Tensor, eos: int, extra_ends: tuple[int, ...] = ()) -> Sentences:
     """Cut a token stream after every `<eos>` (and after every token in `extra_ends`, e.g. `.` `?` `!`).
 
     Nothing is inserted, so the targets are exactly those of the stream.
@@ -109,14 +128,11 @@ def split_sentences(ids: torch.Tensor, eos: int, extra_ends: tuple[int, ...] = (
     is_end = ids == eos
     for token in extra_ends:
         is_end |= ids == token
-    ends = is_end.nonzero().flatten().tolist()
-    pieces, start = [], 0
-    for end in ends:
-        pieces.append(ids[start:end + 1])
-        start = end + 1
-    if start < ids.numel():
-        pieces.append(ids[start:])
-    return pieces
+    ends = is_end.nonzero().flatten() + 1
+    if ids.numel() and (not ends.numel() or ends[-1] < ids.numel()):     # a last piece without an end
+        ends = torch.cat([ends, ends.new_tensor([ids.numel()])])
+    starts = torch.cat([ends.new_zeros(1), ends[:-1]])
+    return Sentences(ids, starts, ends - starts)
 
 
 class SentenceBatches:
@@ -124,26 +140,31 @@ class SentenceBatches:
 
     Sentences are sorted by length and cut into batches of B, so padding is minimal; `order()` gives a
     shuffled batch order per epoch for training. `max_len` truncates (Salton: 35) — training only.
+    `indices[b]` are the numbers of batch b's sentences, row by row.
     """
 
-    def __init__(self, sentences: list[torch.Tensor], batch_size: int, eos: int, max_len: int = 0):
+    def __init__(self, sentences: Sequence[torch.Tensor], batch_size: int, eos: int, max_len: int = 0):
+        if isinstance(sentences, Sentences):
+            lengths = sentences.lengths
+        else:
+            lengths = torch.tensor([s.numel() for s in sentences], dtype=torch.long)
         if max_len:
-            sentences = [s[:max_len] for s in sentences]
-        by_length = sorted(range(len(sentences)), key=lambda i: sentences[i].numel())
-        self.batches = [[sentences[i] for i in by_length[k:k + batch_size]] for k in range(0, len(by_length), batch_size)]
-        self.eos = eos
-        self.num_tokens = sum(s.numel() for s in sentences)
+            lengths = lengths.clamp(max=max_len)
+        by_length = torch.sort(lengths, stable=True).indices.tolist()
+        self.indices = [by_length[k:k + batch_size] for k in range(0, len(by_length), batch_size)]
+        self.sentences, self.max_len, self.eos = sentences, max_len, eos
+        self.num_tokens = int(lengths.sum())
 
     def __len__(self) -> int:
-        return len(self.batches)
+        return len(self.indices)
 
     def order(self, generator: torch.Generator | None) -> torch.Tensor:
         if generator is None:
-            return torch.arange(len(self.batches))
-        return torch.randperm(len(self.batches), generator=generator)
+            return torch.arange(len(self.indices))
+        return torch.randperm(len(self.indices), generator=generator)
 
     def batch(self, index: int) -> Batch:
-        group = self.batches[index]
+        group = [self.sentences[i][:self.max_len or None] for i in self.indices[index]]
         length = max(s.numel() for s in group)
         inputs = torch.zeros(len(group), length, dtype=torch.long)
         targets = torch.full((len(group), length), IGNORE, dtype=torch.long)

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from ..config import Config, load_toml, validate
-from ..data.batching import IGNORE, SentenceBatches, StreamBatches, split_sentences
+from ..data.batching import IGNORE, SentenceBatches, Sentences, StreamBatches, split_sentences
 from ..data.registry import load_corpus
 from ..data.vocab import EOS, Vocabulary
 from ..errors import CtxlmError
@@ -40,9 +40,13 @@ class Data:
 
 def prepare_data(config: Config, data_dir=None, vocab: Vocabulary | None = None) -> Data:
     files = {"train": config.data.train, "valid": config.data.valid, "test": config.data.test}
-    corpus = load_corpus(config.data.dataset, data_dir, files)
+    corpus = load_corpus(config.data.dataset, data_dir, files, config.data.max_train_tokens)
+    min_count = config.data.min_count or corpus.min_count
+    if corpus.encoded is not None:      # a prepared corpus (holmes): int32 arrays, never a list of strings
+        vocab = vocab or corpus.encoded.vocabulary(config.data.max_vocab, min_count)
+        return Data(vocab, corpus.encoded.ids(vocab), None)
     if vocab is None:
-        vocab = Vocabulary.build(corpus.splits["train"], config.data.max_vocab, config.data.min_count or corpus.min_count)
+        vocab = Vocabulary.build(corpus.splits["train"], config.data.max_vocab, min_count)
     ids = {split: vocab.encode([EOS] + tokens) for split, tokens in corpus.splits.items()}
     return Data(vocab, ids, corpus.tags)
 
@@ -57,7 +61,7 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def sentences_of(ids: torch.Tensor, vocab: Vocabulary, config: Config) -> list[torch.Tensor]:
+def sentences_of(ids: torch.Tensor, vocab: Vocabulary, config: Config) -> Sentences:
     """The sentence regime's units: lines, cut further after any `data.sentence_ends` token."""
     extra = tuple(vocab.index[t] for t in config.data.sentence_ends.split() if t in vocab.index)
     return split_sentences(ids[1:], vocab.eos, extra)
@@ -279,7 +283,8 @@ class Trainer:
                 self.data.vocab.save(run_dir / "vocab.txt")
             counts = self.model.parameter_counts()
             self.log(f"model {cfg.model.name}: {counts['total']:,} parameters ({counts['without_embeddings']:,} without word embeddings), "
-                     f"vocabulary {len(self.data.vocab):,}, device {self.device}, precision {cfg.train.precision}"
+                     f"vocabulary {len(self.data.vocab):,}, {self.data.ids['train'].numel() - 1:,} training tokens, "
+                     f"device {self.device}, precision {cfg.train.precision}"
                      + (f", {self.world.size} processes" if self.world.size > 1 else ""))
         self.step = wrap(self.model, self.world, self.device)
         if cfg.train.compile:
@@ -432,7 +437,8 @@ class Trainer:
             return {"best_epoch": progress["best_epoch"], "train_wall_s": round(progress["elapsed"], 1)}
         checkpoint.load_weights(self.model, self.run_dir / "model.safetensors", self.identity)
         results = {"best_epoch": progress["best_epoch"], "train_wall_s": round(progress["elapsed"], 1),
-                   "parameters": self.model.parameter_counts(), "commits": progress["commits"], "device": str(self.device)}
+                   "parameters": self.model.parameter_counts(), "commits": progress["commits"], "device": str(self.device),
+                   "train_tokens": self.data.ids["train"].numel() - 1, "vocabulary": len(vocab)}
         for split in ("valid", "test"):
             if split in self.data.ids:
                 results[split] = evaluate_split(self.model, self.config, self.data.ids[split], vocab, self.device)
