@@ -60,7 +60,7 @@ def test_batched_scores_equal_one_sentence_at_a_time(runs, tmp_path):
 
 
 def test_kneser_ney_prefers_the_seen_sentence(tmp_path):
-    from ctxlm.config import Config
+    from ctxlm.config import Config, ModelConfig
     from ctxlm.run import load
     from ctxlm.training.count import estimate_run
 
@@ -70,7 +70,7 @@ def test_kneser_ney_prefers_the_seen_sentence(tmp_path):
     config = Config()
     config.data.dataset = "files"
     config.data.train, config.data.valid, config.data.test = (str(tmp_path / f"{s}.txt") for s in ("train", "valid", "test"))
-    config.model.name, config.model.order = "kneser-ney", 3
+    config.model = ModelConfig.of(name="kneser-ney", order=3)
     estimate_run(config, tmp_path / "kn", log=lambda *a: None)
     run = load(tmp_path / "kn")
     questions = read_msr_completion(_write(tmp_path / "q.csv", CSV), _write(tmp_path / "a.csv", ANSWERS))
