@@ -162,12 +162,13 @@ KEYS = {
     "data.sentence_ends": (str, None), "data.eval_batch_size": (int, lambda v: v >= 1),
     "data.eval_chunk": (int, lambda v: v >= 1), "data.max_vocab": (int, lambda v: v >= 0),
     "data.min_count": (int, lambda v: v >= 0),
-    "model.name": (str, ("attention", "attentive-lm", "gru", "key-value", "key-value-predict", "kneser-ney", "lstm",
-                         "rnn-ngram", "rnn-relu", "rnn-tanh")), "model.emb_size": (int, lambda v: v >= 1), "model.hidden_size": (int, lambda v: v >= 1),
+    "model.name": (str, ("attention", "attentive-lm", "bidirectional-rm", "gru", "key-value", "key-value-predict",
+                         "kneser-ney", "lstm", "memn", "rm", "rmr", "rnn-ngram", "rnn-relu", "rnn-tanh")), "model.emb_size": (int, lambda v: v >= 1), "model.hidden_size": (int, lambda v: v >= 1),
     "model.layers": (int, lambda v: v >= 1), "model.dropout": (float, lambda v: 0 <= v < 1),
     "model.tie_weights": (bool, None), "model.init_range": (float, lambda v: v >= 0), "model.forget_bias": (float, None),
     "model.order": (int, lambda v: v >= 1), "model.window": (int, lambda v: v >= 1), "model.ngram": (int, lambda v: v >= 1),
-    "model.score": (str, ("single", "combined")),
+    "model.score": (str, ("single", "combined")), "model.memory": (int, lambda v: v >= 1),
+    "model.temporal": (bool, None), "model.composition": (str, ("gated", "linear")),
     "train.optimizer": (str, ("sgd", "adam", "adamw")), "train.lr": (float, lambda v: v > 0),
     "train.weight_decay": (float, lambda v: v >= 0), "train.schedule": (str, ("constant", "decay", "plateau")),
     "train.lr_factor": (float, lambda v: v > 0), "train.decay_start": (int, lambda v: v >= 0),
@@ -182,9 +183,12 @@ KEYS = {
 OPTIONS_OF = {"lstm": {"forget_bias"}, "gru": {"forget_bias"}, "rnn-tanh": {"forget_bias"}, "rnn-relu": {"forget_bias"},
               "attention": {"window", "forget_bias"}, "key-value": {"window", "forget_bias"},
               "key-value-predict": {"window", "forget_bias"}, "rnn-ngram": {"ngram", "forget_bias"},
-              "attentive-lm": {"score"}, "kneser-ney": {"order"}}
+              "attentive-lm": {"score"}, "kneser-ney": {"order"},
+              "rm": {"memory", "temporal", "composition", "forget_bias"},
+              "rmr": {"memory", "temporal", "composition", "forget_bias"},
+              "bidirectional-rm": {"memory", "temporal", "composition", "forget_bias"}, "memn": {"memory", "temporal"}}
 FAMILY = {f"model.{option}": name for name, options in reversed(OPTIONS_OF.items()) for option in options}
-WORDS = ["stream", "sentence", "single", "combined", "adam", "adamw", "sgd", "constant", "decay", "plateau", "token",
+WORDS = ["stream", "sentence", "single", "combined", "gated", "linear", "adam", "adamw", "sgd", "constant", "decay", "plateau", "token",
          "sequence", "auto", "cpu", "cuda", "fp32", "bf16", "true", "false", "yes", "no", "TRUE", "lstm", "x.txt", "STREAM"]
 SET_VALUES = st.one_of(NUMBERS, st.sampled_from(WORDS), st.sampled_from(WORDS).map(lambda w: f" {w} "))
 

@@ -83,6 +83,10 @@ def cmd_eval(args) -> int:
     from .training.trainer import evaluate_split, prepare_data
 
     run = load(args.run)
+    if not getattr(run.model, "left_to_right", True):
+        raise CtxlmError(f"{args.run}: model {run.config.model.name!r} predicts each word from the words before and "
+                         "after it, so it has no perplexity; score whole sentences with `ctxlm complete` (results.json "
+                         "holds the validation pseudo-perplexity that chose its epoch)")
     model, settings = _with_cache(run, args)
     if settings is not None:
         run.config.data.batching = "stream"          # the cache spans sentence boundaries (Grave et al.)

@@ -1,0 +1,175 @@
+"""Recurrent Memory Networks: vectorised = step-by-step oracle (float64) for the eight RM/RMR variants and
+MemN across chunks with carried memory and resets; causality; resets; t < n; the bidirectional RM."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from ctxlm.config import ModelConfig, load_toml
+from ctxlm.data.batching import IGNORE
+from ctxlm.errors import CtxlmError
+from ctxlm.models import build_model
+from memory_oracles import bidirectional_oracle, memory_oracle
+
+V = 23
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def make(name, **kwargs):
+    torch.manual_seed(0)
+    return build_model(ModelConfig.of(name=name, **kwargs), V).double().eval()
+
+
+def tokens(batch, length, seed):
+    return torch.randint(1, V, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+VARIANTS = [(name, dict(emb_size=6, hidden_size=8, memory=n, temporal=temporal, composition=composition))
+            for name in ("rm", "rmr") for temporal in (True, False) for composition in ("gated", "linear")
+            for n in ((4,) if name == "rmr" else (1, 5))] + \
+           [("rm", dict(emb_size=6, hidden_size=8, layers=3, dropout=0.3, memory=6)),
+            ("rmr", dict(emb_size=6, hidden_size=8, layers=2, memory=3)),
+            ("memn", dict(emb_size=8, hidden_size=8, memory=5)), ("memn", dict(emb_size=8, hidden_size=8, memory=3, temporal=False))]
+IDS = [f"{name}-{'+' if kw.get('temporal', True) else '-'}tM-{kw.get('composition', 'gated')[0]}-n{kw['memory']}"
+       f"-L{kw.get('layers', 1)}" for name, kw in VARIANTS]
+
+
+def reset_mask(batch, length):
+    reset = torch.zeros(batch, length, dtype=torch.bool)
+    reset[0, 5] = reset[1, 9] = reset[0, 11] = reset[2, 20] = reset[1, 21] = True
+    return reset
+
+
+@pytest.mark.parametrize("name, kwargs", VARIANTS, ids=IDS)
+def test_chunks_with_carried_memory_and_resets_equal_the_oracle(name, kwargs):
+    model = make(name, **kwargs)
+    inputs, reset = tokens(3, 30, 1), reset_mask(3, 30)
+    with torch.no_grad():
+        state, log_probs, attention = None, [], []
+        for start in range(0, 30, 7):          # chunk ends at 7, 14, 21, 28: resets fall inside and on them
+            out = model(inputs[:, start:start + 7], state, reset[:, start:start + 7])
+            log_probs.append(model.log_probs(out))
+            attention.append(out.attention)
+            state = out.state
+        want, want_attention = memory_oracle(model, inputs, reset)
+    assert (torch.cat(log_probs, 1) - want).abs().max() <= 1e-6
+    assert (torch.cat(attention, 1) - want_attention).abs().max() <= 1e-6
+
+
+@pytest.mark.parametrize("name, kwargs", VARIANTS, ids=IDS)
+def test_causality_and_nothing_crosses_a_reset(name, kwargs):
+    model = make(name, **kwargs)
+    inputs = tokens(1, 24, 5)
+    changed = inputs.clone()
+    changed[0, 15:] = (changed[0, 15:] % (V - 1)) + 1
+    reset = torch.zeros_like(inputs, dtype=torch.bool)
+    reset[0, 10] = True
+    earlier = inputs.clone()
+    earlier[0, :10] = (earlier[0, :10] % (V - 1)) + 1
+    with torch.no_grad():
+        a, b = model.log_probs(model(inputs)), model.log_probs(model(changed))
+        assert torch.equal(a[0, :15], b[0, :15]) and not torch.equal(a[0, 15:], b[0, 15:])
+        c, d = model.log_probs(model(inputs, reset=reset)), model.log_probs(model(earlier, reset=reset))
+        assert (c[0, 10:] - d[0, 10:]).abs().max() <= 1e-12 and not torch.equal(c[0, :10], d[0, :10])
+
+
+@pytest.mark.parametrize("name", ["rm", "rmr", "memn"])
+def test_before_n_words_only_those_words_and_their_rows_of_T_are_used(name):
+    n = 6
+    model = make(name, emb_size=8, hidden_size=8, memory=n)
+    inputs = tokens(2, 10, 7)
+    reset = torch.zeros_like(inputs, dtype=torch.bool)
+    reset[1, 4] = True                                       # row 1 starts again at 4
+    with torch.no_grad():
+        out = model(inputs, reset=reset)
+        present = (out.attention > 0).sum(-1)
+        assert present[0].tolist() == [1, 2, 3, 4, 5, 6, 6, 6, 6, 6]
+        assert present[1].tolist() == [1, 2, 3, 4, 1, 2, 3, 4, 5, 6]
+        assert torch.allclose(out.attention.sum(-1), torch.ones(2, 10, dtype=torch.float64))
+        before = model.log_probs(out)
+        model.block.T[3:] += 5.0                             # rows of slots 3..n−1: unused before the 4th word
+        after = model.log_probs(model(inputs, reset=reset))
+    assert torch.equal(before[0, :3], after[0, :3]) and torch.equal(before[1, 4:7], after[1, 4:7])
+    assert not torch.equal(before[0, 3:], after[0, 3:])
+    distances = model.attention_distances(out)
+    assert distances.shape == out.attention.shape and distances[0, 0].tolist() == list(range(n))
+
+
+def test_the_memory_is_the_n_most_recent_inputs_with_the_current_word():
+    """M = 0 and no T: uniform attention, so with C = I the context s_t is the mean of the words held."""
+    model = make("rm", emb_size=4, hidden_size=V, memory=3, temporal=False, composition="linear")
+    inputs = torch.tensor([[3, 7, 4, 7, 6, 2]])
+    with torch.no_grad():
+        model.block.M.weight.zero_()
+        model.block.C.weight.copy_(torch.eye(V))
+        out = model(inputs)
+        context = out.hidden - model.rnn(model.embedding(inputs))[0]
+    for t in range(6):
+        held = inputs[0, max(0, t - 2):t + 1]
+        want = torch.zeros(V, dtype=torch.float64).index_add_(0, held, torch.full((len(held),), 1 / len(held),
+                                                                                  dtype=torch.float64))
+        assert torch.allclose(context[0, t], want)
+
+
+def sentence_rows(lengths, seed):
+    """[<eos>, w_1 … w_L, <eos>] rows right-padded with IGNORE."""
+    g = torch.Generator().manual_seed(seed)
+    rows = torch.full((len(lengths), max(lengths) + 2), IGNORE)
+    for i, length in enumerate(lengths):
+        rows[i, 0] = rows[i, length + 1] = 0
+        rows[i, 1:length + 1] = torch.randint(1, V, (length,), generator=g)
+    return rows
+
+
+@pytest.mark.parametrize("n, temporal, composition", [(1, True, "gated"), (3, True, "gated"), (4, False, "linear"),
+                                                      (7, True, "linear")])
+def test_bidirectional_scores_equal_the_oracle_and_each_sentence_alone(n, temporal, composition):
+    model = make("bidirectional-rm", emb_size=6, hidden_size=8, layers=2, memory=n, temporal=temporal,
+                 composition=composition)
+    rows = sentence_rows([9, 4, 12, 1], 3)
+    with torch.no_grad():
+        scores = model.sentence_log_prob(rows)
+        for i, length in enumerate([9, 4, 12, 1]):
+            sentence = rows[i, :length + 2]
+            want = bidirectional_oracle(model, sentence)
+            alone = model(sentence[None, :-1])
+            assert (model.target_log_probs(alone, sentence[None, 1:])[0] - want).abs().max() <= 1e-6
+            assert abs(float(scores[i]) - float(want.sum())) <= 1e-6
+        # two sentences in one row are scored as each on its own: nothing looks across a sentence
+        joined = torch.cat([rows[0, :11], rows[2, 1:14]])[None]
+        both = model.target_log_probs(model(joined[:, :-1]), joined[:, 1:])[0]
+        assert abs(float(both.sum()) - float(scores[0] + scores[2])) <= 1e-6
+
+
+def test_bidirectional_never_sees_the_word_it_predicts():
+    model = make("bidirectional-rm", emb_size=6, hidden_size=8, layers=1, memory=3)
+    sentence = sentence_rows([8], 4)[0]
+    other = sentence.clone()
+    other[4] = (other[4] % (V - 1)) + 1                      # the word predicted at position 3
+    with torch.no_grad():
+        dists = [model.output.log_probs(model.attend(model(s[None, :-1]), s[None, 1:])[0])[0, 3] for s in (sentence, other)]
+    assert torch.equal(dists[0], dists[1])
+
+
+def test_bidirectional_is_not_a_left_to_right_model():
+    model = make("bidirectional-rm", emb_size=6, hidden_size=8, memory=2)
+    inputs = tokens(1, 5, 8)
+    out = model(inputs)
+    with pytest.raises(CtxlmError, match="no next-word distribution"):
+        model.log_probs(out)
+    with pytest.raises(CtxlmError, match="carries no state"):
+        model(inputs, state=())
+    assert model.left_to_right is False
+
+
+def test_daniluk_rm_preset_has_13_28M_parameters():
+    config = load_toml(CONFIGS / "daniluk" / "ptb-rm.toml")
+    assert (config.model.name, config.model.options.memory, config.model.options.temporal,
+            config.model.options.composition) == ("rm", 20, True, "gated")
+    with torch.device("meta"):
+        counts = build_model(config.model, 10_000).parameter_counts()
+    d, n, vocab = 300, 20, 10_000
+    lstm = 4 * (d + d) * d + 4 * d
+    formula = 3 * d * vocab + lstm + n * d + 6 * d * d + d * vocab + vocab     # SPEC §1.12
+    assert counts["total"] == formula + 4 * d              # PyTorch's LSTM has a second bias vector
+    assert round(counts["total"] / 1e6, 2) == 13.28 and round(counts["without_embeddings"] / 1e6, 1) == 4.3
