@@ -1,14 +1,21 @@
 """Recurrent Memory Networks: vectorised = step-by-step oracle (float64) for the eight RM/RMR variants and
 MemN across chunks with carried memory and resets; causality; resets; t < n; the bidirectional RM."""
+import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
+import ctxlm
+from ctxlm.analysis.memory import memory_records, pair_frequencies
 from ctxlm.config import ModelConfig, load_toml
 from ctxlm.data.batching import IGNORE
 from ctxlm.errors import CtxlmError
 from ctxlm.models import build_model
+from ctxlm.training.trainer import Trainer, prepare_data
+
+from conftest import ctxlm as ctxlm_command, one_line_error, tiny_config, write_corpus
 from memory_oracles import bidirectional_oracle, memory_oracle
 
 V = 23
@@ -173,3 +180,71 @@ def test_daniluk_rm_preset_has_13_28M_parameters():
     formula = 3 * d * vocab + lstm + n * d + 6 * d * d + d * vocab + vocab     # SPEC §1.12
     assert counts["total"] == formula + 4 * d              # PyTorch's LSTM has a second bias vector
     assert round(counts["total"] / 1e6, 2) == 13.28 and round(counts["without_embeddings"] / 1e6, 1) == 4.3
+
+
+# --------------------------------------------------------------------------------------- analyses (SPEC §5.3)
+def test_pair_frequencies_count_sentences_with_the_pair_within_the_window():
+    #                sentences: <eos> | 5 6 7 5 <eos> | 6 5 <eos> | 5 1 1 1 6 <eos>
+    ids = np.array([0, 5, 6, 7, 5, 0, 6, 5, 0, 5, 1, 1, 1, 6, 0])
+    pairs = np.array([[5, 6], [6, 5], [5, 0], [7, 7], [7, 6]])
+    assert pair_frequencies(ids, pairs, 3, 0, 8).tolist() == [1, 2, 2, 0, 0]
+    assert pair_frequencies(ids, pairs, 4, 0, 8).tolist() == [2, 2, 2, 0, 0]
+
+
+@pytest.fixture(scope="module")
+def memory_runs(tmp_path_factory):
+    """A tiny RM trained one epoch in each regime."""
+    root = tmp_path_factory.mktemp("memory")
+    corpus = write_corpus(root)
+    runs = {}
+    for batching in ("stream", "sentence"):
+        config = tiny_config(corpus, name="rm", memory=8, dropout=0.0)
+        config.data.batching, config.train.epochs = batching, 1
+        Trainer(config, root / batching, log=lambda *a: None).fit()
+        runs[batching] = root / batching
+    return runs
+
+
+def test_memory_records_hold_each_predictions_slot_words(memory_runs):
+    run = ctxlm.load(memory_runs["stream"])
+    data = prepare_data(run.config, None, run.vocab)
+    ids = data.ids["valid"]
+    records = memory_records(run, ids, chunk=17)                       # chunks of 17: memory carried across
+    assert torch.equal(records.targets, ids[1:])
+    for j in range(8):
+        want = torch.cat([torch.full((j,), -1), ids[:ids.numel() - 1 - j]])
+        assert torch.equal(records.words[:, j], want)
+    sentence_run = ctxlm.load(memory_runs["sentence"])
+    per_sentence = memory_records(sentence_run, ids)
+    assert sorted(per_sentence.targets.tolist()) == sorted(ids[1:].tolist())
+    assert bool((per_sentence.words[:, 0] >= 0).all()) and bool((per_sentence.words[per_sentence.targets == 0, 0] != 0).all())
+    assert torch.allclose(per_sentence.weights.sum(1), torch.ones(per_sentence.targets.numel(), dtype=torch.float64))
+
+
+@pytest.mark.parametrize("batching", ["stream", "sentence"])
+def test_analyze_memory_writes_positions_samples_and_the_cooccurrence_table(memory_runs, tmp_path, batching):
+    run = memory_runs[batching]
+    result = ctxlm_command("analyze", "memory", run, "--out", tmp_path, "--samples", "20", "--split", "valid")
+    assert result.returncode == 0, result.stderr
+    positions = json.loads((tmp_path / "memory_positions.json").read_text())["positions"]
+    assert [r["distance"] for r in positions["positions"]] == list(range(8))
+    assert sum(r["mean_attention_full_memory"] for r in positions["positions"]) == pytest.approx(1.0, abs=1e-4)
+    assert positions["positions"][0]["predictions"] == positions["predictions"]      # the current word: always
+    samples = json.loads((tmp_path / "memory_samples.json").read_text())["samples"]
+    assert len(samples) == 20 and all(s["words"][0] is not None for s in samples)
+    assert all(sum(a for a in s["attention"] if a is not None) == pytest.approx(1.0, abs=1e-4) for s in samples)
+    table = json.loads((tmp_path / "memory_cooccurrence.json").read_text())["cooccurrence"]
+    assert [r["d"] for r in table["rows"]] == [7, 8]
+    train = ctxlm.load(run)
+    train_ids = prepare_data(train.config, None, train.vocab).ids["train"].numpy()
+    for row in table["rows"]:
+        for a, w, frequency in row["examples"]:
+            pair = np.array([[train.vocab.index[a], train.vocab.index[w]]])
+            assert frequency == pair_frequencies(train_ids, pair, 8, 0, len(train.vocab))[0]
+    assert "| d | pairs |" in (tmp_path / "memory_cooccurrence.md").read_text()
+    for image in ("memory_positions.png", "memory_samples.png"):
+        assert (tmp_path / image).stat().st_size > 1000
+
+
+def test_analyze_memory_refuses_models_without_a_memory_block(runs, tmp_path):
+    one_line_error(ctxlm_command("analyze", "memory", runs["attention"], "--out", tmp_path), "has no Memory Block")

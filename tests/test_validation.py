@@ -73,6 +73,9 @@ OPTIONS = [
     ("attention", "--line", int, lambda v: v >= 1),
     ("attention", "--top", int, lambda v: v >= 1),
     ("analyze attention-by-position", "--max-tokens", int, lambda v: v >= 0),
+    ("analyze memory", "--max-tokens", int, lambda v: v >= 0),
+    ("analyze memory", "--samples", int, lambda v: v >= 1),
+    ("analyze memory", "--seed", int, lambda v: v >= 0),
     *[(command, "--cache-window", int, lambda v: v >= 1) for command in ("eval", "lambada", "analyze categories")],
     *[(command, "--cache-theta", float, lambda v: v >= 0) for command in ("eval", "lambada", "analyze categories")],
     *[(command, "--cache-lambda", float, lambda v: 0 <= v <= 1) for command in ("eval", "lambada", "analyze categories")],
@@ -119,6 +122,8 @@ def _command(command, option, runs, out):
     cache = ["--cache", "--cache-window=100", "--cache-theta=0.3", "--cache-lambda=0.1"] if option.startswith("--cache") else []
     if command == "analyze categories":
         return ["analyze", "categories", runs["lstm"], "--out", out, *cache]
+    if command == "analyze memory":
+        return ["analyze", "memory", runs["rm"], "--out", out]
     return {"eval": ["eval", runs["lstm"], "--file", runs["corpus"] / "valid.txt", *cache],
             "lambada": ["lambada", runs["lstm"], runs["corpus"] / "valid.txt", "--out", out / "lambada.jsonl", *cache],
             "names": ["names", runs["corpus"] / "train.txt", "--out", out / "names.txt"],
