@@ -248,3 +248,56 @@ def test_analyze_memory_writes_positions_samples_and_the_cooccurrence_table(memo
 
 def test_analyze_memory_refuses_models_without_a_memory_block(runs, tmp_path):
     one_line_error(ctxlm_command("analyze", "memory", runs["attention"], "--out", tmp_path), "has no Memory Block")
+
+
+def test_attention_command_and_explore_show_the_memory_words(runs, tmp_path):
+    from ctxlm.explore.scoring import score_run
+
+    words = "the cat sat on a mat".split()
+    assert ctxlm_command("attention", runs["rm"], "--text", " ".join(words), "--out", tmp_path).returncode == 0
+    rows = json.loads((tmp_path / "attention.json").read_text())["attention"]     # columns: zero slot, <eos>, words
+    for t, row in enumerate(rows):
+        assert sum(row) == pytest.approx(1.0, abs=1e-5) and row[0] == 0
+        assert row[1 + t] > 0 and all(w == 0 for w in row[2 + t:])               # the current word, never a later one
+        assert sum(w > 0 for w in row) == min(t + 1, 4)                          # n = 4 words at most
+    attention = score_run(ctxlm.load(runs["rm"]), [words], top_k=3)["attention"]
+    for i, slots in enumerate(attention):                                        # source −1: the leading <eos>
+        assert {s for s, _ in slots} == set(range(max(-1, i - 4), i))
+
+
+# ------------------------------------------------------------------------------------------------- training
+@pytest.mark.parametrize("name, batching", [("rmr", "stream"), ("memn", "sentence")])
+def test_interrupted_and_resumed_training_is_bit_identical(tmp_path, corpus, name, batching):
+    """The carried word ids and validity go into the checkpoint and come back."""
+    config = tiny_config(corpus, name=name, memory=5, **({"emb_size": 16} if name == "memn" else {}))
+    config.data.batching, config.train.epochs = batching, 2
+
+    def interrupt(trainer, epoch, batch):
+        if epoch == 2 and batch == 3:
+            trainer.request_stop("test")
+
+    straight = Trainer(config, tmp_path / "straight", log=lambda *a: None).fit()
+    first = Trainer(config, tmp_path / "resumed", log=lambda *a: None)
+    first.on_batch = interrupt
+    with pytest.raises(KeyboardInterrupt):
+        first.fit()
+    resumed = Trainer(None, tmp_path / "resumed", resume=True, log=lambda *a: None).fit()
+    a = torch.load(tmp_path / "straight" / "trainer_state.pt", weights_only=True)["model"]
+    b = torch.load(tmp_path / "resumed" / "trainer_state.pt", weights_only=True)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a) and straight["test"] == resumed["test"]
+
+
+def test_bidirectional_rm_trains_on_sentences_and_ctxlm_eval_refuses_it(tmp_path, corpus):
+    config = tiny_config(corpus, name="bidirectional-rm", memory=3, layers=2)
+    with pytest.raises(CtxlmError, match='data.batching = "sentence" only'):
+        Trainer(config, tmp_path / "stream", log=lambda *a: None)
+    config.data.batching, config.train.epochs = "sentence", 1
+    results = Trainer(config, tmp_path / "run", log=lambda *a: None).fit()
+    assert 1 < results["valid"]["ppl"] < 40
+    one_line_error(ctxlm_command("eval", tmp_path / "run"), "has no perplexity", "ctxlm complete")
+    one_line_error(ctxlm_command("generate", tmp_path / "run"), "no next-word distribution")
+    run = ctxlm.load(tmp_path / "run")
+    rows = torch.stack([torch.cat([run.vocab.encode(["<eos>", "the", "cat", "sat", "<eos>"]), torch.tensor([IGNORE])]),
+                        run.vocab.encode(["<eos>", "a", "big", "red", "dog", "<eos>"])])
+    scores = run.model.sentence_log_prob(rows)
+    assert scores.shape == (2,) and bool((scores < 0).all())
