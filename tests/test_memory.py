@@ -12,7 +12,7 @@ from ctxlm.analysis.memory import memory_records, pair_frequencies
 from ctxlm.config import ModelConfig, load_toml
 from ctxlm.data.batching import IGNORE
 from ctxlm.errors import CtxlmError
-from ctxlm.models import build_model
+from ctxlm.models import build_model, memory
 from ctxlm.training.trainer import Trainer, prepare_data
 
 from conftest import ctxlm as ctxlm_command, one_line_error, tiny_config, write_corpus
@@ -61,6 +61,28 @@ def test_chunks_with_carried_memory_and_resets_equal_the_oracle(name, kwargs):
         want, want_attention = memory_oracle(model, inputs, reset)
     assert (torch.cat(log_probs, 1) - want).abs().max() <= 1e-6
     assert (torch.cat(attention, 1) - want_attention).abs().max() <= 1e-6
+
+
+@pytest.mark.parametrize("block", [1, 3, 64])
+@pytest.mark.parametrize("length, width", [(1, 1), (7, 1), (7, 5), (20, 15), (130, 4)])
+def test_banded_products_equal_the_windowed_sums(monkeypatch, block, length, width):
+    """Position t's window is rows t .. t + w − 1; blocks of `block` positions, the last one padded."""
+    monkeypatch.setattr(memory, "BLOCK", block)
+    g = torch.Generator().manual_seed(length)
+    h, keys = torch.randn(2, length, 3, generator=g, dtype=torch.float64), torch.randn(2, length + width - 1, 3, generator=g, dtype=torch.float64)
+    p = torch.randn(2, length, width, generator=g, dtype=torch.float64)
+    windows = keys.unfold(1, width, 1).transpose(-1, -2)                             # [2, T, w, 3]
+    assert torch.allclose(memory.band_scores(h, keys), torch.einsum("btd,btwd->btw", h, windows))
+    assert torch.allclose(memory.band_mix(p, keys), torch.einsum("btw,btwd->btd", p, windows))
+
+
+def test_blocks_of_positions_change_nothing(monkeypatch):
+    model = make("rmr", emb_size=6, hidden_size=8, memory=5)
+    inputs, reset = tokens(3, 30, 1), reset_mask(3, 30)
+    monkeypatch.setattr(memory, "BLOCK", 4)
+    with torch.no_grad():
+        ours = model.log_probs(model(inputs, reset=reset))
+    assert (ours - memory_oracle(model, inputs, reset)[0]).abs().max() <= 1e-6
 
 
 @pytest.mark.parametrize("name, kwargs", VARIANTS, ids=IDS)
@@ -130,7 +152,9 @@ def sentence_rows(lengths, seed):
 
 @pytest.mark.parametrize("n, temporal, composition", [(1, True, "gated"), (3, True, "gated"), (4, False, "linear"),
                                                       (7, True, "linear")])
-def test_bidirectional_scores_equal_the_oracle_and_each_sentence_alone(n, temporal, composition):
+@pytest.mark.parametrize("block", [3, 64])
+def test_bidirectional_scores_equal_the_oracle_and_each_sentence_alone(monkeypatch, n, temporal, composition, block):
+    monkeypatch.setattr(memory, "BLOCK", block)
     model = make("bidirectional-rm", emb_size=6, hidden_size=8, layers=2, memory=n, temporal=temporal,
                  composition=composition)
     rows = sentence_rows([9, 4, 12, 1], 3)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..checks import at_least, one_of, setting
@@ -52,6 +53,9 @@ class MemoryBlock(nn.Module):
                  h̃ = tanh(W_s s + U (r ⊙ h)),  h^m = (1 − z) ⊙ h + z ⊙ h̃          (eqs 6–7)
     M, C ∈ R^{V×d} are tables of their own (not the input embedding); no biases (as printed).
     `W` holds [W_sz; W_sr; W_s], `U_zr` holds [U_hz; U_hr].
+
+    A position's memory is a window of a word sequence, so the words are embedded once per sequence
+    and the dot products and weighted sums are banded matrix products (`band_scores`, `band_mix`).
     """
 
     def __init__(self, vocab_size: int, d: int, slots: int, temporal: bool, composition: str):
@@ -67,13 +71,24 @@ class MemoryBlock(nn.Module):
             self.U_zr = nn.Linear(d, 2 * d, bias=False)
             self.U = nn.Linear(d, d, bias=False)
 
-    def forward(self, h: torch.Tensor, slot_ids: torch.Tensor, slot_valid: torch.Tensor):
-        """h [B, T, d]; slot_ids, slot_valid [B, T, S] (slot order = the rows of T). Returns (h^m, p [B, T, S])."""
-        scores = torch.einsum("btsd,btd->bts", self.M(slot_ids), h)
+    def forward(self, h: torch.Tensor, windows: list[tuple[torch.Tensor, bool]], slot_valid: torch.Tensor):
+        """h [B, T, d]; `windows`: (words [B, T + w − 1], newest_first) per group of w slots, position t's slots
+        being words[:, t .. t + w − 1], in reverse if newest_first; slot_valid [B, T, S] in the rows' order
+        of T (the groups one after the other). Returns (h^m [B, T, d], p [B, T, S])."""
+        scores = []
+        for words, newest_first in windows:
+            group = band_scores(h, self.M(words))
+            scores.append(group.flip(-1) if newest_first else group)
+        scores = torch.cat(scores, -1)
         if self.T is not None:
             scores = scores + h @ self.T.t()
         p = masked_softmax(scores, slot_valid)
-        s = torch.einsum("bts,btsd->btd", p, self.C(slot_ids))
+        s, first = 0, 0
+        for words, newest_first in windows:
+            width = words.size(1) - h.size(1) + 1
+            group = p[..., first:first + width]
+            s = s + band_mix(group.flip(-1) if newest_first else group, self.C(words))
+            first += width
         return self.compose(s, h), p
 
     def compose(self, s: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
@@ -86,43 +101,76 @@ class MemoryBlock(nn.Module):
         return h + z * (candidate - h)
 
 
-def recent_words(inputs: torch.Tensor, carried, reset: torch.Tensor | None, n: int):
-    """The memory of every position: (slot_ids [B, T, n], slot_valid [B, T, n], new carried (ids, valid)).
+BLOCK = 64      # positions per banded product: the cost is T · (BLOCK + w − 1) · d, not T² · d
 
-    Slot j of position t is the input j steps back (slot 0 = inputs[:, t]); the carried state holds the
-    last n − 1 input ids of the previous chunk with their validity. A reset at t hides every input
-    before t from the positions t, t+1, …
+
+def _blocks(x: torch.Tensor, length: int):
+    """Positions in blocks of K = min(T, BLOCK): (x padded to a multiple of K positions, K, number of blocks)."""
+    size = min(length, BLOCK)
+    count = -(-length // size)
+    return F.pad(x, (0, 0, 0, count * size - length)), size, count
+
+
+def band_scores(h: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """[B, T, w] with [t, i] = h_t · keys_{t+i}, for h [B, T, d] and keys [B, T + w − 1, d].
+
+    Each block of K positions multiplies with its K + w − 1 keys at once; the skew (pad, flatten, view)
+    then takes the band [t, t .. t + w − 1] out of the [K, K + w − 1] products."""
+    batch, length, dim = h.shape
+    width = keys.size(1) - length + 1
+    h, size, count = _blocks(h, length)
+    keys, _, _ = _blocks(keys, length)
+    full = h.reshape(batch, count, size, dim) @ keys.unfold(1, size + width - 1, size)     # [B, n, K, K + w − 1]
+    skewed = F.pad(full.flatten(-2), (0, size)).view(batch, count, size, size + width)
+    return skewed[..., :width].reshape(batch, count * size, width)[:, :length]
+
+
+def band_mix(p: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """[B, T, d] = Σ_i p[t, i] values_{t+i}, for p [B, T, w] and values [B, T + w − 1, d] (band_scores' inverse skew)."""
+    batch, length, width = p.shape
+    p, size, count = _blocks(p, length)
+    values, _, _ = _blocks(values, length)
+    padded = F.pad(p.reshape(batch, count, size, width), (0, size)).flatten(-2)
+    spread = padded[..., :size * (size + width - 1)].view(batch, count, size, size + width - 1)
+    mixed = spread @ values.unfold(1, size + width - 1, size).transpose(-1, -2)         # [B, n, K, d]
+    return mixed.reshape(batch, count * size, -1)[:, :length]
+
+
+def recent_words(inputs: torch.Tensor, carried, reset: torch.Tensor | None, n: int):
+    """The memory of every position: (words [B, n − 1 + T], slot_valid [B, T, n], new carried (ids, valid)).
+
+    Position t's slots are words[:, t .. t + n − 1] newest first: slot j is the input j steps back (slot 0 =
+    inputs[:, t]). The carried state holds the last n − 1 input ids of the previous chunk with their
+    validity. A reset at t hides every input before t from the positions t, t+1, …
     """
     batch, length = inputs.shape
     if carried is None:
         carried = (inputs.new_zeros(batch, n - 1), torch.zeros(batch, n - 1, dtype=torch.bool, device=inputs.device))
-    ids = torch.cat([carried[0], inputs], 1)                            # [B, n−1+T]; input t is at t + n − 1
+    words = torch.cat([carried[0], inputs], 1)                          # input t is at t + n − 1
     exists = torch.cat([carried[1], carried[1].new_ones(batch, length)], 1)
-    slot_ids = ids.unfold(1, n, 1).flip(-1)                             # [B, T, n], newest first
-    slot_valid = exists.unfold(1, n, 1).flip(-1)
+    slot_valid = exists.unfold(1, n, 1).flip(-1)                        # [B, T, n], newest first
     new_valid = exists[:, length:]
     if reset is not None:
         positions = torch.arange(length, device=inputs.device)
         last_reset = torch.where(reset, positions, -1).cummax(1).values                 # [B, T]
-        first_usable = torch.where(last_reset >= 0, last_reset + n - 1, 0)             # in `ids` indices
+        first_usable = torch.where(last_reset >= 0, last_reset + n - 1, 0)             # in `words` indices
         slot_index = positions.view(-1, 1) + n - 1 - torch.arange(n, device=inputs.device)   # [T, n]
         slot_valid = slot_valid & (slot_index >= first_usable.unsqueeze(-1))
         new_valid = new_valid & (torch.arange(length, length + n - 1, device=inputs.device) >= first_usable[:, -1:])
-    return slot_ids, slot_valid, (ids[:, length:], new_valid)
+    return words, slot_valid, (words[:, length:], new_valid)
 
 
 def following_words(targets: torch.Tensor, n: int, eos: int):
-    """For the bidirectional block: (ids [B, T, n], valid [B, T, n]) of the n words after each target.
+    """For the bidirectional block: (words [B, T + n − 1], valid [B, T, n]) of the n words after each target.
 
-    Slot k (0-based) of position t is targets[:, t + k + 1], valid while it is in the chunk, not padding,
-    and in the target's sentence (no `<eos>` among targets[t .. t + k]).
+    Slot k (0-based) of position t is words[:, t + k] = targets[:, t + k + 1], valid while it is in the
+    chunk, not padding, and in the target's sentence (no `<eos>` among targets[t .. t + k]).
     """
     batch, length = targets.shape
     padded = torch.cat([targets, targets.new_full((batch, n), IGNORE)], 1)
     ahead = padded.unfold(1, n + 1, 1)[:, :length]                      # [B, T, n+1]: targets[t .. t+n]
     ended = (ahead[..., :-1] == eos).cummax(-1).values
-    following = ahead[..., 1:]
-    return following.clamp(min=0), (following != IGNORE) & ~ended
+    return padded[:, 1:].clamp(min=0), (ahead[..., 1:] != IGNORE) & ~ended
 
 
 def _lstm_stack(emb_size: int, hidden_size: int, layers: int, dropout: float) -> nn.LSTM:
@@ -176,8 +224,8 @@ class RecurrentMemoryLM(LanguageModel):
         recurrent = 4 if self.top is not None else 2
         bottom, top, words = (None, None, None) if state is None else (state[:2], state[2:recurrent], state[recurrent:])
         h, bottom = run_recurrent(self.rnn, self.embedding(inputs), bottom, reset)
-        slot_ids, slot_valid, words = recent_words(inputs, words, reset, self.memory)
-        hidden, attention = self.block(self.dropout(h), slot_ids, slot_valid)
+        held, slot_valid, words = recent_words(inputs, words, reset, self.memory)
+        hidden, attention = self.block(self.dropout(h), [(held, True)], slot_valid)
         if self.top is None:
             return ModelOutput(hidden, (*bottom, *words), attention)
         hidden, top = run_recurrent(self.top, hidden, top, reset)
@@ -232,9 +280,9 @@ class MemoryNetworkLM(LanguageModel):
         return cls(vocab_size, config.hidden_size, options.memory, options.temporal, config.dropout, config.init_range)
 
     def forward(self, inputs, state=None, reset=None) -> ModelOutput:
-        slot_ids, slot_valid, words = recent_words(inputs, state, reset, self.memory)
+        held, slot_valid, words = recent_words(inputs, state, reset, self.memory)
         query = self.query.expand(*inputs.shape, -1)
-        hidden, attention = self.block(query, slot_ids, slot_valid)
+        hidden, attention = self.block(query, [(held, True)], slot_valid)
         return ModelOutput(self.dropout(hidden), words, attention)
 
     attention_distances = RecurrentMemoryLM.attention_distances
@@ -300,9 +348,9 @@ class BidirectionalRM(LanguageModel):
 
     def attend(self, out: PendingOutput, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(h^m [B, T, d], attention [B, T, 2n]): the block over the preceding and the following words."""
-        past_ids, past_valid, _ = recent_words(out.inputs, None, out.inputs == self.eos, self.memory)
-        next_ids, next_valid = following_words(targets, self.memory, self.eos)
-        return self.block(out.hidden, torch.cat([past_ids, next_ids], -1), torch.cat([past_valid, next_valid], -1))
+        past, past_valid, _ = recent_words(out.inputs, None, out.inputs == self.eos, self.memory)
+        ahead, ahead_valid = following_words(targets, self.memory, self.eos)
+        return self.block(out.hidden, [(past, True), (ahead, False)], torch.cat([past_valid, ahead_valid], -1))
 
     def log_probs(self, out):
         raise CtxlmError("bidirectional-rm conditions each word on the words after it: it has no next-word "
