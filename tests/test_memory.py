@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import ctxlm
+from ctxlm.analysis import memory as analysis_memory
 from ctxlm.analysis.memory import memory_records, pair_frequencies
 from ctxlm.config import ModelConfig, load_toml
 from ctxlm.data.batching import IGNORE
@@ -207,12 +208,14 @@ def test_daniluk_rm_preset_has_13_28M_parameters():
 
 
 # --------------------------------------------------------------------------------------- analyses (SPEC §5.3)
-def test_pair_frequencies_count_sentences_with_the_pair_within_the_window():
+def test_pair_frequencies_count_sentences_with_the_pair_within_the_window(monkeypatch):
     #                sentences: <eos> | 5 6 7 5 <eos> | 6 5 <eos> | 5 1 1 1 6 <eos>
     ids = np.array([0, 5, 6, 7, 5, 0, 6, 5, 0, 5, 1, 1, 1, 6, 0])
     pairs = np.array([[5, 6], [6, 5], [5, 0], [7, 7], [7, 6]])
-    assert pair_frequencies(ids, pairs, 3, 0, 8).tolist() == [1, 2, 2, 0, 0]
-    assert pair_frequencies(ids, pairs, 4, 0, 8).tolist() == [2, 2, 2, 0, 0]
+    for span in (1, 2, 4, 1000):                          # the training stream looked at in spans of this size
+        monkeypatch.setattr(analysis_memory, "SPAN", span)
+        assert pair_frequencies(ids, pairs, 3, 0, 8).tolist() == [1, 2, 2, 0, 0]
+        assert pair_frequencies(ids, pairs, 4, 0, 8).tolist() == [2, 2, 2, 0, 0]
 
 
 @pytest.fixture(scope="module")

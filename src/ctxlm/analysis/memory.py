@@ -98,24 +98,32 @@ def samples(records: MemoryRecords, vocab, count: int = 100, seed: int = 0) -> l
     return result
 
 
-def pair_frequencies(train_ids: np.ndarray, pairs: np.ndarray, window: int, eos: int, vocab_size: int) -> np.ndarray:
+SPAN = 2_000_000    # training tokens looked at together by pair_frequencies (bounds its memory)
+
+
+def pair_frequencies(train_ids, pairs: np.ndarray, window: int, eos: int, vocab_size: int) -> np.ndarray:
     """For each (a, w) row of `pairs`: the number of training sentences in which a occurs 1..window words
     before w. Sentences end at `<eos>` (the `<eos>` belongs to the sentence it ends)."""
-    train_ids = np.asarray(train_ids, dtype=np.int64)
-    sentence = np.concatenate([[0], np.cumsum(train_ids == eos)[:-1]])
-    wanted = np.unique(pairs[:, 0] * vocab_size + pairs[:, 1])
-    found = []
-    for k in range(1, window + 1):
-        keys = train_ids[:-k] * vocab_size + train_ids[k:]
-        hit = np.isin(keys, wanted) & (sentence[:-k] == sentence[k:])
-        found.append(sentence[:-k][hit] * vocab_size * vocab_size + keys[hit])
+    train_ids = np.asarray(train_ids)
+    wanted = np.unique(pairs[:, 0].astype(np.int64) * vocab_size + pairs[:, 1])
+    found, sentences_before = [], 0
+    for start in range(0, train_ids.size, SPAN):
+        piece = train_ids[start:start + SPAN + window].astype(np.int64)
+        sentence = sentences_before + np.concatenate([[0], np.cumsum(piece == eos)[:-1]])
+        sentences_before += int((piece[:SPAN] == eos).sum())
+        first = min(SPAN, piece.size)                 # pairs whose first word lies in this span
+        for k in range(1, window + 1):
+            count = max(0, min(first, piece.size - k))
+            keys = piece[:count] * vocab_size + piece[k:k + count]
+            hit = np.isin(keys, wanted) & (sentence[:count] == sentence[k:k + count])
+            found.append(sentence[:count][hit] * vocab_size * vocab_size + keys[hit])
     keys = np.unique(np.concatenate(found)) % (vocab_size * vocab_size)     # one per (sentence, pair)
     distinct, counts = np.unique(keys, return_counts=True)
     lookup = dict(zip(distinct.tolist(), counts.tolist()))
     return np.array([lookup.get(int(a) * vocab_size + int(w), 0) for a, w in pairs], dtype=np.int64)
 
 
-def cooccurrence(records: MemoryRecords, train_ids: torch.Tensor, vocab, min_distance: int = 7,
+def cooccurrence(records: MemoryRecords, train_ids, vocab, min_distance: int = 7,
                  examples: int = 3) -> dict:
     """Tran Table 3: by distance d ≥ min_distance of the attention peak from the word to predict, the mean
     training frequency μ of the (most-attended word, word to predict) pairs."""
@@ -126,7 +134,7 @@ def cooccurrence(records: MemoryRecords, train_ids: torch.Tensor, vocab, min_dis
     attended = records.words.gather(1, peak.view(-1, 1)).squeeze(1)[far].numpy()
     predicted, distance = records.targets[far].numpy(), distance[far].numpy()
     pairs = np.stack([attended, predicted], 1) if attended.size else np.zeros((0, 2), dtype=np.int64)
-    frequency = (pair_frequencies(train_ids.numpy(), pairs, window, vocab.eos, len(vocab)) if attended.size
+    frequency = (pair_frequencies(train_ids, pairs, window, vocab.eos, len(vocab)) if attended.size
                  else np.zeros(0, dtype=np.int64))
     rows = []
     for d in range(min_distance, window + 1):
