@@ -322,6 +322,8 @@ def test_bidirectional_rm_trains_on_sentences_and_ctxlm_eval_refuses_it(tmp_path
     results = Trainer(config, tmp_path / "run", log=lambda *a: None).fit()
     assert 1 < results["valid"]["ppl"] < 40
     one_line_error(ctxlm_command("eval", tmp_path / "run"), "has no perplexity", "ctxlm complete")
+    one_line_error(ctxlm_command("tune-cache", tmp_path / "run"), "tune-cache: ", "has no perplexity")
+    one_line_error(ctxlm_command("analyze", "categories", tmp_path / "run", "--out", tmp_path / "a"), "has no perplexity")
     one_line_error(ctxlm_command("generate", tmp_path / "run"), "no next-word distribution")
     run = ctxlm.load(tmp_path / "run")
     rows = torch.stack([torch.cat([run.vocab.encode(["<eos>", "the", "cat", "sat", "<eos>"]), torch.tensor([IGNORE])]),

@@ -83,10 +83,7 @@ def cmd_eval(args) -> int:
     from .training.trainer import evaluate_split, prepare_data
 
     run = load(args.run)
-    if not getattr(run.model, "left_to_right", True):
-        raise CtxlmError(f"{args.run}: model {run.config.model.name!r} predicts each word from the words before and "
-                         "after it, so it has no perplexity; score whole sentences with `ctxlm complete` (results.json "
-                         "holds the validation pseudo-perplexity that chose its epoch)")
+    _left_to_right(run, "ctxlm eval")
     model, settings = _with_cache(run, args)
     if settings is not None:
         run.config.data.batching = "stream"          # the cache spans sentence boundaries (Grave et al.)
@@ -146,6 +143,14 @@ def _with_cache(run, args):
     return NeuralCache(run.model, settings), settings
 
 
+def _left_to_right(run, what: str) -> None:
+    """Perplexity needs a model of each word given the words before it; the bidirectional RM is not one."""
+    if not getattr(run.model, "left_to_right", True):
+        raise CtxlmError(f"{what}: model {run.config.model.name!r} of {run.path} predicts each word from the words before "
+                         "and after it, so it has no perplexity; score whole sentences with `ctxlm complete` "
+                         "(results.json holds the validation pseudo-perplexity that chose its epoch)")
+
+
 def _neural_only(run, what: str) -> None:
     if getattr(run.model, "count_based", False):
         raise CtxlmError(f"{what}: the neural cache reads a neural model's hidden states; {run.path} is an n-gram run")
@@ -177,6 +182,7 @@ def cmd_tune_cache(args) -> int:
         raise CtxlmError(f"tune-cache: {exc}") from None
     run = load(args.run)
     _neural_only(run, "tune-cache")
+    _left_to_right(run, "tune-cache")
     data = prepare_data(run.config, args.data_dir, run.vocab)
     result = cache_grid(run.model, data.ids[args.split], windows, thetas, lambdas, run.config.data.eval_chunk)
     result.update(split=args.split, commit=git_commit())
@@ -437,6 +443,7 @@ def cmd_categories(args) -> int:
     tables = {}
     for run_dir in args.runs:
         run = load(run_dir)
+        _left_to_right(run, "analyze categories")
         model, _ = _with_cache(run, args)
         data = prepare_data(run.config, args.data_dir, run.vocab)
         if args.split not in data.ids:
