@@ -205,7 +205,7 @@ class RecurrentMemoryLM(LanguageModel):
         _check_sizes(layers, dropout)
         if memory < 1:
             raise ValueError(f"memory size n must be at least 1, got {memory}")
-        self.architecture, self.memory = architecture, memory
+        self.memory = memory
         self.embedding = nn.Embedding(vocab_size, emb_size)
         self.rnn = _lstm_stack(emb_size, hidden_size, layers, dropout)
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
@@ -265,7 +265,7 @@ class MemoryNetworkLM(LanguageModel):
             raise ValueError(f"memory size n must be at least 1, got {memory}")
         self.memory = memory
         self.block = MemoryBlock(vocab_size, d, memory, temporal, "linear")
-        self.register_buffer("query", torch.full((d,), self.QUERY))
+        self.register_buffer("query", torch.full((d,), self.QUERY), persistent=False)
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.output = SoftmaxOutput(d, vocab_size)
         uniform_init(self, init_range, None)
