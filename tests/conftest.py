@@ -121,7 +121,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     """Small finished runs shared by the property tests (read only: copy one before changing it).
 
     lstm: one epoch on the synthetic corpus; other: the same on another corpus (another vocabulary);
-    attention: Daniluk's attention model, one epoch; ngram: a Kneser-Ney trigram. `corpus` holds the
+    attention: Daniluk's attention model, one epoch; rm: a Recurrent Memory network (RM), one epoch;
+    ngram: a Kneser-Ney trigram. `corpus` holds the
     corpus files (train.txt, valid.txt, test.txt) of all but `other`.
     """
     from ctxlm.training.count import estimate_run
@@ -140,10 +141,13 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     attention = tiny_config(corpus, name="attention", window=3)
     attention.train.epochs = 1
     Trainer(attention, root / "attention", log=lambda *a: None).fit()
+    rm = tiny_config(corpus, name="rm", memory=4)
+    rm.train.epochs = 1
+    Trainer(rm, root / "rm", log=lambda *a: None).fit()
     ngram = tiny_config(corpus, name="kneser-ney", order=3)
     estimate_run(ngram, root / "ngram", log=lambda *a: None)
     before = _contents(root)
-    yield {name: root / name for name in ("lstm", "other", "attention", "ngram", "corpus")}
+    yield {name: root / name for name in ("lstm", "other", "attention", "rm", "ngram", "corpus")}
     assert _contents(root) == before, "a command changed a file it was only meant to read"
 
 

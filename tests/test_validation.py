@@ -73,6 +73,9 @@ OPTIONS = [
     ("attention", "--line", int, lambda v: v >= 1),
     ("attention", "--top", int, lambda v: v >= 1),
     ("analyze attention-by-position", "--max-tokens", int, lambda v: v >= 0),
+    ("analyze memory", "--max-tokens", int, lambda v: v >= 0),
+    ("analyze memory", "--samples", int, lambda v: v >= 1),
+    ("analyze memory", "--seed", int, lambda v: v >= 0),
     *[(command, "--cache-window", int, lambda v: v >= 1) for command in ("eval", "lambada", "analyze categories")],
     *[(command, "--cache-theta", float, lambda v: v >= 0) for command in ("eval", "lambada", "analyze categories")],
     *[(command, "--cache-lambda", float, lambda v: 0 <= v <= 1) for command in ("eval", "lambada", "analyze categories")],
@@ -123,6 +126,8 @@ def _command(command, option, runs, out, holmes=None):
     cache = ["--cache", "--cache-window=100", "--cache-theta=0.3", "--cache-lambda=0.1"] if option.startswith("--cache") else []
     if command == "analyze categories":
         return ["analyze", "categories", runs["lstm"], "--out", out, *cache]
+    if command == "analyze memory":
+        return ["analyze", "memory", runs["rm"], "--out", out]
     return {"eval": ["eval", runs["lstm"], "--file", runs["corpus"] / "valid.txt", *cache],
             "lambada": ["lambada", runs["lstm"], runs["corpus"] / "valid.txt", "--out", out / "lambada.jsonl", *cache],
             "names": ["names", runs["corpus"] / "train.txt", "--out", out / "names.txt"],
@@ -176,15 +181,17 @@ KEYS = {
     "data.sentence_ends": (str, None), "data.eval_batch_size": (int, lambda v: v >= 1),
     "data.eval_chunk": (int, lambda v: v >= 1), "data.max_vocab": (int, lambda v: v >= 0),
     "data.min_count": (int, lambda v: v >= 0), "data.max_train_tokens": (int, lambda v: v >= 0),
-    "model.name": (str, ("attention", "attentive-lm", "gru", "key-value", "key-value-predict", "kneser-ney", "lstm",
-                         "names-mixture", "psmm", "rnn-ngram", "rnn-relu", "rnn-tanh")), "model.emb_size": (int, lambda v: v >= 1), "model.hidden_size": (int, lambda v: v >= 1),
+    "model.name": (str, ("attention", "attentive-lm", "bidirectional-rm", "gru", "key-value", "key-value-predict",
+                         "kneser-ney", "lstm", "memn", "names-mixture", "psmm", "rm", "rmr", "rnn-ngram", "rnn-relu",
+                         "rnn-tanh")), "model.emb_size": (int, lambda v: v >= 1), "model.hidden_size": (int, lambda v: v >= 1),
     "model.layers": (int, lambda v: v >= 1), "model.dropout": (float, lambda v: 0 <= v < 1),
     "model.tie_weights": (bool, None), "model.init_range": (float, lambda v: v >= 0), "model.forget_bias": (float, None),
     "model.order": (int, lambda v: v >= 1), "model.window": (int, lambda v: v >= 1), "model.ngram": (int, lambda v: v >= 1),
     "model.score": (str, ("single", "combined")), "model.input_dropout": (float, lambda v: 0 <= v < 1),
     "model.state_dropout": (float, lambda v: 0 <= v < 1), "model.output_dropout": (float, lambda v: 0 <= v < 1),
     "model.base": (str, ("lstm", "gru", "rnn-tanh", "rnn-relu")), "model.names": (str, None),
-    "model.supervision": (float, lambda v: v >= 0),
+    "model.supervision": (float, lambda v: v >= 0), "model.memory": (int, lambda v: v >= 1),
+    "model.temporal": (bool, None), "model.composition": (str, ("gated", "linear")),
     "output.layer": (str, ("softmax", "class", "adaptive", "nce")), "output.classes": (int, lambda v: v >= 0),
     "output.cutoffs": (str, None), "output.div_value": (float, lambda v: v > 1),
     "output.noise_samples": (int, lambda v: v >= 1), "output.log_z": (float, None),
@@ -204,9 +211,12 @@ OPTIONS_OF = {"lstm": REGULARISED, "gru": REGULARISED, "rnn-tanh": REGULARISED, 
               "attention": {"window", "forget_bias"}, "key-value": {"window", "forget_bias"},
               "key-value-predict": {"window", "forget_bias"}, "rnn-ngram": {"ngram", "forget_bias"},
               "attentive-lm": {"score"}, "kneser-ney": {"order"}, "psmm": REGULARISED | {"base", "window"},
-              "names-mixture": REGULARISED | {"base", "names", "supervision"}}
+              "names-mixture": REGULARISED | {"base", "names", "supervision"},
+              "rm": {"memory", "temporal", "composition", "forget_bias"},
+              "rmr": {"memory", "temporal", "composition", "forget_bias"},
+              "bidirectional-rm": {"memory", "temporal", "composition", "forget_bias"}, "memn": {"memory", "temporal"}}
 FAMILY = {f"model.{option}": name for name, options in reversed(OPTIONS_OF.items()) for option in options}
-WORDS = ["stream", "sentence", "single", "combined", "adam", "adamw", "sgd", "constant", "decay", "plateau", "token",
+WORDS = ["stream", "sentence", "single", "combined", "gated", "linear", "adam", "adamw", "sgd", "constant", "decay", "plateau", "token",
          "sequence", "auto", "cpu", "cuda", "fp32", "bf16", "true", "false", "yes", "no", "TRUE", "lstm", "x.txt", "STREAM"]
 SET_VALUES = st.one_of(NUMBERS, st.sampled_from(WORDS), st.sampled_from(WORDS).map(lambda w: f" {w} "))
 

@@ -87,6 +87,7 @@ def cmd_eval(args) -> int:
     from .training.trainer import evaluate_split, prepare_data
 
     run = load(args.run)
+    _left_to_right(run, "ctxlm eval")
     model, settings = _with_cache(run, args)
     if settings is not None:
         run.config.data.batching = "stream"          # the cache spans sentence boundaries (Grave et al.)
@@ -152,6 +153,14 @@ def _with_cache(run, args):
     return NeuralCache(run.model, settings), settings
 
 
+def _left_to_right(run, what: str) -> None:
+    """Perplexity needs a model of each word given the words before it; the bidirectional RM is not one."""
+    if not getattr(run.model, "left_to_right", True):
+        raise CtxlmError(f"{what}: model {run.config.model.name!r} of {run.path} predicts each word from the words before "
+                         "and after it, so it has no perplexity; score whole sentences with `ctxlm complete` "
+                         "(results.json holds the validation pseudo-perplexity that chose its epoch)")
+
+
 def _neural_only(run, what: str) -> None:
     if getattr(run.model, "count_based", False):
         raise CtxlmError(f"{what}: the neural cache reads a neural model's hidden states; {run.path} is an n-gram run")
@@ -183,6 +192,7 @@ def cmd_tune_cache(args) -> int:
         raise CtxlmError(f"tune-cache: {exc}") from None
     run = load(args.run)
     _neural_only(run, "tune-cache")
+    _left_to_right(run, "tune-cache")
     data = prepare_data(run.config, args.data_dir, run.vocab)
     result = cache_grid(run.model, data.ids[args.split], windows, thetas, lambdas, run.config.data.eval_chunk)
     result.update(split=args.split, commit=git_commit())
@@ -433,8 +443,45 @@ def cmd_analyze(args) -> int:
     plot_by_distance(rows, run.config.model.name, out / "attention_by_position.png")
     print(f"{'distance':>8}{'mean attention':>16}{'positions':>12}")
     for r in rows:
-        print(f"{('h0' if r['distance'] == 0 else r['distance']):>8}{r['mean_attention']:>16.4f}{r['positions']:>12,}")
+        print(f"{('h0' if r['distance'] < 0 else r['distance']):>8}{r['mean_attention']:>16.4f}{r['positions']:>12,}")
     print(f"wrote {out / 'attention_by_position.png'} and {out / 'attention_by_position.json'}")
+    return 0
+
+
+def cmd_analyze_memory(args) -> int:
+    from .analysis import memory
+    from .analysis.attention import write_json
+    from .run import load
+    from .training import checkpoint
+    from .training.trainer import prepare_data
+
+    run = load(args.run)
+    memory.require_memory(run)
+    data = prepare_data(run.config, args.data_dir, run.vocab)
+    if args.split not in data.ids:
+        raise CtxlmError(f"--split {args.split}: dataset {run.config.data.dataset!r} has splits {', '.join(data.ids)}")
+    records = memory.memory_records(run, data.ids[args.split], args.max_tokens, run.config.data.eval_chunk)
+    name = f"{run.config.model.name} ({Path(args.run).name})"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    positions = memory.position_means(records)
+    sampled = memory.samples(records, run.vocab, args.samples, args.seed)
+    table = memory.cooccurrence(records, data.ids["train"], run.vocab)
+    for label, result in (("positions", positions), ("samples", sampled), ("cooccurrence", table)):
+        write_json({"run": str(args.run), "split": args.split, label: result}, out / f"memory_{label}.json")
+    memory.plot_positions(positions, name, out / "memory_positions.png")
+    memory.plot_samples(sampled, name, out / "memory_samples.png")
+    checkpoint.atomic_write_text(out / "memory_cooccurrence.md", memory.cooccurrence_markdown(
+        table, f"{name}, {args.split} split: co-occurrence frequency against attention distance (Tran Table 3)"))
+    print(f"{'position':>9}{'mean attention':>16}{'full memory':>13}{'predictions':>13}")
+    for r in positions["positions"]:
+        print(f"{r['position']:>9}{r['mean_attention']:>16.4f}{r['mean_attention_full_memory']:>13.4f}{r['predictions']:>13,}")
+    print(f"\n{'d':>3}{'pairs':>9}{'mu':>10}   most frequent pairs")
+    for r in table["rows"]:
+        mu = "-" if r["mean_frequency"] is None else f"{r['mean_frequency']:.1f}"
+        print(f"{r['d']:>3}{r['pairs']:>9,}{mu:>10}   " + ", ".join(f"{a}->{w} ({f})" for a, w, f in r["examples"]))
+    print(f"wrote {', '.join(str(out / f) for f in ('memory_positions.png', 'memory_samples.png', 'memory_cooccurrence.md'))} "
+          "and their JSON")
     return 0
 
 
@@ -448,6 +495,7 @@ def cmd_categories(args) -> int:
     tables = {}
     for run_dir in args.runs:
         run = load(run_dir)
+        _left_to_right(run, "analyze categories")
         model, _ = _with_cache(run, args)
         data = prepare_data(run.config, args.data_dir, run.vocab)
         if args.split not in data.ids:
@@ -685,6 +733,20 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--out", default="analysis", help="output folder (default ./analysis)")
     common_data(a)
     a.set_defaults(func=cmd_analyze)
+    a = analyses.add_parser("memory", help="what a memory network's block attends to (Tran et al. Fig. 3, Fig. 4, Table 3)",
+                            description="For an rm, rmr or memn run: mean attention per memory position "
+                                        "(memory_positions.png), the attention of randomly sampled predictions "
+                                        "(memory_samples.png), and the training frequency of (most-attended word, word "
+                                        "to predict) pairs by distance where the attention peaks 7 or more words back "
+                                        "(memory_cooccurrence.md); JSON beside each. Details: docs/memory.md.")
+    a.add_argument("run", help="run directory of an rm, rmr or memn model")
+    a.add_argument("--split", default="test", choices=["train", "valid", "test"])
+    a.add_argument("--max-tokens", type=option(int, at_least(0)), default=0, help="only the first N tokens (0 = all)")
+    a.add_argument("--samples", type=option(int, at_least(1)), default=100, help="predictions sampled for the heatmap (default 100)")
+    a.add_argument("--seed", type=option(int, SEED), default=0, help="seed of the sample")
+    a.add_argument("--out", default="analysis", help="output folder (default ./analysis)")
+    common_data(a)
+    a.set_defaults(func=cmd_analyze_memory)
     a = analyses.add_parser("categories", help="perplexity by part of speech, frequency band, <unk> and <eos> (Daniluk "
                             "Table 4.12)", description="Perplexity of the targets of each category; part-of-speech "
                             "categories from the corpus's gold tags (Brown), mapped as docs/categories.md says.")

@@ -82,7 +82,10 @@ def check_config(config: Config) -> None:
     if config.model.name not in MODELS:
         raise CtxlmError(f"unknown model {config.model.name!r} (model.name); known models: {', '.join(sorted(MODELS))}")
     with torch.device("meta"):
-        build_model(config.model, 2)       # bad sizes or model options fail here, not after loading data
+        model = build_model(config.model, 2)       # bad sizes or model options fail here, not after loading data
+    if not getattr(model, "left_to_right", True) and config.data.batching != "sentence":
+        raise CtxlmError(f"model {config.model.name!r} reads whole sentences (each word given the words after it "
+                         "too): it trains with data.batching = \"sentence\" only")
     build_optimizer(config.train.optimizer, [torch.zeros(1, requires_grad=True)], config.train.lr, config.train.weight_decay)
 
 
