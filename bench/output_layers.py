@@ -10,7 +10,7 @@ of WikiText-2 train (one pass), then its exact validation perplexity (stream eva
 chunks of 1,000 tokens, as `ctxlm eval`).
 
     python bench/output_layers.py                                   # both, 200k training tokens each
-    python bench/output_layers.py --section speed --rounds 5
+    python bench/output_layers.py --section speed --rounds 5 --threads 1
     python bench/output_layers.py --train-tokens 1000000 --device cuda
 """
 from __future__ import annotations
@@ -116,8 +116,11 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--train-tokens", type=int, default=200_000, help="quality: training tokens per layer")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (everything is built on it)")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads (default: PyTorch's); 1 on a crowded machine")
     args = parser.parse_args()
     torch.set_default_device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     corpus = load_corpus("wikitext-2", args.data_dir)
     vocab = Vocabulary.build(corpus.splits["train"])
     train_ids = vocab.encode([EOS] + corpus.splits["train"]).to(args.device)
