@@ -1,11 +1,13 @@
 """Feed-forward and convolutional LMs: vectorised = step-by-step oracle (float64), windows of exactly n
 tokens, causality, chunk carry, resets, normalisation, parameter counts of Pham's Table 4.2."""
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
 from ctxlm.config import ModelConfig, load_toml
+from ctxlm.evaluation.perplexity import evaluate_stream
 from ctxlm.models import build_model
 from oracles import feedforward_oracle
 
@@ -131,3 +133,94 @@ def test_pham_presets_have_the_tables_parameter_counts(preset, expected):
     with torch.device("meta"):
         total = build_model(config.model, 10_000).parameter_counts()["total"]
     assert total == pytest.approx(expected, rel=0.02)
+
+
+# ------------------------------------------------------------------ the commands on a tiny trained run
+def test_eval_score_generate_and_explore_work_for_a_window_run(runs):
+    from ctxlm.explore.scoring import score_run
+    from ctxlm.run import load
+
+    from conftest import ctxlm
+
+    evaluated = json.loads(ctxlm("eval", runs["cnn"], "--split", "valid", "--json").stdout)["valid"]
+    results = json.loads((runs["cnn"] / "results.json").read_text())
+    assert evaluated["ppl"] == pytest.approx(results["valid"]["ppl"], rel=1e-9)
+    text = "the cat sat on a mat"
+    scored = json.loads(ctxlm("score", runs["cnn"], stdin=text.encode()).stdout)
+    assert len(scored["log_probs"]) == 7 and all(x < 0 for x in scored["log_probs"])
+    page = score_run(load(runs["cnn"]), [text.split()], top_k=3)
+    assert page["log_probs"] == pytest.approx(scored["log_probs"], abs=1e-5)
+    generated = ctxlm("generate", runs["cnn"], "--prompt", "the cat", "--max-tokens", "5", "--seed", "3")
+    assert generated.returncode == 0 and generated.stdout.startswith("the cat")
+
+
+def test_analyses_on_a_tiny_trained_model(runs, tmp_path):
+    from conftest import ctxlm, one_line_error
+
+    out = tmp_path / "analysis"
+    done = ctxlm("analyze", "kernel-ngrams", runs["cnn"], "--top", "3", "--kernels", "1,4", "--out", out)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads((out / "kernel_ngrams.json").read_text())
+    assert len(rows) == 16 and all(len(r["top"]) == 3 and r["width"] == 3 for r in rows)   # kernels = emb_size = 16
+    assert all(len(g["ngram"].split()) == 3 and "<eos>" not in g["ngram"] for r in rows for g in r["top"])
+    assert all(a["activation"] >= b["activation"] for r in rows for a, b in zip(r["top"], r["top"][1:]))
+    assert done.stdout.count("kernel ") == 2 and (out / "kernel_ngrams.png").stat().st_size > 0
+
+    done = ctxlm("analyze", "position-weights", runs["cnn"], "--out", out)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads((out / "position_weights.json").read_text())
+    assert [r["position"] for r in rows] == [1, 2, 3, 4] and sum(r["share"] for r in rows) == pytest.approx(1, abs=1e-5)
+
+    done = ctxlm("analyze", "lesion", runs["cnn"], "--out", out)
+    assert done.returncode == 0, done.stderr
+    lesion = json.loads((out / "lesion.json").read_text())
+    assert [r["positions"] for r in lesion["rows"]] == [1, 2, 3, 4]
+    full = json.loads((runs["cnn"] / "results.json").read_text())["valid"]["ppl"]
+    assert lesion["rows"][-1]["ppl"] == pytest.approx(full, rel=1e-4)      # all positions read: the model itself
+    assert lesion["exponent"] == lesion["exponent"] and (out / "lesion.png").exists()
+
+    one_line_error(ctxlm("analyze", "kernel-ngrams", runs["lstm"], "--out", out), "convolutional run", "'lstm'")
+    one_line_error(ctxlm("analyze", "kernel-ngrams", runs["cnn"], "--kernels", "99", "--out", out), "--kernels")
+
+
+def test_weights_positions_and_lesion_by_hand():
+    from ctxlm.analysis.feedforward import lesion_curve, positive_weight_by_position
+
+    model = make("com", context=3, kernels=2)
+    with torch.no_grad():
+        model.hidden_layers[0].weight.copy_(torch.tensor([[1.0, -1, 0, 2] + [0.5] * 4 + [3, 0, 0, -7],
+                                                          [0.0, 0, 1, 1] + [-1] * 4 + [1, 1, 1, 1]] + [[0.0] * 12] * 7))
+    rows = positive_weight_by_position(model)     # [unit, position (oldest first), 4 features]; position 1 = newest
+    assert [r["positive_weight"] for r in rows] == pytest.approx([(3 + 4) / 9, (2 + 0) / 9, (3 + 2) / 9])
+    ids = stream(30, 6)
+    ids[0] = 0
+    result = lesion_curve(model, ids, chunk=8)
+    assert [r["positions"] for r in result["rows"]] == [1, 2, 3] and model.visible_positions is None
+    assert result["rows"][-1]["ppl"] == pytest.approx(evaluate_stream(model, ids)["ppl"], rel=1e-5)
+    xs, ys = torch.log(torch.tensor([1.0, 2, 3], dtype=torch.float64)), torch.log(torch.tensor([r["ppl"] for r in result["rows"]], dtype=torch.float64))
+    slope = float(((xs - xs.mean()) * (ys - ys.mean())).sum() / ((xs - xs.mean()) ** 2).sum())
+    assert result["exponent"] == pytest.approx(slope, abs=1e-4)
+
+
+def test_mixture_of_two_runs_is_exact_and_its_weight_is_chosen_on_valid(runs):
+    from ctxlm.evaluation.interpolation import best_weight, mixed, split_log_probs
+    from ctxlm.run import load
+    from ctxlm.training.trainer import prepare_data
+
+    from conftest import ctxlm, one_line_error
+
+    result = json.loads(ctxlm("eval", runs["cnn"], "--mix", runs["ngram"], "--json").stdout)
+    a, b = load(runs["cnn"]), load(runs["ngram"])
+    ids = prepare_data(a.config, None, a.vocab).ids
+    pa, pb = split_log_probs(a, ids["valid"]), split_log_probs(b, ids["valid"])
+    lam = result["lambda"]
+    assert 0 < lam < 1 and lam == pytest.approx(best_weight(pa, pb))
+    by_hand = -torch.log((1 - lam) * pa.exp() + lam * pb.exp()).sum()
+    assert result["valid"]["mixture"]["nll"] == pytest.approx(float(by_hand), rel=1e-9)
+    for other in (lam * 0.5, min(1.0, lam * 1.5 + 0.01)):         # the chosen λ is the best on valid
+        assert float(-mixed(pa, pb, other).sum()) > result["valid"]["mixture"]["nll"]
+    assert result["valid"]["run"]["ppl"] == pytest.approx(json.loads((runs["cnn"] / "results.json").read_text())["valid"]["ppl"])
+    fixed = json.loads(ctxlm("eval", runs["cnn"], "--mix", runs["ngram"], "--mix-weight", "0", "--split", "test", "--json").stdout)
+    assert fixed["test"]["mixture"]["nll"] == pytest.approx(fixed["test"]["run"]["nll"]) and "valid" not in fixed
+    one_line_error(ctxlm("eval", runs["cnn"], "--mix", runs["other"]), "different vocabularies")
+    one_line_error(ctxlm("eval", runs["cnn"], "--mix-weight", "0.5"), "add --mix")
