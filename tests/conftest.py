@@ -122,7 +122,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
 
     lstm: one epoch on the synthetic corpus; other: the same on another corpus (another vocabulary);
     attention: Daniluk's attention model, one epoch; rm: a Recurrent Memory network (RM), one epoch;
-    ngram: a Kneser-Ney trigram. `corpus` holds the
+    ngram: a Kneser-Ney trigram; cnn: an MLPConv model (context 4), one epoch of window batches. `corpus` holds the
     corpus files (train.txt, valid.txt, test.txt) of all but `other`.
     """
     from ctxlm.training.count import estimate_run
@@ -146,8 +146,11 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     Trainer(rm, root / "rm", log=lambda *a: None).fit()
     ngram = tiny_config(corpus, name="kneser-ney", order=3)
     estimate_run(ngram, root / "ngram", log=lambda *a: None)
+    cnn = tiny_config(corpus, name="mlpconv", context=4)
+    cnn.data.batching, cnn.train.epochs = "window", 1
+    Trainer(cnn, root / "cnn", log=lambda *a: None).fit()
     before = _contents(root)
-    yield {name: root / name for name in ("lstm", "other", "attention", "rm", "ngram", "corpus")}
+    yield {name: root / name for name in ("lstm", "other", "attention", "rm", "ngram", "cnn", "corpus")}
     assert _contents(root) == before, "a command changed a file it was only meant to read"
 
 

@@ -63,6 +63,7 @@ def test_combinations_are_refused(runs, tmp_path):
 OPTIONS = [
     ("eval", "--batch-size", int, lambda v: v >= 1),
     ("eval", "--chunk", int, lambda v: v >= 1),
+    ("eval", "--mix-weight", float, lambda v: 0 <= v <= 1),
     ("generate", "--max-tokens", int, lambda v: v >= 1),
     ("generate", "--temperature", float, lambda v: v >= 0),
     ("generate", "--top-k", int, lambda v: v >= 0),
@@ -76,6 +77,8 @@ OPTIONS = [
     ("analyze memory", "--max-tokens", int, lambda v: v >= 0),
     ("analyze memory", "--samples", int, lambda v: v >= 1),
     ("analyze memory", "--seed", int, lambda v: v >= 0),
+    ("analyze kernel-ngrams", "--top", int, lambda v: v >= 1),
+    ("analyze lesion", "--max-tokens", int, lambda v: v >= 0),
     *[(command, "--cache-window", int, lambda v: v >= 1) for command in ("eval", "lambada", "analyze categories")],
     *[(command, "--cache-theta", float, lambda v: v >= 0) for command in ("eval", "lambada", "analyze categories")],
     *[(command, "--cache-lambda", float, lambda v: 0 <= v <= 1) for command in ("eval", "lambada", "analyze categories")],
@@ -128,6 +131,10 @@ def _command(command, option, runs, out, holmes=None):
         return ["analyze", "categories", runs["lstm"], "--out", out, *cache]
     if command == "analyze memory":
         return ["analyze", "memory", runs["rm"], "--out", out]
+    if command in ("analyze kernel-ngrams", "analyze lesion"):
+        return ["analyze", command.split()[1], runs["cnn"], "--out", out]
+    if option == "--mix-weight":
+        return ["eval", runs["cnn"], "--split", "valid", "--mix", runs["ngram"]]
     return {"eval": ["eval", runs["lstm"], "--file", runs["corpus"] / "valid.txt", *cache],
             "lambada": ["lambada", runs["lstm"], runs["corpus"] / "valid.txt", "--out", out / "lambada.jsonl", *cache],
             "names": ["names", runs["corpus"] / "train.txt", "--out", out / "names.txt"],
@@ -176,14 +183,14 @@ def test_every_numeric_option_is_checked(runs, tmp_path, holmes_data, command, o
 # Every key: type and what is allowed (None: any value of the type; a tuple: the choices).
 KEYS = {
     "data.dataset": (str, None), "data.train": (str, None), "data.valid": (str, None), "data.test": (str, None),
-    "data.batching": (str, ("stream", "sentence")), "data.batch_size": (int, lambda v: v >= 1),
+    "data.batching": (str, ("stream", "sentence", "window")), "data.batch_size": (int, lambda v: v >= 1),
     "data.bptt": (int, lambda v: v >= 1), "data.max_sentence_len": (int, lambda v: v >= 0),
     "data.sentence_ends": (str, None), "data.eval_batch_size": (int, lambda v: v >= 1),
     "data.eval_chunk": (int, lambda v: v >= 1), "data.max_vocab": (int, lambda v: v >= 0),
     "data.min_count": (int, lambda v: v >= 0), "data.max_train_tokens": (int, lambda v: v >= 0),
     "model.name": (str, ("attention", "attentive-lm", "bidirectional-rm", "gru", "key-value", "key-value-predict",
                          "kneser-ney", "lstm", "memn", "names-mixture", "psmm", "rm", "rmr", "rnn-ngram", "rnn-relu",
-                         "rnn-tanh")), "model.emb_size": (int, lambda v: v >= 1), "model.hidden_size": (int, lambda v: v >= 1),
+                         "rnn-tanh", "ffnn", "ffnn-baseline", "cnn", "mlpconv", "com", "ml-cnn")), "model.emb_size": (int, lambda v: v >= 1), "model.hidden_size": (int, lambda v: v >= 1),
     "model.layers": (int, lambda v: v >= 1), "model.dropout": (float, lambda v: 0 <= v < 1),
     "model.tie_weights": (bool, None), "model.init_range": (float, lambda v: v >= 0), "model.forget_bias": (float, None),
     "model.order": (int, lambda v: v >= 1), "model.window": (int, lambda v: v >= 1), "model.ngram": (int, lambda v: v >= 1),
@@ -195,12 +202,15 @@ KEYS = {
     "output.layer": (str, ("softmax", "class", "adaptive", "nce")), "output.classes": (int, lambda v: v >= 0),
     "output.cutoffs": (str, None), "output.div_value": (float, lambda v: v > 1),
     "output.noise_samples": (int, lambda v: v >= 1), "output.log_z": (float, None),
+    "model.context": (int, lambda v: v >= 1), "model.direct": (bool, None), "model.hidden": (bool, None),
+    "model.highway": (bool, None), "model.kernel_widths": (str, None), "model.kernels": (int, lambda v: v >= 0),
+    "model.conv_layers": (int, lambda v: v >= 1), "model.batch_norm": (bool, None),
     "train.optimizer": (str, ("sgd", "adam", "adamw")), "train.lr": (float, lambda v: v > 0),
     "train.weight_decay": (float, lambda v: v >= 0), "train.schedule": (str, ("constant", "decay", "plateau")),
     "train.lr_factor": (float, lambda v: v > 0), "train.decay_start": (int, lambda v: v >= 0),
     "train.epochs": (int, lambda v: v >= 1), "train.early_stop_patience": (int, lambda v: v >= 0),
     "train.rollback": (bool, None), "train.clip": (float, lambda v: v >= 0),
-    "train.loss_normalization": (str, ("token", "sequence")), "train.seed": (int, lambda v: v >= 0),
+    "train.loss_normalization": (str, ("token", "sequence", "sum")), "train.min_lr": (float, lambda v: v >= 0), "train.seed": (int, lambda v: v >= 0),
     "train.device": (str, ("auto", "cpu", "cuda")), "train.checkpoint_every": (int, lambda v: v >= 0),
     "train.max_batches": (int, lambda v: v >= 0), "train.threads": (int, lambda v: v >= 0),
     "train.precision": (str, ("fp32", "bf16")), "train.compile": (bool, None),
@@ -214,9 +224,12 @@ OPTIONS_OF = {"lstm": REGULARISED, "gru": REGULARISED, "rnn-tanh": REGULARISED, 
               "names-mixture": REGULARISED | {"base", "names", "supervision"},
               "rm": {"memory", "temporal", "composition", "forget_bias"},
               "rmr": {"memory", "temporal", "composition", "forget_bias"},
-              "bidirectional-rm": {"memory", "temporal", "composition", "forget_bias"}, "memn": {"memory", "temporal"}}
+              "bidirectional-rm": {"memory", "temporal", "composition", "forget_bias"}, "memn": {"memory", "temporal"},
+              **{name: {"context", "direct", "hidden", "highway"} for name in ("ffnn", "ffnn-baseline")},
+              **{name: {"context", "kernel_widths", "kernels", "conv_layers", "batch_norm", "highway"}
+                 for name in ("cnn", "mlpconv", "com", "ml-cnn")}}
 FAMILY = {f"model.{option}": name for name, options in reversed(OPTIONS_OF.items()) for option in options}
-WORDS = ["stream", "sentence", "single", "combined", "gated", "linear", "adam", "adamw", "sgd", "constant", "decay", "plateau", "token",
+WORDS = ["stream", "sentence", "window", "sum", "single", "combined", "gated", "linear", "adam", "adamw", "sgd", "constant", "decay", "plateau", "token",
          "sequence", "auto", "cpu", "cuda", "fp32", "bf16", "true", "false", "yes", "no", "TRUE", "lstm", "x.txt", "STREAM"]
 SET_VALUES = st.one_of(NUMBERS, st.sampled_from(WORDS), st.sampled_from(WORDS).map(lambda w: f" {w} "))
 

@@ -1,4 +1,4 @@
-"""Batching regimes of SPEC §0.4: stream (A/A′, contiguous BPTT with reset mask) and sentence (B).
+"""Batching regimes of SPEC §0.4: stream (A/A′, contiguous BPTT with reset mask), sentence (B) and window (C).
 
 Targets that are padding carry IGNORE (-100): they are never counted in loss or perplexity.
 """
@@ -19,7 +19,8 @@ class Batch:
     inputs: torch.Tensor              # [B, T] token ids
     targets: torch.Tensor             # [B, T] next-token ids, IGNORE at padding
     reset: torch.Tensor | None        # [B, T] bool: clear state and memory before this position
-    fresh_state: bool = False         # sentence regime: every batch starts from a zero state
+    fresh_state: bool = False         # sentence and window regimes: every batch starts from `state`, not the carried one
+    state: torch.Tensor | None = None  # window regime: [B, n−1] the tokens before each input (a feed-forward model's state)
 
 
 class StreamBatches:
@@ -174,6 +175,44 @@ class SentenceBatches:
             inputs[row, 0] = self.eos
             inputs[row, 1:n] = sentence[:-1]
         return Batch(inputs, targets, None, fresh_state=True)
+
+    def __iter__(self):
+        return (self.batch(i) for i in range(len(self)))
+
+
+class WindowBatches:
+    """Regime C (Pham, SPEC §0.4): each target alone with its n previous tokens, samples shuffled per epoch.
+
+    Sample j predicts ids[j+1] from the window ids[j−n+1..j], sliding across sentence ends; before the
+    stream's start the window holds `<eos>` (SPEC §6.5 REC 43), exactly as stream evaluation of a
+    feed-forward model sees it. A batch has inputs [B, 1] = ids[j], targets [B, 1] = ids[j+1], and as
+    its `state` the n−1 tokens before ids[j] (models/feedforward.py reads its window from state + input).
+    `order(generator)` gives the samples of every batch of one epoch, [batches, B] (−1 pads the last one).
+    """
+
+    def __init__(self, ids: torch.Tensor, context: int, batch_size: int, eos: int):
+        self.padded = torch.cat([ids.new_full((context - 1,), eos), ids])
+        self.context, self.batch_size = context, batch_size
+        self.num_tokens = ids.numel() - 1
+
+    def __len__(self) -> int:
+        return -(-self.num_tokens // self.batch_size)
+
+    def order(self, generator: torch.Generator | None) -> torch.Tensor:
+        samples = torch.arange(self.num_tokens) if generator is None else torch.randperm(self.num_tokens, generator=generator)
+        pad = len(self) * self.batch_size - self.num_tokens
+        return torch.cat([samples, samples.new_full((pad,), -1)]).view(len(self), self.batch_size)
+
+    def batch(self, index) -> Batch:
+        """Batch `index` in corpus order, or the samples of one row of `order()`."""
+        if isinstance(index, torch.Tensor) and index.dim() == 1:
+            samples = index[index >= 0]
+        else:
+            start = int(index) * self.batch_size
+            samples = torch.arange(start, min(start + self.batch_size, self.num_tokens))
+        windows = self.padded.unfold(0, self.context, 1)[samples]              # [B, n]: ids[j−n+1..j]
+        targets = self.padded[samples + self.context].unsqueeze(1)              # ids[j+1]
+        return Batch(windows[:, -1:], targets, None, fresh_state=True, state=windows[:, :-1])
 
     def __iter__(self):
         return (self.batch(i) for i in range(len(self)))
