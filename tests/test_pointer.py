@@ -91,7 +91,7 @@ def test_training_learns_to_point_at_repeated_phrases():
         optimizer.zero_grad()
         (loss / n).backward()
         optimizer.step()
-        losses.append(float(loss / n))
+        losses.append((loss / n).item())
     assert sum(losses[-10:]) < 0.7 * sum(losses[:10])
     with torch.no_grad():
         pointer_share = model.mixture_weight(model.eval()(torch.randint(2, 200, (8, 6)).repeat(1, 4)[:, :-1]))
