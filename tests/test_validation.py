@@ -163,7 +163,7 @@ KEYS = {
     "data.eval_chunk": (int, lambda v: v >= 1), "data.max_vocab": (int, lambda v: v >= 0),
     "data.min_count": (int, lambda v: v >= 0),
     "model.name": (str, ("attention", "attentive-lm", "gru", "key-value", "key-value-predict", "kneser-ney", "lstm",
-                         "rnn-ngram", "rnn-relu", "rnn-tanh")), "model.emb_size": (int, lambda v: v >= 1), "model.hidden_size": (int, lambda v: v >= 1),
+                         "lstmn", "rnn-ngram", "rnn-relu", "rnn-tanh")), "model.emb_size": (int, lambda v: v >= 1), "model.hidden_size": (int, lambda v: v >= 1),
     "model.layers": (int, lambda v: v >= 1), "model.dropout": (float, lambda v: 0 <= v < 1),
     "model.tie_weights": (bool, None), "model.init_range": (float, lambda v: v >= 0), "model.forget_bias": (float, None),
     "model.order": (int, lambda v: v >= 1), "model.window": (int, lambda v: v >= 1), "model.ngram": (int, lambda v: v >= 1),
@@ -182,7 +182,7 @@ KEYS = {
 OPTIONS_OF = {"lstm": {"forget_bias"}, "gru": {"forget_bias"}, "rnn-tanh": {"forget_bias"}, "rnn-relu": {"forget_bias"},
               "attention": {"window", "forget_bias"}, "key-value": {"window", "forget_bias"},
               "key-value-predict": {"window", "forget_bias"}, "rnn-ngram": {"ngram", "forget_bias"},
-              "attentive-lm": {"score"}, "kneser-ney": {"order"}}
+              "attentive-lm": {"score"}, "kneser-ney": {"order"}, "lstmn": {"window", "forget_bias"}}
 FAMILY = {f"model.{option}": name for name, options in reversed(OPTIONS_OF.items()) for option in options}
 WORDS = ["stream", "sentence", "single", "combined", "adam", "adamw", "sgd", "constant", "decay", "plateau", "token",
          "sequence", "auto", "cpu", "cuda", "fp32", "bf16", "true", "false", "yes", "no", "TRUE", "lstm", "x.txt", "STREAM"]
