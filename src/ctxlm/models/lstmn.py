@@ -97,27 +97,29 @@ class LSTMN(LanguageModel):
         mask = None if bool(slot_valid.all()) else \
             torch.zeros(slot_valid.shape, dtype=x.dtype, device=x.device).masked_fill(~slot_valid, torch.finfo(x.dtype).min)
         hs, weights_all = [], []
-        for t in range(length):
+        # unbind/split rather than indexing: their backward is one stack/cat, where every slice's backward would
+        # fill a zero tensor of the whole source (O(T²) per chunk for step_in[:, t])
+        for t, step_t in enumerate(step_in.unbind(1)):
             window = torch.stack(entries[t:t + a], 1)                                # [B, a, 3k], oldest first
-            scores = torch.tanh(window[..., 2 * k:] + query.unsqueeze(1)) @ v         # (4)  [B, a]
+            tape_hc, tape_keys = window.split([2 * k, k], -1)
+            scores = torch.tanh(tape_keys + query.unsqueeze(1)) @ v                  # (4)  [B, a]
             if mask is not None:
                 scores = scores + mask[:, t]
             weights = torch.softmax(scores, -1)                                      # (5)
             restarting = restart.get(t)
             if restarting is not None:                                               # an empty tape: h̃_t = c̃_t = 0
                 weights = weights.masked_fill(restarting, 0.0)
-            summary = torch.bmm(weights.unsqueeze(1), window[..., :2 * k]).squeeze(1)  # (6)  [h̃_t; c̃_t]
-            mixed = torch.addmm(step_in[:, t], summary[:, :k], recurrent)           # (7) and W_h̃ h̃_t
-            gates = torch.sigmoid(mixed[:, :3 * k])
-            c = torch.addcmul(gates[:, k:2 * k] * summary[:, k:], gates[:, :k], torch.tanh(mixed[:, 3 * k:4 * k]))
-            h = gates[:, 2 * k:] * torch.tanh(c)                                     # (8–9)
+            h_summary, c_summary = torch.bmm(weights.unsqueeze(1), tape_hc).squeeze(1).split(k, -1)  # (6)
+            sigmoid_in, candidate, query = torch.addmm(step_t, h_summary, recurrent).split([3 * k, k, k], -1)  # (7)
+            i, f, o = torch.sigmoid(sigmoid_in).split(k, -1)
+            c = torch.addcmul(f * c_summary, i, torch.tanh(candidate))
+            h = o * torch.tanh(c)                                                    # (8–9)
             entries.append(torch.cat([h, c, h @ W_h], -1))
-            query = mixed[:, 4 * k:]
             hs.append(h)
             weights_all.append(weights)
         new_tape = torch.stack(entries[-a:], 1)[..., :2 * k].contiguous()
         hidden = self.dropout(torch.stack(hs, 1))
-        return ModelOutput(hidden, (new_tape, new_valid, summary[:, :k]), torch.stack(weights_all, 1))
+        return ModelOutput(hidden, (new_tape, new_valid, h_summary), torch.stack(weights_all, 1))
 
     def state_batch_dims(self, state) -> tuple[int, ...]:
         return (0, 0, 0)
