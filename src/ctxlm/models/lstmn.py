@@ -7,10 +7,11 @@ each step is one stack of the tape window, the attention, one fused matrix produ
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
 from ..checks import at_least, setting
 from ..layers.history import history_validity
@@ -96,30 +97,9 @@ class LSTMN(LanguageModel):
         restart = {t: empty[:, t, None] for t in empty.any(0).nonzero().flatten().tolist()}
         mask = None if bool(slot_valid.all()) else \
             torch.zeros(slot_valid.shape, dtype=x.dtype, device=x.device).masked_fill(~slot_valid, torch.finfo(x.dtype).min)
-        hs, weights_all = [], []
-        # unbind/split rather than indexing: their backward is one stack/cat, where every slice's backward would
-        # fill a zero tensor of the whole source (O(T²) per chunk for step_in[:, t])
-        for t, step_t in enumerate(step_in.unbind(1)):
-            window = torch.stack(entries[t:t + a], 1)                                # [B, a, 3k], oldest first
-            tape_hc, tape_keys = window.split([2 * k, k], -1)
-            scores = torch.tanh(tape_keys + query.unsqueeze(1)) @ v                  # (4)  [B, a]
-            if mask is not None:
-                scores = scores + mask[:, t]
-            weights = torch.softmax(scores, -1)                                      # (5)
-            restarting = restart.get(t)
-            if restarting is not None:                                               # an empty tape: h̃_t = c̃_t = 0
-                weights = weights.masked_fill(restarting, 0.0)
-            h_summary, c_summary = torch.bmm(weights.unsqueeze(1), tape_hc).squeeze(1).split(k, -1)  # (6)
-            sigmoid_in, candidate, query = torch.addmm(step_t, h_summary, recurrent).split([3 * k, k, k], -1)  # (7)
-            i, f, o = torch.sigmoid(sigmoid_in).split(k, -1)
-            c = torch.addcmul(f * c_summary, i, torch.tanh(candidate))
-            h = o * torch.tanh(c)                                                    # (8–9)
-            entries.append(torch.cat([h, c, h @ W_h], -1))
-            hs.append(h)
-            weights_all.append(weights)
-        new_tape = torch.stack(entries[-a:], 1)[..., :2 * k].contiguous()
-        hidden = self.dropout(torch.stack(hs, 1))
-        return ModelOutput(hidden, (new_tape, new_valid, h_summary), torch.stack(weights_all, 1))
+        hidden, attention, tail, hbar = tape_steps(entries, step_in, query, recurrent, W_h, v, mask, restart)
+        new_tape = torch.stack(tail, 1)[..., :2 * k].contiguous()
+        return ModelOutput(self.dropout(hidden), (new_tape, new_valid, hbar), attention)
 
     def state_batch_dims(self, state) -> tuple[int, ...]:
         return (0, 0, 0)
@@ -128,3 +108,38 @@ class LSTMN(LanguageModel):
         """[B, T, a]: how many steps back each tape slot is (slot a−1 = the previous step = 1)."""
         batch, length, window = out.attention.shape
         return torch.arange(window, 0, -1).expand(batch, length, window)
+
+
+def tape_steps(entries: List[Tensor], step_in: Tensor, query: Tensor, recurrent: Tensor, W_h: Tensor, v: Tensor,
+               mask: Optional[Tensor], restart: Dict[int, Tensor]) -> Tuple[Tensor, Tensor, List[Tensor], Tensor]:
+    """The step loop of LSTMN.forward: eqs (4)–(9) for t = 0 … T−1 (TorchScript-compatible, so that the bench can
+    compare it scripted and compiled).
+
+    entries: the a tape entries [h_i; c_i; W_h h_i] [B, 3k], oldest first; step_in [B, T, 5k]: step t's x part
+    of the gates and W_x x_{t+1}; query [B, k]: step 0's W_x x_0 + W_h̃ h̃_{−1}; recurrent = [W_gates; W_h̃]^T
+    [k, 5k]; mask [B, T, a]: 0 or the lowest float on empty slots; restart: the steps where some row's tape is
+    empty, with those rows [B, 1]. Returns hidden [B, T, k], attention [B, T, a], the last a entries, h̃_{T−1}.
+    """
+    k, a = W_h.size(0), len(entries)
+    hs: List[Tensor] = []
+    weights_all: List[Tensor] = []
+    h_summary = query
+    # unbind/split rather than indexing: their backward is one stack/cat, where every slice's backward would
+    # fill a zero tensor of the whole source (O(T²) per chunk for step_in[:, t])
+    for t, step_t in enumerate(step_in.unbind(1)):
+        tape_hc, tape_keys = torch.stack(entries[t:t + a], 1).split([2 * k, k], -1)   # [B, a, 2k], [B, a, k]
+        scores = torch.tanh(tape_keys + query.unsqueeze(1)) @ v                      # (4)  [B, a]
+        if mask is not None:
+            scores = scores + mask[:, t]
+        weights = torch.softmax(scores, -1)                                          # (5)
+        if t in restart:                                                             # an empty tape: h̃_t = c̃_t = 0
+            weights = weights.masked_fill(restart[t], 0.0)
+        h_summary, c_summary = torch.bmm(weights.unsqueeze(1), tape_hc).squeeze(1).split(k, -1)   # (6)
+        sigmoid_in, candidate, query = torch.addmm(step_t, h_summary, recurrent).split([3 * k, k, k], -1)  # (7)
+        i, f, o = torch.sigmoid(sigmoid_in).split(k, -1)
+        c = torch.addcmul(f * c_summary, i, torch.tanh(candidate))                   # (8)
+        h = o * torch.tanh(c)                                                        # (9)
+        entries.append(torch.cat([h, c, h @ W_h], -1))
+        hs.append(h)
+        weights_all.append(weights)
+    return torch.stack(hs, 1), torch.stack(weights_all, 1), entries[-a:], h_summary
