@@ -118,7 +118,8 @@ def test_causal_and_nothing_crosses_a_reset():
 
 
 def test_probabilities_sum_to_one_and_attention_is_a_distribution():
-    model = make(emb_size=8, hidden_size=8, window=4)
+    model = make(emb_size=8, hidden_size=8, window=4, tie_weights=True)
+    assert model.output.weight is model.embedding.weight
     reset = torch.zeros(2, 9, dtype=torch.bool)
     reset[1, 4] = True
     out = model(tokens(2, 9, 6), reset=reset)

@@ -37,8 +37,8 @@ class LSTMN(LanguageModel):
         [i; f; o; ĉ] = [σ; σ; σ; tanh](W [h̃_t; x_t] + b)             (7)
         c_t = f ⊙ c̃_t + i ⊙ ĉ_t,   h_t = o ⊙ tanh(c_t)               (8–9)
         p(w_{t+1}) = softmax(W^o h_t + b^o)
-    An empty tape (stream start, or a reset) gives h̃_t = c̃_t = 0 and h̃_{t−1} = 0: the step is a plain
-    LSTM step from a zero state. The tape and h̃ cross chunk boundaries (detached); a reset empties them.
+    An empty tape (stream start, or a reset) gives h̃_t = c̃_t = 0: the step is a plain LSTM step from a
+    zero state. The tape and h̃ cross chunk boundaries (detached); a reset empties the tape.
     State: (tape [B, a, 2k] of [h_i; c_i] oldest first, valid [B, a], h̃ [B, k]), all batch-first.
     """
 
