@@ -34,7 +34,7 @@ def test_attention_and_by_position_commands(tmp_path, corpus, name, extra):
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     by_distance = json.loads((tmp_path / "a" / "attention_by_position.json").read_text())
-    assert by_distance[0]["distance"] == (0 if name == "attentive-lm" else 1)
+    assert by_distance[0]["distance"] == (-1 if name == "attentive-lm" else 1)
 
 
 def test_attention_command_refuses_models_without_attention(tmp_path, corpus):

@@ -15,7 +15,7 @@ TABLE_4_8 = {
     "ptb-lstm": (6.7, 3.7), "ptb-lstm-2layers": (7.5, 4.5), "ptb-lstm-3layers": (8.2, 5.2),
     "ptb-attention": (6.7, 3.8), "ptb-key-value": (6.7, 4.2), "ptb-key-value-predict": (6.7, 4.5),
     "ptb-rnn-1": (6.7, 4.2), "ptb-rnn-2": (6.7, 4.5), "ptb-rnn-3": (6.7, 4.8), "ptb-rnn-4": (6.7, 5.1),
-    "ptb-rnn-5": (6.7, 5.2),
+    "ptb-rnn-5": (6.7, 5.2), "ptb-rm": (13.3, 4.3),
 }
 
 

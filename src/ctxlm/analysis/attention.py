@@ -31,10 +31,10 @@ def explain(run, words: list[str], top: int = 5) -> dict:
     distances = model.attention_distances(out)[0]
     length = len(inputs)
     matrix = torch.zeros(length, length + 1)        # column 0: the zero slot h_0 (attentive-lm only)
-    for t in range(length):    # distance d ≥ 1: the output made after reading input t − d; 0: zero slot
+    for t in range(length):    # distance d ≥ 0: the slot of input t − d (its word, or the output after it); −1: zero slot
         for weight, distance in zip(out.attention[0, t].tolist(), distances[t].tolist()):
             if weight > 0 and t - distance >= 0:
-                matrix[t, 0 if distance == 0 else 1 + t - distance] += weight
+                matrix[t, 0 if distance < 0 else 1 + t - distance] += weight
     best = log_probs.topk(min(top, log_probs.size(-1)), -1)
     return {
         "model": run.config.model.name, "inputs": inputs, "targets": targets,
@@ -101,7 +101,7 @@ def attention_by_distance(run, ids: torch.Tensor, max_tokens: int = 0, chunk: in
     """Mean attention weight per distance over a stream (Daniluk Figure 4.1).
 
     A slot counts where its weight is positive (masked slots are exactly 0), so positions without
-    that much history do not dilute the average; distance 0 is the attentive LM's zero slot.
+    that much history do not dilute the average; distance −1 is the attentive LM's zero slot.
     """
     model = run.model
     _require_attention(model, run.config.model.name)
@@ -129,7 +129,7 @@ def plot_by_distance(rows: list[dict], name: str, path: str | Path, limit: int =
     plt = _pyplot()
     shown = [r for r in rows if r["distance"] <= limit]
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    ax.bar([("h0" if r["distance"] == 0 else str(r["distance"])) for r in shown], [r["mean_attention"] for r in shown],
+    ax.bar([("h0" if r["distance"] < 0 else str(r["distance"])) for r in shown], [r["mean_attention"] for r in shown],
            color="#3b75af")
     ax.set_xlabel("distance back from the current word")
     ax.set_ylabel("mean attention weight")

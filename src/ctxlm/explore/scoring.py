@@ -135,9 +135,9 @@ def _attention(weights: torch.Tensor, distances: torch.Tensor, start: int) -> li
     rows = [[] for _ in range(weights.size(0))]
     t, slot = (weights > 0).nonzero(as_tuple=True)
     distance = distances[t, slot]
-    source = start + t - distance - 1               # the output at distance d read input p − d = token p − d − 1
+    source = start + t - distance - 1               # the slot at distance d holds input p − d = token p − d − 1
     for row, d, s, w in zip(t.tolist(), distance.tolist(), source.tolist(), weights[t, slot].tolist()):
-        rows[row].append([None if d == 0 else s, round(w, 4)])
+        rows[row].append([None if d < 0 else s, round(w, 4)])
     return rows
 
 

@@ -177,9 +177,9 @@ class AttentiveLM(LanguageModel):
         return ModelOutput(combined, (*recurrent, extended[:, keep_from:], new_valid), alpha)
 
     def attention_distances(self, out: ModelOutput) -> torch.Tensor:
-        """[B, T, 1+M+T]: steps back to each key's position; 0 for the zero slot h_0."""
+        """[B, T, 1+M+T]: steps back to each key's position; −1 for the zero slot h_0 (no position)."""
         batch, length, slots = out.attention.shape
         held = slots - 1 - length
         distance = (torch.arange(length).view(-1, 1) + held + 1) - torch.arange(slots).view(1, -1)
-        distance[:, 0] = 0
+        distance[:, 0] = -1
         return distance.expand(batch, length, slots)
