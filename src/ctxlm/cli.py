@@ -833,7 +833,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("attention", help="attention heatmap and top predictions of an attention model for one text",
                        description="Writes attention.png (predicted words x attended inputs), predictions.png "
                                    "(top-k next words with natural-log probabilities per position) and attention.json.")
-    p.add_argument("run", help="run directory of an attention, key-value, key-value-predict or attentive-lm model")
+    p.add_argument("run", help="run directory of an attention, key-value, key-value-predict, attentive-lm or lstmn model")
     p.add_argument("--text", help="the text to explain (whitespace-tokenised)")
     p.add_argument("--split", default="valid", choices=["train", "valid", "test"], help="or take a line of this split")
     p.add_argument("--line", type=option(int, at_least(1)), default=1, help="1-based line number in --split (default 1)")
