@@ -267,6 +267,10 @@ class KneserNeyLM(LanguageModel):
         return out
 
     def load_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        """The tables `tensors()` wrote; ValueError when they are not those of an order-`order` model."""
+        stored = sorted(k for k in tensors if k.endswith(".keys"))
+        if stored != sorted(f"order{n}.keys" for n in range(1, self.order + 1)):
+            raise ValueError(f"the weights hold {len(stored)} n-gram orders, the config says model.order = {self.order}")
         self.tables = []
         for n in range(1, self.order + 1):
             self.tables.append(_Table(tensors[f"order{n}.keys"].numpy(), tensors[f"order{n}.log_prob"].numpy(),

@@ -115,7 +115,10 @@ def load_weights(model: torch.nn.Module, path: str | Path, expect: dict[str, str
             raise CtxlmError(f"{path}: weights were saved for a different {key} ({metadata.get(key, '?')[:16]} vs {value[:16]}); "
                              "use the config.toml and vocab.txt of the run that wrote them")
     if hasattr(model, "load_tensors"):
-        model.load_tensors(tensors)
+        try:
+            model.load_tensors(tensors)
+        except ValueError as exc:
+            raise CtxlmError(f"{path}: weights do not fit this model ({exc}); check the run's config.toml") from None
         return metadata
     own = unique_state_dict(model)
     shapes = {k: tuple(v.shape) for k, v in own.items()}
