@@ -20,23 +20,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..checks import at_least, in_range, one_of, setting
+from ..checks import at_least, one_of, setting
 from ..data.batching import IGNORE
 from ..errors import CtxlmError
 from ..layers.output import SoftmaxOutput
 from .base import LanguageModel, ModelOutput, register
-from .recurrent import RecurrentLM, _CELLS
+from .recurrent import RecurrentLM, RecurrentOptions, _CELLS
 
 
 @dataclass
-class NamesOptions:
+class NamesOptions(RecurrentOptions):
+    """The base recurrent model's options, then the mixture's."""
+    base: str = setting("lstm", one_of(*_CELLS))  # the recurrent model under the two softmaxes
     names: str = ""                 # file of name words, one per line (`ctxlm names` writes one); required to train
     supervision: float = setting(100.0, at_least(0))  # λ of eq 5.8: weight of the gate's binary cross-entropy
-    base: str = setting("lstm", one_of(*_CELLS))  # the recurrent model under the two softmaxes
-    forget_bias: float = 1.0        # LSTM forget-gate bias (SPEC §1.6a)
-    input_dropout: float = setting(0.0, in_range(0, 1, high_open=True))  # base model's locked dropout on word vectors
-    state_dropout: float = setting(0.0, in_range(0, 1, high_open=True))  # base model's DropConnect on hidden-to-hidden weights
-    output_dropout: float = setting(0.0, in_range(0, 1, high_open=True))  # base model's locked dropout on its top output
 
 
 @register("names-mixture")

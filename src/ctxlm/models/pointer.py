@@ -10,11 +10,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..checks import at_least, in_range, one_of, setting
+from ..checks import at_least, one_of, setting
 from ..data.batching import IGNORE
 from ..layers.history import empty_memory, masked_softmax, windowed_history
 from .base import LanguageModel, ModelOutput, register
-from .recurrent import RecurrentLM, _CELLS
+from .recurrent import RecurrentLM, RecurrentOptions, _CELLS
 
 
 def _log(mass: torch.Tensor) -> torch.Tensor:
@@ -23,13 +23,10 @@ def _log(mass: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass
-class PointerOptions:
+class PointerOptions(RecurrentOptions):
+    """The base recurrent model's options, then the pointer's."""
     base: str = setting("lstm", one_of(*_CELLS))  # the recurrent model under the pointer
     window: int = setting(100, at_least(2))  # L: positions the pointer reaches, the current one included
-    forget_bias: float = 1.0        # LSTM forget-gate bias (SPEC §1.6a)
-    input_dropout: float = setting(0.0, in_range(0, 1, high_open=True))  # base model's locked dropout on word vectors
-    state_dropout: float = setting(0.0, in_range(0, 1, high_open=True))  # base model's DropConnect on hidden-to-hidden weights
-    output_dropout: float = setting(0.0, in_range(0, 1, high_open=True))  # base model's locked dropout on its top output
 
 
 @register("psmm")
