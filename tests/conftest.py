@@ -122,7 +122,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
 
     lstm: one epoch on the synthetic corpus; other: the same on another corpus (another vocabulary);
     attention: Daniluk's attention model, one epoch; rm: a Recurrent Memory network (RM), one epoch;
-    ngram: a Kneser-Ney trigram. `corpus` holds the
+    ngram: a Kneser-Ney trigram; cnn: an MLPConv model (context 4), one epoch of window batches. `corpus` holds the
     corpus files (train.txt, valid.txt, test.txt) of all but `other`.
     """
     from ctxlm.training.count import estimate_run
@@ -146,13 +146,78 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     Trainer(rm, root / "rm", log=lambda *a: None).fit()
     ngram = tiny_config(corpus, name="kneser-ney", order=3)
     estimate_run(ngram, root / "ngram", log=lambda *a: None)
+    cnn = tiny_config(corpus, name="mlpconv", context=4)
+    cnn.data.batching, cnn.train.epochs = "window", 1
+    Trainer(cnn, root / "cnn", log=lambda *a: None).fit()
     before = _contents(root)
-    yield {name: root / name for name in ("lstm", "other", "attention", "rm", "ngram", "corpus")}
+    yield {name: root / name for name in ("lstm", "other", "attention", "rm", "ngram", "cnn", "corpus")}
     assert _contents(root) == before, "a command changed a file it was only meant to read"
 
 
 def _contents(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# Two short Gutenberg-style novels, CRLF like the originals: an old "small print" header and footer line,
+# and a newer "*** START/END OF THIS PROJECT GUTENBERG EBOOK" pair with the licence after the text.
+HOLMES_BOOKS = {
+    "ADVEN01.TXT": (
+        "The Project Gutenberg Etext of The Sample Adventures\r\n"
+        "Copyright laws are changing all over the world, be sure to check them.\r\n\r\n"
+        "**Welcome To The World of Free Plain Vanilla Electronic Texts**\r\n\r\n"
+        "*****These Etexts Are Prepared By Thousands of Volunteers!*****\r\n\r\n"
+        "*END*THE SMALL PRINT! FOR PUBLIC DOMAIN ETEXTS*Ver.04.29.93*END*\r\n\r\n"
+        "This etext was prepared by A. Volunteer, volunteer@example.org.\r\n\r\n"
+        "CHAPTER I\r\n\r\n"
+        "Mr. Holmes sat by the fire. \"Don't go!\" she cried, and\r\n"
+        "Watson waited--quite _still_--till the clock struck nine. It was\r\n"
+        "to-morrow's business, and the man's hat lay on the table.\r\n\r\n"
+        "Dr. J. H. Watson smiled. Was it Holmes' fault? No, it was not.\r\n\r\n"
+        "End of the Project Gutenberg Etext of The Sample Adventures\r\n"),
+    "BKRVL02.TXT": (
+        "The Project Gutenberg EBook of The Sample Hound\r\n\r\n"
+        "*** START OF THIS PROJECT GUTENBERG EBOOK THE SAMPLE HOUND ***\r\n\r\n"
+        "The hound howled on the moor. Sir Henry heard it, and he shivered.\r\n\r\n"
+        "We walked home; the night was cold. I said nothing at all.\r\n"
+        "The moor was silent again.\r\n\r\n"
+        "*** END OF THIS PROJECT GUTENBERG EBOOK THE SAMPLE HOUND ***\r\n\r\n"
+        "Section 1. General Terms of Use and Redistributing Project Gutenberg-tm\r\n"
+        "electronic works. The licence goes on and on.\r\n"),
+}
+
+
+def write_holmes(root: Path) -> str:
+    """The two novels as DATA_DIR/gutenberg/Holmes_Training_Data/*.TXT.gz with their index; returns the index's sha256."""
+    import gzip
+    import hashlib
+
+    folder = root / "gutenberg" / "Holmes_Training_Data"
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = ["file\ttitle_from_header\tgutenberg_etext_no\twhitespace_tokens\traw_bytes\traw_sha256\tgz_bytes\tgz_sha256"]
+    for name, text in HOLMES_BOOKS.items():
+        raw = text.encode("latin-1")
+        packed = gzip.compress(raw, mtime=0)
+        (folder / f"{name}.gz").write_bytes(packed)
+        rows.append(f"{name}.gz\tx\t0\t{len(raw.split())}\t{len(raw)}\t{hashlib.sha256(raw).hexdigest()}\t"
+                    f"{len(packed)}\t{hashlib.sha256(packed).hexdigest()}")
+    index = ("\n".join(rows) + "\n").encode("utf-8")
+    (root / "gutenberg" / "Holmes_Training_Data.tsv").write_bytes(index)
+    return hashlib.sha256(index).hexdigest()
+
+
+@pytest.fixture
+def holmes_data(tmp_path, monkeypatch) -> Path:
+    """A data folder with the two-novel Holmes sample; the registry expects its index's checksum."""
+    import dataclasses
+
+    from ctxlm.data import registry
+
+    root = tmp_path / "data"
+    sha = write_holmes(root)
+    info = registry.DATASETS["holmes"]
+    files = {"index": dataclasses.replace(info.files["index"], sha256=sha)}
+    monkeypatch.setitem(registry.DATASETS, "holmes", dataclasses.replace(info, files=files))
+    return root
 
 
 def needs_data(*relative):

@@ -77,3 +77,84 @@ def attentive_oracle(model, inputs):
         return F.log_softmax(model.output.logits(torch.tanh(model.W_c(torch.cat([h, context])))), -1)
 
     return run_oracle(model, inputs, head, lambda b, t: bool(inputs[b, t] == model.eos))
+
+
+
+def psmm_oracle(model, inputs, reset=None):
+    """PSMM (SPEC §1.18) one position at a time: the window [x_t … x_{t−L+1}] with its states, the
+    sentinel, eqs 5.3–5.6; log p_mix over the vocabulary [B, T, V]."""
+    base, V = model.base, model.output.bias.numel()
+    rows = []
+    for b in range(inputs.size(0)):
+        state, memory, out = zero_state(base.rnn), [], []
+        for t in range(inputs.size(1)):
+            if reset is not None and bool(reset[b, t]):
+                state, memory = zero_state(base.rnn), []
+            h, state = lstm_step(base.rnn, base.embedding(inputs[b, t]), state)
+            memory.append((h, inputs[b, t]))
+            window = memory[-model.window:]                      # (state, input word), the current one last
+            q = torch.tanh(model.query.weight @ h + model.query.bias)
+            a = torch.softmax(torch.stack([q @ s for s, _ in window] + [q @ model.sentinel]), 0)
+            p = a[-1] * torch.softmax(base.output.weight @ h + base.output.bias, 0)
+            for k, (_, word) in enumerate(window):
+                p = p + a[k] * F.one_hot(word, V).to(p.dtype)
+            out.append(torch.log(p))
+        rows.append(torch.stack(out))
+    return torch.stack(rows)
+
+
+def feedforward_oracle(model, stream, eos=0):
+    """[T, V] log-probabilities of a feed-forward model over one stream of ids, one position at a time.
+
+    Position t reads the n tokens ending at t (`<eos>` before the stream's start); each layer is
+    written out from SPEC §1.2–1.4: convolutions as sums over the centred, zero-padded window,
+    batch norm with its running statistics (evaluation mode), then the hidden layers, highway and
+    softmax. Only the modules' parameters are shared with the model."""
+    n, rows = model.context_size, []
+    for t in range(len(stream)):
+        window = [int(stream[i]) if i >= 0 else eos for i in range(t - n + 1, t + 1)]
+        embedded = [model.embedding.weight[w] for w in window]
+        if model.branches:
+            maps = [_branch_oracle(branch, embedded) for branch in model.branches]
+            positions = [torch.cat([m[i] for m in maps]) for i in range(n)]
+        else:
+            positions = embedded
+        f = torch.cat(positions)
+        parts = []
+        if len(model.hidden_layers):
+            h = f
+            for layer in model.hidden_layers:
+                h = layer.weight @ h + layer.bias
+                h = torch.tanh(h) if model.activation == "tanh" else torch.relu(h)
+            if model.highway is not None:
+                hw = model.highway
+                gate = torch.sigmoid(hw.gate.weight @ h + hw.gate.bias)
+                h = torch.relu(hw.transform.weight @ h + hw.transform.bias) * gate + h * (1 - gate)
+            parts.append(h)
+        if model.direct:
+            parts.append(torch.cat(embedded))
+        logits = model.output.weight @ torch.cat(parts) + model.output.bias
+        rows.append(logits - torch.logsumexp(logits, 0))
+    return torch.stack(rows)
+
+
+def _branch_oracle(branch, x):
+    """A branch's layers (Conv1d, BatchNorm1d, ReLU) applied to a list of n position vectors."""
+    for module in branch:
+        if isinstance(module, torch.nn.Conv1d):
+            width = module.kernel_size[0]
+            pad = (width - 1) // 2
+            out = []
+            for i in range(len(x)):
+                y = module.bias.clone()
+                for o in range(width):
+                    if 0 <= i + o - pad < len(x):
+                        y = y + module.weight[:, :, o] @ x[i + o - pad]
+                out.append(y)
+            x = out
+        elif isinstance(module, torch.nn.BatchNorm1d):
+            x = [(v - module.running_mean) / torch.sqrt(module.running_var + module.eps) * module.weight + module.bias
+                 for v in x]
+        else:
+            x = [torch.relu(v) for v in x]
+    return x

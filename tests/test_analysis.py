@@ -10,7 +10,8 @@ from ctxlm.training.trainer import Trainer
 from conftest import tiny_config
 
 
-@pytest.mark.parametrize("name, extra", [("attention", {"window": 3}), ("attentive-lm", {"layers": 1})])
+@pytest.mark.parametrize("name, extra", [("attention", {"window": 3}), ("attentive-lm", {"layers": 1}),
+                                         ("lstmn", {"window": 3})])
 def test_attention_and_by_position_commands(tmp_path, corpus, name, extra):
     config = tiny_config(corpus, name=name, **extra)
     if name == "attentive-lm":

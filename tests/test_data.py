@@ -85,7 +85,7 @@ def test_gutenberg_reader_strips_licence_and_tokenises(tmp_path):
             "It was a dark night. \"Don't go!\" she cried.\r\n\r\nThe end\r\n"
             "End of the Project Gutenberg Etext of X\r\nmore licence\r\n")
     (tmp_path / "book.txt").write_bytes(text.encode("latin-1"))
-    assert read_gutenberg(tmp_path / "book.txt") == [
+    assert read_gutenberg(tmp_path / "book.txt") == [      # tokens as the MSR questions have them (docs/holmes.md)
         ["it", "was", "a", "dark", "night", ".", EOS],
-        ['"', "don't", "go", "!", '"', "she", "cried", ".", EOS],
+        ["don't", "go", "!", "she", "cried", ".", EOS],
         ["the", "end", EOS]]

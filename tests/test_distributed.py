@@ -33,9 +33,12 @@ def assert_same_training(one, two):
 
 
 @pytest.mark.parametrize("model, batching, batch_size", [("lstm", "stream", 4), ("attention", "stream", 5),
-                                                          ("rmr", "stream", 5), ("lstm", "sentence", 59)])
+                                                          ("rmr", "stream", 5), ("lstm", "sentence", 59),
+                                                          ("ffnn-baseline", "window", 5)])
 def test_two_processes_take_the_same_steps_as_one(tmp_path, corpus, model, batching, batch_size):
-    """Stream rows split 2+2 or 3+2; sentence batches of 59 then 1 (the second process gets a padding row)."""
+    """Stream rows split 2+2 or 3+2; sentence batches of 59 then 1 (the second process gets a padding row);
+    window samples 3+2, each process with the context rows of its own samples (no batch norm: its
+    statistics are per process)."""
     config = tiny_config(corpus, name=model, dropout=0.0, **{"attention": {"window": 3}, "rmr": {"memory": 3}}.get(model, {}))
     config.data.batching, config.data.batch_size = batching, batch_size
     config.train.epochs, config.train.max_batches = 1, 4

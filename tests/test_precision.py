@@ -13,13 +13,13 @@ from ctxlm.training.trainer import Trainer, train_step
 
 from conftest import tiny_config
 
-FAMILIES = ["lstm", "gru", "attention", "key-value", "key-value-predict", "rnn-ngram", "attentive-lm"]
+FAMILIES = ["lstm", "gru", "attention", "key-value", "key-value-predict", "rnn-ngram", "attentive-lm", "lstmn"]
 
 
 @pytest.mark.parametrize("name", FAMILIES)
 def test_bf16_step_keeps_float32_weights_and_state_and_follows_the_float32_loss(name):
     torch.manual_seed(0)
-    window = {"window": 3} if name in ("attention", "key-value", "key-value-predict") else {}
+    window = {"window": 3} if name in ("attention", "key-value", "key-value-predict", "lstmn") else {}
     model = build_model(ModelConfig.of(name=name, emb_size=24, hidden_size=24, **window), 50)
     inputs, targets = torch.randint(0, 50, (4, 9)), torch.randint(0, 50, (4, 9))
     with torch.no_grad():

@@ -63,6 +63,7 @@ def test_combinations_are_refused(runs, tmp_path):
 OPTIONS = [
     ("eval", "--batch-size", int, lambda v: v >= 1),
     ("eval", "--chunk", int, lambda v: v >= 1),
+    ("eval", "--mix-weight", float, lambda v: 0 <= v <= 1),
     ("generate", "--max-tokens", int, lambda v: v >= 1),
     ("generate", "--temperature", float, lambda v: v >= 0),
     ("generate", "--top-k", int, lambda v: v >= 0),
@@ -76,6 +77,8 @@ OPTIONS = [
     ("analyze memory", "--max-tokens", int, lambda v: v >= 0),
     ("analyze memory", "--samples", int, lambda v: v >= 1),
     ("analyze memory", "--seed", int, lambda v: v >= 0),
+    ("analyze kernel-ngrams", "--top", int, lambda v: v >= 1),
+    ("analyze lesion", "--max-tokens", int, lambda v: v >= 0),
     *[(command, "--cache-window", int, lambda v: v >= 1) for command in ("eval", "lambada", "analyze categories")],
     *[(command, "--cache-theta", float, lambda v: v >= 0) for command in ("eval", "lambada", "analyze categories")],
     *[(command, "--cache-lambda", float, lambda v: 0 <= v <= 1) for command in ("eval", "lambada", "analyze categories")],
@@ -83,8 +86,11 @@ OPTIONS = [
     ("names", "--min-count", int, lambda v: v >= 1),
     ("names", "--share", float, lambda v: 0 < v <= 1),
     ("explore", "--port", int, lambda v: 0 <= v <= 65535),
+    ("prepare", "--valid-sentences", int, lambda v: v >= 1),
+    ("prepare", "--seed", int, lambda v: v >= 0),
+    ("complete", "--batch-size", int, lambda v: v >= 1),
 ]
-WORK = {"--max-tokens": 200, "--num": 5, "--port": -1}    # valid values above these are only parsed, not run
+WORK = {"--max-tokens": 200, "--num": 5, "--port": -1, "--valid-sentences": 3}    # valid values above these are only parsed, not run
 
 ODD = ["", " ", "0", "-0", "1", "2", "+3", " 4 ", "12", "13", "1e3", "1.5", "0.5", "1.", ".5", "0x10", "1_000",
        "١٢", "nan", "-nan", "inf", "-inf", "1e-400", "1e400", "True", "None", "3 4", "0.999999", "1.0000001",
@@ -117,13 +123,18 @@ def test_the_table_covers_every_typed_option():
     assert sorted(typed_options(build_parser())) == sorted((c, o) for c, o, _, _ in OPTIONS)
 
 
-def _command(command, option, runs, out):
+def _command(command, option, runs, out, holmes=None):
+    """The arguments of a working `command`; `holmes`: the data folder of the two-novel sample (conftest)."""
     text = ["--text", "the cat sat on a mat"] if command == "attention" and option == "--top" else []
     cache = ["--cache", "--cache-window=100", "--cache-theta=0.3", "--cache-lambda=0.1"] if option.startswith("--cache") else []
     if command == "analyze categories":
         return ["analyze", "categories", runs["lstm"], "--out", out, *cache]
     if command == "analyze memory":
         return ["analyze", "memory", runs["rm"], "--out", out]
+    if command in ("analyze kernel-ngrams", "analyze lesion"):
+        return ["analyze", command.split()[1], runs["cnn"], "--out", out]
+    if option == "--mix-weight":
+        return ["eval", runs["cnn"], "--split", "valid", "--mix", runs["ngram"]]
     return {"eval": ["eval", runs["lstm"], "--file", runs["corpus"] / "valid.txt", *cache],
             "lambada": ["lambada", runs["lstm"], runs["corpus"] / "valid.txt", "--out", out / "lambada.jsonl", *cache],
             "names": ["names", runs["corpus"] / "train.txt", "--out", out / "names.txt"],
@@ -131,16 +142,26 @@ def _command(command, option, runs, out):
             "generate": ["generate", runs["lstm"], "--max-tokens", "3"],
             "info": ["info", CONFIGS / "demo.toml"],
             "attention": ["attention", runs["attention"], "--out", out, *text],
-            "analyze": ["analyze", "attention-by-position", runs["attention"], "--out", out]}[command.split()[0]]
+            "analyze": ["analyze", "attention-by-position", runs["attention"], "--out", out],
+            "prepare": ["prepare", "holmes", "--data-dir", holmes, "--out", out, "--force", "--valid-sentences", "3"],
+            "complete": ["complete", runs["ngram"], "--questions", _questions(out), "--out", out / "completion.json"],
+            }[command.split()[0]]
+
+
+def _questions(out) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "questions.csv").write_text("id,question,a),b),c),d),e)\n1,the cat _____ on a mat.,sat,ran,dog,the,on\n"
+                                       "2,the _____ sat on a mat.,cat,dog,sat,a,mat\n")
+    return out / "questions.csv"
 
 
 @pytest.mark.fuzz
 @pytest.mark.parametrize("command, option, kind, allowed", OPTIONS, ids=[f"{c.split()[0]}{o}" for c, o, _, _ in OPTIONS])
 @settings(max_examples=examples(25))
 @given(value=NUMBERS)
-def test_every_numeric_option_is_checked(runs, tmp_path, command, option, kind, allowed, value):
+def test_every_numeric_option_is_checked(runs, tmp_path, holmes_data, command, option, kind, allowed, value):
     want = expected(kind, allowed, value)
-    args = _command(command, option, runs, tmp_path / "out") + [f"{option}={value}"]
+    args = _command(command, option, runs, tmp_path / "out", holmes_data) + [f"{option}={value}"]
     if want is not None and want > WORK.get(option, INT64):
         parsed = build_parser().parse_args([str(a) for a in args])
         assert getattr(parsed, option[2:].replace("-", "_")) == want
@@ -162,38 +183,54 @@ def test_every_numeric_option_is_checked(runs, tmp_path, command, option, kind, 
 # Every key: type and what is allowed (None: any value of the type; a tuple: the choices).
 KEYS = {
     "data.dataset": (str, None), "data.train": (str, None), "data.valid": (str, None), "data.test": (str, None),
-    "data.batching": (str, ("stream", "sentence")), "data.batch_size": (int, lambda v: v >= 1),
+    "data.batching": (str, ("stream", "sentence", "window")), "data.batch_size": (int, lambda v: v >= 1),
     "data.bptt": (int, lambda v: v >= 1), "data.max_sentence_len": (int, lambda v: v >= 0),
     "data.sentence_ends": (str, None), "data.eval_batch_size": (int, lambda v: v >= 1),
     "data.eval_chunk": (int, lambda v: v >= 1), "data.max_vocab": (int, lambda v: v >= 0),
-    "data.min_count": (int, lambda v: v >= 0),
+    "data.min_count": (int, lambda v: v >= 0), "data.max_train_tokens": (int, lambda v: v >= 0),
     "model.name": (str, ("attention", "attentive-lm", "bidirectional-rm", "gru", "key-value", "key-value-predict",
-                         "kneser-ney", "lstm", "memn", "rm", "rmr", "rnn-ngram", "rnn-relu", "rnn-tanh")), "model.emb_size": (int, lambda v: v >= 1), "model.hidden_size": (int, lambda v: v >= 1),
+                         "kneser-ney", "lstm", "lstmn", "memn", "names-mixture", "psmm", "rm", "rmr", "rnn-ngram", "rnn-relu",
+                         "rnn-tanh", "ffnn", "ffnn-baseline", "cnn", "mlpconv", "com", "ml-cnn")), "model.emb_size": (int, lambda v: v >= 1), "model.hidden_size": (int, lambda v: v >= 1),
     "model.layers": (int, lambda v: v >= 1), "model.dropout": (float, lambda v: 0 <= v < 1),
     "model.tie_weights": (bool, None), "model.init_range": (float, lambda v: v >= 0), "model.forget_bias": (float, None),
     "model.order": (int, lambda v: v >= 1), "model.window": (int, lambda v: v >= 1), "model.ngram": (int, lambda v: v >= 1),
-    "model.score": (str, ("single", "combined")), "model.memory": (int, lambda v: v >= 1),
+    "model.score": (str, ("single", "combined")), "model.input_dropout": (float, lambda v: 0 <= v < 1),
+    "model.state_dropout": (float, lambda v: 0 <= v < 1), "model.output_dropout": (float, lambda v: 0 <= v < 1),
+    "model.base": (str, ("lstm", "gru", "rnn-tanh", "rnn-relu")), "model.names": (str, None),
+    "model.supervision": (float, lambda v: v >= 0), "model.memory": (int, lambda v: v >= 1),
     "model.temporal": (bool, None), "model.composition": (str, ("gated", "linear")),
+    "output.layer": (str, ("softmax", "class", "adaptive", "nce")), "output.classes": (int, lambda v: v >= 0),
+    "output.cutoffs": (str, None), "output.div_value": (float, lambda v: v > 1),
+    "output.noise_samples": (int, lambda v: v >= 1), "output.log_z": (float, None),
+    "model.context": (int, lambda v: v >= 1), "model.direct": (bool, None), "model.hidden": (bool, None),
+    "model.highway": (bool, None), "model.kernel_widths": (str, None), "model.kernels": (int, lambda v: v >= 0),
+    "model.conv_layers": (int, lambda v: v >= 1), "model.batch_norm": (bool, None),
     "train.optimizer": (str, ("sgd", "adam", "adamw")), "train.lr": (float, lambda v: v > 0),
     "train.weight_decay": (float, lambda v: v >= 0), "train.schedule": (str, ("constant", "decay", "plateau")),
     "train.lr_factor": (float, lambda v: v > 0), "train.decay_start": (int, lambda v: v >= 0),
     "train.epochs": (int, lambda v: v >= 1), "train.early_stop_patience": (int, lambda v: v >= 0),
     "train.rollback": (bool, None), "train.clip": (float, lambda v: v >= 0),
-    "train.loss_normalization": (str, ("token", "sequence")), "train.seed": (int, lambda v: v >= 0),
+    "train.loss_normalization": (str, ("token", "sequence", "sum")), "train.min_lr": (float, lambda v: v >= 0), "train.seed": (int, lambda v: v >= 0),
     "train.device": (str, ("auto", "cpu", "cuda")), "train.checkpoint_every": (int, lambda v: v >= 0),
     "train.max_batches": (int, lambda v: v >= 0), "train.threads": (int, lambda v: v >= 0),
     "train.precision": (str, ("fp32", "bf16")), "train.compile": (bool, None),
 }
 # Each family's own options (ARCHITECTURE.md "Model options"); one needs its family chosen first.
-OPTIONS_OF = {"lstm": {"forget_bias"}, "gru": {"forget_bias"}, "rnn-tanh": {"forget_bias"}, "rnn-relu": {"forget_bias"},
+REGULARISED = {"forget_bias", "input_dropout", "state_dropout", "output_dropout"}
+OPTIONS_OF = {"lstm": REGULARISED, "gru": REGULARISED, "rnn-tanh": REGULARISED, "rnn-relu": REGULARISED,
               "attention": {"window", "forget_bias"}, "key-value": {"window", "forget_bias"},
               "key-value-predict": {"window", "forget_bias"}, "rnn-ngram": {"ngram", "forget_bias"},
-              "attentive-lm": {"score"}, "kneser-ney": {"order"},
+              "attentive-lm": {"score"}, "kneser-ney": {"order"}, "lstmn": {"window", "forget_bias"},
+              "psmm": REGULARISED | {"base", "window"},
+              "names-mixture": REGULARISED | {"base", "names", "supervision"},
               "rm": {"memory", "temporal", "composition", "forget_bias"},
               "rmr": {"memory", "temporal", "composition", "forget_bias"},
-              "bidirectional-rm": {"memory", "temporal", "composition", "forget_bias"}, "memn": {"memory", "temporal"}}
+              "bidirectional-rm": {"memory", "temporal", "composition", "forget_bias"}, "memn": {"memory", "temporal"},
+              **{name: {"context", "direct", "hidden", "highway"} for name in ("ffnn", "ffnn-baseline")},
+              **{name: {"context", "kernel_widths", "kernels", "conv_layers", "batch_norm", "highway"}
+                 for name in ("cnn", "mlpconv", "com", "ml-cnn")}}
 FAMILY = {f"model.{option}": name for name, options in reversed(OPTIONS_OF.items()) for option in options}
-WORDS = ["stream", "sentence", "single", "combined", "gated", "linear", "adam", "adamw", "sgd", "constant", "decay", "plateau", "token",
+WORDS = ["stream", "sentence", "window", "sum", "single", "combined", "gated", "linear", "adam", "adamw", "sgd", "constant", "decay", "plateau", "token",
          "sequence", "auto", "cpu", "cuda", "fp32", "bf16", "true", "false", "yes", "no", "TRUE", "lstm", "x.txt", "STREAM"]
 SET_VALUES = st.one_of(NUMBERS, st.sampled_from(WORDS), st.sampled_from(WORDS).map(lambda w: f" {w} "))
 
@@ -316,7 +353,7 @@ def test_train_refuses_a_bad_setting_before_making_anything(tmp_path, key, value
 
 
 # ------------------------------------------------------------------------------------------------ config files
-SECTIONS = st.sampled_from(["data", "model", "train", "modle", "x"])
+SECTIONS = st.sampled_from(["data", "model", "output", "train", "modle", "x"])
 DOCUMENTS = st.dictionaries(SECTIONS, st.dictionaries(st.sampled_from(sorted({k.split(".")[1] for k in KEYS}) + ["bogus"]),
                                                        TOML_VALUES, max_size=4), max_size=3)
 

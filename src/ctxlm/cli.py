@@ -1,4 +1,5 @@
-"""The `ctxlm` command: train, eval, score, generate, info, attention, analyze, export-arpa, import-arpa, explore, datasets, models."""
+"""The `ctxlm` command: train, eval, score, generate, info, attention, analyze, export-arpa, import-arpa, explore, datasets, models,
+prepare, complete."""
 from __future__ import annotations
 
 import argparse
@@ -69,7 +70,8 @@ def cmd_train(args) -> int:
 
 
 def _print_table(run_dir, results) -> None:
-    print(f"\nrun {run_dir} (best epoch {results['best_epoch']}, {results['train_wall_s']:.0f} s training)")
+    print(f"\nrun {run_dir} (best epoch {results['best_epoch']}, {results['train_wall_s']:.0f} s training"
+          + (f", {results['train_tokens']:,} training tokens, vocabulary {results['vocabulary']:,})" if "train_tokens" in results else ")"))
     print(f"{'split':<8}{'tokens':>10}{'perplexity':>12}")
     for split in ("valid", "test"):
         if split in results:
@@ -78,12 +80,18 @@ def _print_table(run_dir, results) -> None:
 
 def cmd_eval(args) -> int:
     from .evaluation import evaluate_file
+    from .evaluation.categories import stream_log_probs
+    from .evaluation.names import names_perplexity, read_names
     from .run import load
     from .training.precision import autocast
     from .training.trainer import evaluate_split, prepare_data
 
+    if args.mix_weight is not None and not args.mix:
+        raise CtxlmError("--mix-weight is the weight of the run given with --mix; add --mix OTHER_RUN")
     run = load(args.run)
     _left_to_right(run, "ctxlm eval")
+    if args.mix:
+        return _eval_mixture(run, args)
     model, settings = _with_cache(run, args)
     if settings is not None:
         run.config.data.batching = "stream"          # the cache spans sentence boundaries (Grave et al.)
@@ -98,10 +106,13 @@ def cmd_eval(args) -> int:
                                                run.config.data.eval_chunk)
         else:
             data = prepare_data(run.config, args.data_dir, run.vocab)
-            for split in args.split or ("valid", "test"):
+            for split in args.split or [s for s in ("valid", "test") if s in data.ids]:     # holmes has no test
                 if split not in data.ids:
                     raise CtxlmError(f"--split {split}: dataset {run.config.data.dataset!r} has splits {', '.join(data.ids)}")
                 results[split] = evaluate_split(model, run.config, data.ids[split], run.vocab, "cpu")
+                if args.names:
+                    results[split]["names"] = names_perplexity(stream_log_probs(model, data.ids[split], run.config.data.eval_chunk),
+                                                               data.ids[split], read_names(args.names, run.vocab))
     for r in results.values():
         r["precision"] = args.precision
         if settings is not None:
@@ -116,6 +127,47 @@ def cmd_eval(args) -> int:
         print(f"{'split':<12}{'tokens':>10}{'nll':>10}{'perplexity':>12}")
         for name, r in results.items():
             print(f"{name:<12}{r['tokens']:>10,}{r['nll'] / r['tokens']:>10.4f}{r['ppl']:>12.2f}")
+            if "names" in r:
+                n = r["names"]
+                print(f"{'  names':<12}{n['tokens']:>10,}{n['nll'] / max(n['tokens'], 1):>10.4f}{n['ppl']:>12.2f}")
+    return 0
+
+
+def _eval_mixture(run, args) -> int:
+    """`ctxlm eval RUN --mix OTHER`: p = (1 − λ) p_RUN + λ p_OTHER on the dataset's splits, λ given or
+    chosen by maximum likelihood on valid (evaluation/interpolation.py)."""
+    from .evaluation.interpolation import best_weight, check_mixable, mixed, perplexity, split_log_probs
+    from .run import load
+    from .training.trainer import prepare_data
+
+    if args.file or args.cache or args.precision != "fp32":
+        raise CtxlmError("--mix scores the dataset's splits with both runs in float32; it does not combine with "
+                         "--file, --cache or --precision")
+    other = load(args.mix)
+    check_mixable(run, other)
+    data = prepare_data(run.config, args.data_dir, run.vocab)
+    splits = args.split or ["valid", "test"]
+    for split in splits + ([] if args.mix_weight is not None else ["valid"]):
+        if split not in data.ids:
+            raise CtxlmError(f"--split {split}: dataset {run.config.data.dataset!r} has splits {', '.join(data.ids)}"
+                             + ("" if split in splits else " (λ is chosen on valid: give --mix-weight)"))
+    scores = {}
+    for split in dict.fromkeys(splits + ([] if args.mix_weight is not None else ["valid"])):
+        scores[split] = split_log_probs(run, data.ids[split]), split_log_probs(other, data.ids[split])
+    lam = args.mix_weight if args.mix_weight is not None else best_weight(*scores["valid"])
+    chosen = "given" if args.mix_weight is not None else "maximum likelihood on valid"
+    results = {"lambda": lam, "chosen": chosen, "run": str(args.run), "mix": str(args.mix)}
+    for split in splits:
+        a, b = scores[split]
+        results[split] = {"run": perplexity(a), "mix_run": perplexity(b), "mixture": perplexity(mixed(a, b, lam))}
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    print(f"mixture p = (1 - λ) p_RUN + λ p_MIX with λ = {lam:.4f} ({chosen}); RUN = {args.run}, MIX = {args.mix}")
+    print(f"{'split':<12}{'tokens':>10}{'RUN':>12}{'MIX':>12}{'mixture':>12}")
+    for split in splits:
+        r = results[split]
+        print(f"{split:<12}{r['mixture']['tokens']:>10,}{r['run']['ppl']:>12.2f}{r['mix_run']['ppl']:>12.2f}{r['mixture']['ppl']:>12.2f}")
     return 0
 
 
@@ -235,6 +287,48 @@ def cmd_lambada(args) -> int:
     return 0
 
 
+def cmd_prepare(args) -> int:
+    from .data import holmes
+    from .data.registry import spec
+
+    folder, manifest, made = holmes.prepare(args.data_dir, args.out, args.valid_sentences, args.seed, args.force)
+    print(f"prepared in {manifest['seconds']:.0f} s" if made else
+          f"already prepared, nothing to do (prepared in {manifest['seconds']:.0f} s; --force prepares it again)")
+    for line in holmes.summary(folder, manifest, spec("holmes").min_count):
+        print(line)
+    return 0
+
+
+def cmd_complete(args) -> int:
+    from .data.corpus import read_msr_completion
+    from .data.registry import locate
+    from .evaluation.completion import answer_questions
+    from .run import load
+    from .training import checkpoint
+    from .training.progress import Progress
+
+    questions_file, answers_file = args.questions, args.answers
+    if questions_file is None:          # the registry's Kaggle CSV and its answers
+        questions_file = locate("msr-completion", "questions", args.data_dir)
+        answers_file = answers_file or locate("msr-completion", "answers", args.data_dir)
+    questions = read_msr_completion(questions_file, answers_file)
+    run = load(args.run)
+    bar = Progress(len(questions), "complete")
+    summary, records = answer_questions(run.model, run.vocab, questions, args.batch_size, bar.update)
+    bar.close()
+    summary.update(run=str(args.run), model=run.config.model.name, questions_file=str(questions_file),
+                   answers_file=str(answers_file) if answers_file else None)
+    checkpoint.atomic_write_text(args.out, json.dumps({**summary, "records": records}, indent=1) + "\n")
+    print(f"{questions_file}: {summary['questions']:,} questions, {summary['unknown_candidates']:,} candidates outside "
+          f"the vocabulary of {args.run} ({summary['seconds']:.0f} s)")
+    if summary["answered"]:
+        print(f"accuracy {100 * summary['accuracy']:.2f}% ({summary['correct']:,} of {summary['answered']:,})")
+    else:
+        print("no answers given (--answers FILE): choices only")
+    print(f"per-question scores and choices: {args.out}")
+    return 0
+
+
 def cmd_names(args) -> int:
     from .evaluation.lambada import capitalised_words
     from .training import checkpoint
@@ -301,7 +395,7 @@ def cmd_info(args) -> int:
 
             vocab_size = len(prepare_data(config, args.data_dir).vocab)
         with torch.device("meta"):          # sizes only: nothing is allocated
-            model = build_model(config.model, vocab_size)
+            model = build_model(config.model, vocab_size, config.output)
     counts = model.parameter_counts()
     print(config.to_toml())
     print(f"vocabulary size          {vocab_size:,}")
@@ -430,6 +524,78 @@ def cmd_analyze_memory(args) -> int:
         print(f"{r['d']:>3}{r['pairs']:>9,}{mu:>10}   " + ", ".join(f"{a}->{w} ({f})" for a, w, f in r["examples"]))
     print(f"wrote {', '.join(str(out / f) for f in ('memory_positions.png', 'memory_samples.png', 'memory_cooccurrence.md'))} "
           "and their JSON")
+
+
+def _analysis_split(run, args):
+    from .training.trainer import prepare_data
+
+    data = prepare_data(run.config, args.data_dir, run.vocab)
+    if args.split not in data.ids:
+        raise CtxlmError(f"--split {args.split}: dataset {run.config.data.dataset!r} has splits {', '.join(data.ids)}")
+    return data.ids[args.split]
+
+
+def cmd_kernel_ngrams(args) -> int:
+    from .analysis.attention import write_json
+    from .analysis.feedforward import plot_ngrams, require_feedforward, top_ngrams
+    from .run import load
+
+    run = load(args.run)
+    model = require_feedforward(run, "kernel-ngrams", convolutional=True)
+    rows = top_ngrams(model, run.vocab, _analysis_split(run, args), args.top)
+    try:
+        shown = [rows[int(k) - 1] for k in args.kernels.split(",")] if args.kernels else rows[:8]
+    except (ValueError, IndexError):
+        raise CtxlmError(f"--kernels {args.kernels!r}: kernel numbers from 1 to {len(rows)}, comma-separated") from None
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(rows, out / "kernel_ngrams.json")
+    plot_ngrams(shown, out / "kernel_ngrams.png")
+    for row in shown:
+        print(f"kernel {row['kernel'] + 1:>4} (w = {row['width']}): " + "; ".join(g["ngram"] for g in row["top"]))
+    print(f"wrote {out / 'kernel_ngrams.png'} and {out / 'kernel_ngrams.json'} (all {len(rows)} kernels)")
+    return 0
+
+
+def cmd_position_weights(args) -> int:
+    from .analysis.attention import write_json
+    from .analysis.feedforward import plot_positions, positive_weight_by_position, require_feedforward
+    from .run import load
+
+    run = load(args.run)
+    rows = positive_weight_by_position(require_feedforward(run, "position-weights"))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(rows, out / "position_weights.json")
+    plot_positions(rows, run.config.model.name, out / "position_weights.png")
+    print(f"{'position':>8}{'positive weight':>18}{'share':>8}")
+    for r in rows:
+        print(f"{r['position']:>8}{r['positive_weight']:>18.4f}{r['share']:>8.3f}")
+    print(f"wrote {out / 'position_weights.png'} and {out / 'position_weights.json'}")
+    return 0
+
+
+def cmd_lesion(args) -> int:
+    from .analysis.attention import write_json
+    from .analysis.feedforward import lesion_curve, plot_lesion, require_feedforward
+    from .run import load
+
+    run = load(args.run)
+    model = require_feedforward(run, "lesion")
+    ids = _analysis_split(run, args)
+    if args.max_tokens:
+        ids = ids[:args.max_tokens + 1]
+    result = lesion_curve(model, ids, run.config.data.eval_chunk)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(result, out / "lesion.json")
+    plot_lesion(result, run.config.model.name, out / "lesion.png")
+    print(f"{'positions':>9}{'perplexity':>12}")
+    for r in result["rows"]:
+        print(f"{r['positions']:>9}{r['ppl']:>12.2f}")
+    print(f"power-law fit: perplexity ≈ {result['scale']:.2f} · m^{result['exponent']:.3f} "
+          f"({result['rows'][0]['tokens']:,} targets of {args.split})")
+    print(f"wrote {out / 'lesion.png'} and {out / 'lesion.json'}")
     return 0
 
 
@@ -476,6 +642,10 @@ def cmd_datasets(args) -> int:
                 status.append(f"{key}: {locate(name, key, args.data_dir, download=False)}")
             except CtxlmError:
                 status.append(f"{key}: missing")
+        if name == "holmes":
+            from .data.holmes import find_prepared
+
+            status.append(f"prepared: {find_prepared(args.data_dir) or 'not yet (ctxlm prepare holmes)'}")
         print(f"{name:<16}{info.description}\n{'':<16}" + f"\n{'':<16}".join(status))
     return 0
 
@@ -539,6 +709,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                    help="fp32 (default, exact) or bf16 autocast (faster on bf16 hardware, approximate, reported as such)")
     cache_options(p)
+    p.add_argument("--names", help="also the perplexity of the name targets only (SPEC §1.19): a file of name words, "
+                   "one per line, e.g. from `ctxlm names`")
+    p.add_argument("--mix", metavar="OTHER_RUN", help="also evaluate the mixture (1 - λ) p_RUN + λ p_OTHER (same dataset "
+                   "and vocabulary, e.g. a feed-forward run with a Kneser-Ney trigram as Bengio et al. 2003 mix them)")
+    p.add_argument("--mix-weight", type=option(float, in_range(0, 1)), help="λ in [0, 1] for --mix (default: chosen by "
+                   "maximum likelihood on the valid split)")
     p.add_argument("--json", action="store_true", help="print JSON")
     common_data(p)
     p.set_defaults(func=cmd_eval)
@@ -555,6 +731,35 @@ def build_parser() -> argparse.ArgumentParser:
     cache_options(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_lambada)
+
+    p = sub.add_parser("prepare", help="prepare a corpus once, as integer arrays (holmes: the MSR training novels)",
+                       description="Holmes: strip the Project Gutenberg licence from the 522 novels, split sentences, "
+                                   "tokenise and lower-case like the MSR questions, hold out random validation "
+                                   "sentences, and write int32 arrays to ROOT/holmes/ (docs/holmes.md). Running it "
+                                   "again is a no-op.")
+    p.add_argument("dataset", choices=["holmes"], help="the corpus to prepare")
+    p.add_argument("--out", metavar="ROOT", help="data folder to write ROOT/holmes/ into (default: the user cache, "
+                   "~/.cache/ctxlm/data); give training the same folder with --data-dir or $CTXLM_DATA_DIR")
+    p.add_argument("--valid-sentences", type=option(int, at_least(1)), default=19_000,
+                   help="random sentences held out for validation (default 19,000, as Tran et al.)")
+    p.add_argument("--seed", type=option(int, SEED), default=1, help="seed of the hold-out and the book order (default 1)")
+    p.add_argument("--force", action="store_true", help="prepare again even if a complete copy exists")
+    common_data(p)
+    p.set_defaults(func=cmd_prepare)
+
+    p = sub.add_parser("complete", help="MSR Sentence Completion: accuracy of a run on the five-candidate questions",
+                       description="Fill each blank with each candidate, score the whole sentence (sum of log-probs, "
+                                   "final <eos> included), choose the highest; prints accuracy and writes every "
+                                   "question's scores as JSON (docs/holmes.md).")
+    p.add_argument("run", help="run directory (any model, Kneser-Ney included)")
+    p.add_argument("--questions", help="Kaggle CSV (id,question,a)..e)) or Holmes.machine_format.questions.txt "
+                   "(default: the msr-completion dataset's testing_data.csv, with its answers)")
+    p.add_argument("--answers", help="CSV id,answer or Holmes.machine_format.answers.txt; without it, choices only")
+    p.add_argument("--out", default="completion.json", help="per-question results (default ./completion.json)")
+    p.add_argument("--batch-size", type=option(int, at_least(1)), default=50,
+                   help="sentences per forward pass, five per question (default 50)")
+    common_data(p)
+    p.set_defaults(func=cmd_complete)
 
     p = sub.add_parser("names", help="list the capitalised-in-training words of cased text (names, for LAMBADA)",
                        description="A word type (lower-cased) is a name if it occurs at least --min-count times "
@@ -628,7 +833,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("attention", help="attention heatmap and top predictions of an attention model for one text",
                        description="Writes attention.png (predicted words x attended inputs), predictions.png "
                                    "(top-k next words with natural-log probabilities per position) and attention.json.")
-    p.add_argument("run", help="run directory of an attention, key-value, key-value-predict or attentive-lm model")
+    p.add_argument("run", help="run directory of an attention, key-value, key-value-predict, attentive-lm or lstmn model")
     p.add_argument("--text", help="the text to explain (whitespace-tokenised)")
     p.add_argument("--split", default="valid", choices=["train", "valid", "test"], help="or take a line of this split")
     p.add_argument("--line", type=option(int, at_least(1)), default=1, help="1-based line number in --split (default 1)")
@@ -660,6 +865,34 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--out", default="analysis", help="output folder (default ./analysis)")
     common_data(a)
     a.set_defaults(func=cmd_analyze_memory)
+    a = analyses.add_parser("kernel-ngrams", help="the n-grams each convolution kernel responds to most (Pham Fig. 4.1)",
+                            description="Every first-layer kernel applied to every n-gram of a split (n = its width; "
+                            "response before batch norm and ReLU, n-grams with <eos> skipped); the top n-grams of "
+                            "each kernel go to kernel_ngrams.json, the chosen kernels to the plot and the screen.")
+    a.add_argument("run", help="run directory of a cnn, mlpconv, com or ml-cnn model")
+    a.add_argument("--split", default="valid", choices=["train", "valid", "test"])
+    a.add_argument("--top", type=option(int, at_least(1)), default=5, help="n-grams kept per kernel (default 5)")
+    a.add_argument("--kernels", help="kernels to plot and print, 1-based, comma-separated (default the first 8)")
+    a.add_argument("--out", default="analysis", help="output folder (default ./analysis)")
+    common_data(a)
+    a.set_defaults(func=cmd_kernel_ngrams)
+    a = analyses.add_parser("position-weights", help="positive mapping-layer weights per context position (Pham Fig. 4.2)",
+                            description="For each unit of the layer that reads the context (a CNN's mapping layer) and "
+                            "each position, the sum of its positive weights; averaged over units. Position 1 is the "
+                            "word nearest the prediction.")
+    a.add_argument("run", help="run directory of a feed-forward or convolutional model")
+    a.add_argument("--out", default="analysis", help="output folder (default ./analysis)")
+    a.set_defaults(func=cmd_position_weights)
+    a = analyses.add_parser("lesion", help="perplexity reading only the m nearest positions, m = 1..n, and its power-law "
+                            "fit (Pham Fig. 4.3)", description="The mapping-layer weights that read positions beyond the "
+                            "m nearest are zeroed; perplexity on a split for each m; log PPL = log c + b log m fitted "
+                            "by least squares.")
+    a.add_argument("run", help="run directory of a feed-forward or convolutional model")
+    a.add_argument("--split", default="valid", choices=["train", "valid", "test"])
+    a.add_argument("--max-tokens", type=option(int, at_least(0)), default=0, help="only the first N targets (0 = all)")
+    a.add_argument("--out", default="analysis", help="output folder (default ./analysis)")
+    common_data(a)
+    a.set_defaults(func=cmd_lesion)
     a = analyses.add_parser("categories", help="perplexity by part of speech, frequency band, <unk> and <eos> (Daniluk "
                             "Table 4.12)", description="Perplexity of the targets of each category; part-of-speech "
                             "categories from the corpus's gold tags (Brown), mapped as docs/categories.md says.")

@@ -19,7 +19,7 @@ class DataConfig:
     train: str = ""                 # user corpus files (dataset = "files")
     valid: str = ""
     test: str = ""
-    batching: str = setting("stream", one_of("stream", "sentence"))  # SPEC §0.4 regimes A and B
+    batching: str = setting("stream", one_of("stream", "sentence", "window"))  # SPEC §0.4 regimes A, B and C (window: feed-forward models)
     batch_size: int = setting(64, at_least(1))
     bptt: int = setting(20, at_least(1))  # stream: tokens per chunk
     max_sentence_len: int = setting(0, at_least(0))  # sentence: truncate training sentences (0 = no limit)
@@ -28,6 +28,7 @@ class DataConfig:
     eval_chunk: int = setting(1000, at_least(1))
     max_vocab: int = setting(0, at_least(0))  # 0 = no limit
     min_count: int = setting(0, at_least(0))  # 0 = the dataset's default (1, or 4 for Brown)
+    max_train_tokens: int = setting(0, at_least(0))  # train on the first whole sentences up to this many tokens (0 = all)
 
 
 @dataclass(slots=True)      # slots: `config.model.window = 4` on a family without that option fails at once
@@ -71,10 +72,11 @@ def family_options(name: str) -> type:
 def described(options_class: type, only: list | None = None) -> list[tuple[str, Any, str]]:
     """(key, default, comment) for each field of a config dataclass, the comment read from its source line."""
     comments = {}
-    for line in inspect.getsource(options_class).splitlines():
-        match = re.match(r"\s+(\w+):[^#]*#\s*(.*)$", line)
-        if match:
-            comments[match.group(1)] = match.group(2)
+    for cls in reversed([c for c in options_class.__mro__ if dataclasses.is_dataclass(c)]):   # a subclass's line wins
+        for line in inspect.getsource(cls).splitlines():
+            match = re.match(r"\s+(\w+):[^#]*#\s*(.*)$", line)
+            if match:
+                comments[match.group(1)] = match.group(2)
     defaults = options_class()
     return [(f.name, getattr(defaults, f.name), comments.get(f.name, "")) for f in (only or fields(options_class))]
 
@@ -91,6 +93,17 @@ def shared_fields(section) -> list:
 
 
 @dataclass
+class OutputConfig:
+    """[output]: the output layer, chosen apart from the model (ARCHITECTURE.md "Model options"; docs/architecture.md)."""
+    layer: str = setting("softmax", one_of("softmax", "class", "adaptive", "nce"))  # evaluation is always the exact distribution
+    classes: int = setting(0, at_least(0))  # class: frequency-binned classes (0 = ⌈√V⌉)
+    cutoffs: str = ""               # adaptive: cluster boundaries, e.g. "2000,10000" ("" = chosen from V)
+    div_value: float = setting(4.0, above(1))  # adaptive: each tail cluster's projection shrinks by this factor
+    noise_samples: int = setting(100, at_least(1))  # nce: k noise words per batch from the unigram distribution (SPEC §1.20: 10)
+    log_z: float = 9.0              # nce: the fixed ln Z of the self-normalised model (SPEC §1.20)
+
+
+@dataclass
 class TrainConfig:
     optimizer: str = setting("adam", one_of("sgd", "adam", "adamw"))
     lr: float = setting(1e-3, above(0))
@@ -100,9 +113,10 @@ class TrainConfig:
     decay_start: int = setting(0, at_least(0))
     epochs: int = setting(10, at_least(1))
     early_stop_patience: int = setting(0, at_least(0))  # stop after this many epochs without validation gain (0 = never)
+    min_lr: float = setting(0.0, at_least(0))  # stop once the schedule takes the rate below this (0 = never)
     rollback: bool = False          # after an epoch without validation gain, go on from the best weights (RNNLM recipe)
     clip: float = setting(5.0, at_least(0))  # global gradient-norm clipping (0 = off)
-    loss_normalization: str = setting("token", one_of("token", "sequence"))  # token: mean NLL per target ([000] eq 3.2); sequence: summed NLL / batch size
+    loss_normalization: str = setting("token", one_of("token", "sequence", "sum"))  # token: mean NLL per target ([000] eq 3.2); sequence: summed NLL / batch size; sum: summed NLL (Pham)
     seed: int = setting(1, SEED)
     device: str = setting("auto", one_of("auto", "cpu", "cuda"))
     checkpoint_every: int = setting(500, at_least(0))  # also checkpoint mid-epoch every N batches (0 = only per epoch)
@@ -116,6 +130,7 @@ class TrainConfig:
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:

@@ -26,7 +26,7 @@ def load(run_dir: str | Path, device: str = "cpu") -> Run:
         raise CtxlmError(f"{run_dir}: not a run directory (no config.toml); train one with `ctxlm train`")
     config = load_toml(run_dir / "config.toml", saved=True)
     vocab = Vocabulary.load(run_dir / "vocab.txt")
-    model = build_model(config.model, len(vocab))
+    model = build_model(config.model, len(vocab), config.output)
     load_weights(model, run_dir / "model.safetensors", {"model": config.model.name, "vocab": vocab.fingerprint()})
     model.to(device).eval()
     return Run(run_dir, config, vocab, model)

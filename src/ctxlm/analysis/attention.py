@@ -14,7 +14,7 @@ from ..evaluation.perplexity import StreamBatches
 def _require_attention(model, name):
     if not hasattr(model, "attention_distances"):
         raise CtxlmError(f"model {name!r} has no attention to show; use an attention, key-value, "
-                         "key-value-predict or attentive-lm run")
+                         "key-value-predict, attentive-lm or lstmn run")
 
 
 @torch.no_grad()

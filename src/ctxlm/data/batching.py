@@ -1,9 +1,10 @@
-"""Batching regimes of SPEC §0.4: stream (A/A′, contiguous BPTT with reset mask) and sentence (B).
+"""Batching regimes of SPEC §0.4: stream (A/A′, contiguous BPTT with reset mask), sentence (B) and window (C).
 
 Targets that are padding carry IGNORE (-100): they are never counted in loss or perplexity.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -18,7 +19,8 @@ class Batch:
     inputs: torch.Tensor              # [B, T] token ids
     targets: torch.Tensor             # [B, T] next-token ids, IGNORE at padding
     reset: torch.Tensor | None        # [B, T] bool: clear state and memory before this position
-    fresh_state: bool = False         # sentence regime: every batch starts from a zero state
+    fresh_state: bool = False         # sentence and window regimes: every batch starts from `state`, not the carried one
+    state: torch.Tensor | None = None  # window regime: [B, n−1] the tokens before each input (a feed-forward model's state)
 
 
 class StreamBatches:
@@ -27,16 +29,18 @@ class StreamBatches:
     `ids` must start with `<eos>` (SPEC §0.2 REC 3) so that every real token is a target. Unlike the
     usual trimming, the tail is padded and masked, so no token is ever dropped: evaluation is exact for
     any batch size. `doc_starts[i]` marks ids[i] as the first token of a document (state reset).
+    Inputs and targets are two views of one padded copy of `ids` (none when no padding is needed), so a
+    48M-token stream (Holmes) costs one copy, not two; a batch's padded inputs read 0.
     """
 
     def __init__(self, ids: torch.Tensor, batch_size: int, bptt: int, doc_starts: torch.Tensor | None = None):
-        inputs, targets = ids[:-1], ids[1:]
-        count = targets.numel()
+        count = ids.numel() - 1
         rows = max(1, min(batch_size, count))
         length = -(-count // rows)
         pad = rows * length - count
-        self.inputs = torch.cat([inputs, inputs.new_zeros(pad)]).view(rows, length)
-        self.targets = torch.cat([targets, targets.new_full((pad,), IGNORE)]).view(rows, length)
+        stream = torch.cat([ids, ids.new_full((pad,), IGNORE)]) if pad else ids
+        self.inputs = stream[:-1].view(rows, length)
+        self.targets = stream[1:].view(rows, length)
         self.reset = None
         if doc_starts is not None:
             starts = doc_starts[:-1].bool()
@@ -50,7 +54,8 @@ class StreamBatches:
     def batch(self, index: int) -> Batch:
         span = slice(index * self.bptt, (index + 1) * self.bptt)
         reset = None if self.reset is None else self.reset[:, span]
-        return Batch(self.inputs[:, span], self.targets[:, span], reset)
+        targets = self.targets[:, span]
+        return Batch(self.inputs[:, span].masked_fill(targets == IGNORE, 0), targets, reset)
 
     def __iter__(self):
         return (self.batch(i) for i in range(len(self)))
@@ -101,7 +106,22 @@ def spool_ids(ids: Iterable[torch.Tensor], spool) -> int:
     return count
 
 
-def split_sentences(ids: torch.Tensor, eos: int, extra_ends: tuple[int, ...] = ()) -> list[torch.Tensor]:
+class Sentences(Sequence):
+    """The sentences of a token stream as start offsets and lengths; a sentence becomes a tensor view only
+    when read, so millions of them (Holmes: 2.1M) cost two integer tensors, not millions of objects."""
+
+    def __init__(self, ids: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor):
+        self.ids, self.starts, self.lengths = ids, starts, lengths
+
+    def __len__(self) -> int:
+        return self.lengths.numel()
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        start = int(self.starts[index])
+        return self.ids[start:start + int(self.lengths[index])]
+
+
+def split_sentences(ids: torch.Tensor, eos: int, extra_ends: tuple[int, ...] = ()) -> Sentences:
     """Cut a token stream after every `<eos>` (and after every token in `extra_ends`, e.g. `.` `?` `!`).
 
     Nothing is inserted, so the targets are exactly those of the stream.
@@ -109,14 +129,11 @@ def split_sentences(ids: torch.Tensor, eos: int, extra_ends: tuple[int, ...] = (
     is_end = ids == eos
     for token in extra_ends:
         is_end |= ids == token
-    ends = is_end.nonzero().flatten().tolist()
-    pieces, start = [], 0
-    for end in ends:
-        pieces.append(ids[start:end + 1])
-        start = end + 1
-    if start < ids.numel():
-        pieces.append(ids[start:])
-    return pieces
+    ends = is_end.nonzero().flatten() + 1
+    if ids.numel() and (not ends.numel() or ends[-1] < ids.numel()):     # a last piece without an end
+        ends = torch.cat([ends, ends.new_tensor([ids.numel()])])
+    starts = torch.cat([ends.new_zeros(1), ends[:-1]])
+    return Sentences(ids, starts, ends - starts)
 
 
 class SentenceBatches:
@@ -124,26 +141,31 @@ class SentenceBatches:
 
     Sentences are sorted by length and cut into batches of B, so padding is minimal; `order()` gives a
     shuffled batch order per epoch for training. `max_len` truncates (Salton: 35) — training only.
+    `indices[b]` are the numbers of batch b's sentences, row by row.
     """
 
-    def __init__(self, sentences: list[torch.Tensor], batch_size: int, eos: int, max_len: int = 0):
+    def __init__(self, sentences: Sequence[torch.Tensor], batch_size: int, eos: int, max_len: int = 0):
+        if isinstance(sentences, Sentences):
+            lengths = sentences.lengths
+        else:
+            lengths = torch.tensor([s.numel() for s in sentences], dtype=torch.long)
         if max_len:
-            sentences = [s[:max_len] for s in sentences]
-        by_length = sorted(range(len(sentences)), key=lambda i: sentences[i].numel())
-        self.batches = [[sentences[i] for i in by_length[k:k + batch_size]] for k in range(0, len(by_length), batch_size)]
-        self.eos = eos
-        self.num_tokens = sum(s.numel() for s in sentences)
+            lengths = lengths.clamp(max=max_len)
+        by_length = torch.sort(lengths, stable=True).indices.tolist()
+        self.indices = [by_length[k:k + batch_size] for k in range(0, len(by_length), batch_size)]
+        self.sentences, self.max_len, self.eos = sentences, max_len, eos
+        self.num_tokens = int(lengths.sum())
 
     def __len__(self) -> int:
-        return len(self.batches)
+        return len(self.indices)
 
     def order(self, generator: torch.Generator | None) -> torch.Tensor:
         if generator is None:
-            return torch.arange(len(self.batches))
-        return torch.randperm(len(self.batches), generator=generator)
+            return torch.arange(len(self.indices))
+        return torch.randperm(len(self.indices), generator=generator)
 
     def batch(self, index: int) -> Batch:
-        group = self.batches[index]
+        group = [self.sentences[i][:self.max_len or None] for i in self.indices[index]]
         length = max(s.numel() for s in group)
         inputs = torch.zeros(len(group), length, dtype=torch.long)
         targets = torch.full((len(group), length), IGNORE, dtype=torch.long)
@@ -153,6 +175,44 @@ class SentenceBatches:
             inputs[row, 0] = self.eos
             inputs[row, 1:n] = sentence[:-1]
         return Batch(inputs, targets, None, fresh_state=True)
+
+    def __iter__(self):
+        return (self.batch(i) for i in range(len(self)))
+
+
+class WindowBatches:
+    """Regime C (Pham, SPEC §0.4): each target alone with its n previous tokens, samples shuffled per epoch.
+
+    Sample j predicts ids[j+1] from the window ids[j−n+1..j], sliding across sentence ends; before the
+    stream's start the window holds `<eos>` (SPEC §6.5 REC 43), exactly as stream evaluation of a
+    feed-forward model sees it. A batch has inputs [B, 1] = ids[j], targets [B, 1] = ids[j+1], and as
+    its `state` the n−1 tokens before ids[j] (models/feedforward.py reads its window from state + input).
+    `order(generator)` gives the samples of every batch of one epoch, [batches, B] (−1 pads the last one).
+    """
+
+    def __init__(self, ids: torch.Tensor, context: int, batch_size: int, eos: int):
+        self.padded = torch.cat([ids.new_full((context - 1,), eos), ids])
+        self.context, self.batch_size = context, batch_size
+        self.num_tokens = ids.numel() - 1
+
+    def __len__(self) -> int:
+        return -(-self.num_tokens // self.batch_size)
+
+    def order(self, generator: torch.Generator | None) -> torch.Tensor:
+        samples = torch.arange(self.num_tokens) if generator is None else torch.randperm(self.num_tokens, generator=generator)
+        pad = len(self) * self.batch_size - self.num_tokens
+        return torch.cat([samples, samples.new_full((pad,), -1)]).view(len(self), self.batch_size)
+
+    def batch(self, index) -> Batch:
+        """Batch `index` in corpus order, or the samples of one row of `order()`."""
+        if isinstance(index, torch.Tensor) and index.dim() == 1:
+            samples = index[index >= 0]
+        else:
+            start = int(index) * self.batch_size
+            samples = torch.arange(start, min(start + self.batch_size, self.num_tokens))
+        windows = self.padded.unfold(0, self.context, 1)[samples]              # [B, n]: ids[j−n+1..j]
+        targets = self.padded[samples + self.context].unsqueeze(1)              # ids[j+1]
+        return Batch(windows[:, -1:], targets, None, fresh_state=True, state=windows[:, :-1])
 
     def __iter__(self):
         return (self.batch(i) for i in range(len(self)))

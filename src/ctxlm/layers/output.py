@@ -1,5 +1,14 @@
-"""Output layers (ARCHITECTURE.md: separate modules; evaluation is always exactly normalised)."""
+"""Output layers (ARCHITECTURE.md: separate modules; evaluation is always exactly normalised).
+
+Every layer has the same interface: `log_probs(hidden) -> [..., V]`, `target_log_probs(hidden, targets)`
+(exact log p(target), 0 at padding) and `loss(hidden, targets) -> (summed training loss, target count)`.
+Only training may approximate (NCE); the large-vocabulary layers (SPEC §1.20) are chosen with
+`build_output`. Vocabulary ids are ordered by training frequency (data/vocab.py), which the class-based
+and adaptive softmax rely on.
+"""
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -8,6 +17,34 @@ from torch import nn
 from ..data.batching import IGNORE
 
 CPU_BLOCK_ROWS = 128
+LAYERS = ("softmax", "class", "adaptive", "nce")
+
+
+def widen(x: torch.Tensor) -> torch.Tensor:
+    """At least float32: autocast's bf16 logits before a (log-)softmax or a logistic loss."""
+    return x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
+
+
+def build_output(settings, in_dim: int, vocab_size: int, counts: torch.Tensor | None = None,
+                 tied: nn.Embedding | None = None) -> nn.Module:
+    """The output layer `settings` (config [output]) asks for.
+
+    `counts[i]`: word i's training count, for the class bins and NCE's noise distribution; None when a
+    saved run is rebuilt (the bins and the noise distribution are buffers, restored with the weights).
+    """
+    layer = settings.layer
+    if layer not in LAYERS:
+        raise ValueError(f"unknown output.layer {layer!r}; choose one of {', '.join(LAYERS)}")
+    if tied is not None and layer not in ("softmax", "nce"):
+        raise ValueError(f"output.layer = {layer!r} has no single V x d weight to tie to the embedding; "
+                         "weight tying works with softmax and nce")
+    if layer == "softmax":
+        return SoftmaxOutput(in_dim, vocab_size, tied)
+    if layer == "nce":
+        return NCEOutput(in_dim, vocab_size, counts, settings.noise_samples, settings.log_z, tied)
+    if layer == "class":
+        return ClassOutput(in_dim, vocab_size, counts, settings.classes or math.ceil(math.sqrt(vocab_size)))
+    return AdaptiveOutput(in_dim, vocab_size, parse_cutoffs(settings.cutoffs, vocab_size), settings.div_value)
 
 
 class SoftmaxOutput(nn.Module):
@@ -53,3 +90,184 @@ class SoftmaxOutput(nn.Module):
         """(summed NLL over non-padding targets, their count)."""
         nll = F.cross_entropy(self.logits(hidden).flatten(0, -2), targets.flatten(), ignore_index=IGNORE, reduction="sum")
         return nll, int((targets != IGNORE).sum())
+
+
+def unigram(counts: torch.Tensor | None, vocab_size: int) -> torch.Tensor:
+    """[V] float64 training distribution of the words, a word never seen (`<unk>` in some corpora) counted
+    once; uniform without counts (a placeholder that loading the state dict replaces)."""
+    counts = torch.ones(vocab_size, dtype=torch.float64, device="cpu") if counts is None else counts.detach().cpu().double()
+    if counts.shape != (vocab_size,) or not bool((counts >= 0).all()):
+        raise ValueError(f"word counts must be {vocab_size} non-negative numbers, one per vocabulary word")
+    counts = counts.clamp(min=1)
+    return counts / counts.sum()
+
+
+class NCEOutput(SoftmaxOutput):
+    """Full softmax trained by noise-contrastive estimation (SPEC §1.20 eqs 2.37–2.40, §6.5 REC 45).
+
+    The unnormalised model is log p̃(w | h) = o_w − ln Z with a fixed ln Z (9 in [003]). For each
+    target w and each of k noise words n ~ Q (the unigram distribution; one draw of k words shared by
+    the whole batch), with Δ(w) = o_w − ln Z − ln(k Q(w)):
+
+        loss = − Σ_targets [ log σ(Δ(w)) + Σ_{j=1..k} log σ(−Δ(n_j)) ]
+
+    The bias starts at b = ln Q + ln Z (`start_at_unigram`), so p̃ starts as the unigram distribution,
+    self-normalised under Z (from b ≈ 0 NCE learns the word frequencies slowly: on 40k PTB words,
+    validation perplexity 1,168 instead of 282 after one epoch). Evaluation (`log_probs`,
+    `target_log_probs`) is the exactly normalised softmax of the same W, b.
+    """
+
+    def __init__(self, in_dim: int, vocab_size: int, counts: torch.Tensor | None, noise_samples: int = 100,
+                 log_z: float = 9.0, tied: nn.Embedding | None = None):
+        super().__init__(in_dim, vocab_size, tied)
+        if noise_samples < 1:
+            raise ValueError(f"output.noise_samples must be at least 1, got {noise_samples}")
+        if not math.isfinite(log_z):
+            raise ValueError(f"output.log_z must be a finite number, got {log_z}")
+        self.noise_samples, self.log_z = noise_samples, log_z
+        self.register_buffer("noise", unigram(counts, vocab_size).float())
+        self.start_at_unigram()
+
+    @torch.no_grad()
+    def start_at_unigram(self) -> None:
+        """b = ln Q + ln Z. A model that re-initialises every parameter after building its output layer calls this after."""
+        self.bias.copy_(self.noise.log() + self.log_z)
+
+    def loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """(summed NCE loss over non-padding targets, their count); the logistic terms in float32."""
+        flat_hidden, flat_targets = hidden.flatten(0, -2), targets.flatten()
+        keep = flat_targets != IGNORE
+        words = flat_targets.masked_fill(~keep, 0)
+        noise = torch.multinomial(self.noise, self.noise_samples, replacement=True)           # [k]
+        log_kq = torch.log(self.noise_samples * self.noise)
+        data = widen((flat_hidden * self.weight[words]).sum(-1)) + self.bias[words]          # o_w, [N]
+        sampled = widen(F.linear(flat_hidden, self.weight[noise], self.bias[noise]))        # o_n, [N, k]
+        terms = (F.logsigmoid(data - self.log_z - log_kq[words])
+                 + F.logsigmoid(log_kq[noise] + self.log_z - sampled).sum(-1))
+        return -(terms * keep).sum(), int(keep.sum())
+
+
+def frequency_classes(counts: torch.Tensor | None, vocab_size: int, classes: int) -> torch.Tensor:
+    """[classes + 1] class bounds: class c is the ids bounds[c] ≤ i < bounds[c+1], in frequency order, each
+    holding about an equal share of the training mass (frequency binning, Mikolov et al. 2011).
+
+    Each class ends at the first word where it reaches its share of the mass left (the mass left over the
+    classes left), so a word heavier than its share fills a class alone and the lighter words share the
+    remaining classes evenly; every class holds at least one word.
+    """
+    if not 1 <= classes <= vocab_size:
+        raise ValueError(f"output.classes must be between 1 and the vocabulary size {vocab_size}, got {classes}")
+    probs = unigram(counts, vocab_size)
+    before = probs.cumsum(0) - probs                                           # mass of the ids before i
+    bounds = [0]
+    for left in range(classes - 1, 0, -1):                                     # classes still to place after this one
+        start = bounds[-1]
+        share = (1 - float(before[start])) / (left + 1)
+        end = int(torch.searchsorted(before, before[start] + share))
+        bounds.append(min(max(end, start + 1), vocab_size - left))
+    return torch.tensor(bounds + [vocab_size])
+
+
+class ClassOutput(nn.Module):
+    """Class-factorised (two-level) softmax with frequency-binned classes (SPEC §1.20 eqs 2.34–2.36).
+
+        p(w | h) = softmax(W^c h + b^c)_{c(w)} · softmax over the words of c(w) of (W h + b)
+
+    Classes are contiguous id ranges (`frequency_classes`, default ⌈√V⌉ of them), so a class's rows of
+    W are one slice. `loss` and `target_log_probs` are exact and compute only the target's class: the
+    positions are grouped by their target's class and each group meets its own slice of W (about
+    √V times less work than the full softmax). `log_probs` gives the whole distribution.
+    """
+
+    def __init__(self, in_dim: int, vocab_size: int, counts: torch.Tensor | None, classes: int):
+        super().__init__()
+        self.register_buffer("bounds", frequency_classes(counts, vocab_size, classes))
+        self.class_weight = nn.Parameter(torch.empty(classes, in_dim))
+        self.class_bias = nn.Parameter(torch.zeros(classes))
+        self.weight = nn.Parameter(torch.empty(vocab_size, in_dim))
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+        for weight in (self.class_weight, self.weight):
+            nn.init.uniform_(weight, -in_dim ** -0.5, in_dim ** -0.5)
+
+    def class_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(widen(F.linear(hidden, self.class_weight, self.class_bias)), -1)
+
+    def log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[..., V]: log p(class) + the log-softmax of each class's slice of the logits."""
+        logits = widen(F.linear(hidden, self.weight, self.bias))
+        bounds = self.bounds.tolist()
+        within = torch.cat([torch.log_softmax(logits[..., s:e], -1) for s, e in zip(bounds[:-1], bounds[1:])], -1)
+        return within + self.class_log_probs(hidden).repeat_interleave(self.bounds.diff(), dim=-1)
+
+    def target_log_probs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        flat_hidden, flat_targets = hidden.flatten(0, -2), targets.flatten()
+        rows = (flat_targets != IGNORE).nonzero().squeeze(1)
+        result = widen(hidden.new_zeros(flat_targets.shape))
+        if rows.numel() == 0:
+            return result.view(targets.shape)
+        word_class = torch.bucketize(flat_targets[rows], self.bounds, right=True) - 1
+        order = word_class.argsort()                                  # the positions grouped by class
+        rows, word_class = rows[order], word_class[order]
+        h, within_class = flat_hidden[rows], flat_targets[rows] - self.bounds[word_class]
+        class_log_p = self.class_log_probs(h).gather(1, word_class.unsqueeze(1)).squeeze(1)
+        # split (not slicing) so that backward assembles each gradient once, not once per class
+        groups = torch.bincount(word_class, minlength=self.bounds.numel() - 1).tolist()
+        sizes = self.bounds.diff().tolist()
+        nll = [F.cross_entropy(widen(F.linear(h_c, w_c, b_c)), words_c, reduction="none")
+               for h_c, words_c, w_c, b_c in zip(h.split(groups), within_class.split(groups), self.weight.split(sizes),
+                                                 self.bias.split(sizes)) if words_c.numel()]
+        return result.index_copy(0, rows, class_log_p - torch.cat(nll)).view(targets.shape)
+
+    def loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """(exact summed NLL over non-padding targets, their count)."""
+        return -self.target_log_probs(hidden, targets).sum(), int((targets != IGNORE).sum())
+
+
+def parse_cutoffs(text: str, vocab_size: int) -> list[int]:
+    """Cluster bounds "2000,10000"; "" = a head of min(2000, V/4) words, then ×5 per cluster while below V
+    (WikiText-2: 2000, 10000; PTB: 2000)."""
+    if not text.strip():
+        cutoffs, cut = [], max(1, min(2000, vocab_size // 4))
+        while cut < vocab_size:
+            cutoffs.append(cut)
+            cut *= 5
+        return cutoffs
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise ValueError(f"output.cutoffs must be comma-separated word counts such as \"2000,10000\", got {text!r}") from None
+
+
+class AdaptiveOutput(nn.Module):
+    """Adaptive softmax (Grave et al. 2017), PyTorch's nn.AdaptiveLogSoftmaxWithLoss over frequency-ordered ids.
+
+    The head scores the words below cutoffs[0] and one entry per tail cluster; tail cluster i holds the ids
+    [cutoffs[i], cutoffs[i+1]) behind a projection of size in_dim / div_value^(i+1). The head has a bias,
+    as the full softmax (SPEC §1.0). Training and evaluation are exact; the layer runs in float32 even
+    under bf16 autocast (PyTorch's module mixes dtypes there).
+    """
+
+    def __init__(self, in_dim: int, vocab_size: int, cutoffs: list[int], div_value: float = 4.0):
+        super().__init__()
+        if not div_value > 0 or int(in_dim // div_value ** len(cutoffs)) < 1:
+            raise ValueError(f"output.div_value = {div_value} leaves no units for the last tail cluster "
+                             f"(in_dim {in_dim} / div_value^{len(cutoffs)} < 1)")
+        self.adaptive = nn.AdaptiveLogSoftmaxWithLoss(in_dim, vocab_size, cutoffs, div_value, head_bias=True)
+
+    def log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(hidden.device.type, enabled=False):
+            return self.adaptive.log_prob(widen(hidden.flatten(0, -2))).view(*hidden.shape[:-1], -1)
+
+    def target_log_probs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        flat_targets = targets.flatten()
+        rows = (flat_targets != IGNORE).nonzero().squeeze(1)
+        result = widen(hidden.new_zeros(flat_targets.shape))
+        if rows.numel() == 0:
+            return result.view(targets.shape)
+        with torch.autocast(hidden.device.type, enabled=False):
+            log_p = self.adaptive(widen(hidden.flatten(0, -2)[rows]), flat_targets[rows]).output
+        return result.index_copy(0, rows, log_p.view(-1)).view(targets.shape)
+
+    def loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """(exact summed NLL over non-padding targets, their count)."""
+        return -self.target_log_probs(hidden, targets).sum(), int((targets != IGNORE).sum())

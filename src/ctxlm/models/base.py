@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from ..errors import CtxlmError
+from ..layers.output import build_output
 
 MODELS: dict[str, Callable[..., "LanguageModel"]] = {}
 
@@ -21,13 +22,18 @@ def register(*names: str):
     return wrap
 
 
-def build_model(config, vocab_size: int) -> "LanguageModel":
+def build_model(config, vocab_size: int, output=None, counts: torch.Tensor | None = None) -> "LanguageModel":
+    """Model `config.name` (a ModelConfig) with the output layer `output` asks for (an OutputConfig; None:
+    the model's own softmax). `counts`: training counts per word, for class bins and NCE noise."""
     if config.name not in MODELS:
         raise CtxlmError(f"unknown model {config.name!r} (model.name); known models: {', '.join(sorted(MODELS))}")
     if config.init_range < 0:
         raise CtxlmError(f"model.init_range must be ≥ 0 (0 = PyTorch's default initialisation), got {config.init_range}")
     try:
-        return MODELS[config.name].from_config(config, config.options, vocab_size)
+        model = MODELS[config.name].from_config(config, config.options, vocab_size)
+        if output is not None and output.layer != "softmax":
+            model.use_output(output, vocab_size, counts, config.tie_weights)
+        return model
     except ValueError as exc:
         raise CtxlmError(f"model {config.name!r}: {exc}") from None
     except (RuntimeError, TypeError, OverflowError) as exc:     # sizes torch cannot hold or memory cannot fit
@@ -82,6 +88,18 @@ class LanguageModel(nn.Module):
 
     def forward(self, inputs: torch.Tensor, state: Any = None, reset: torch.Tensor | None = None) -> ModelOutput:
         raise NotImplementedError
+
+    def use_output(self, settings, vocab_size: int, counts: torch.Tensor | None, tied: bool) -> None:
+        """Replace the softmax by the output layer `settings` ([output]) asks for; it keeps its own
+        initialisation. A model that reads more of its output layer than the interface (log_probs,
+        target_log_probs, loss) refuses, as does a count-based model."""
+        if getattr(self, "count_based", False) or not getattr(self, "any_output_layer", True):
+            raise ValueError(f"{type(self).__name__} works with output.layer = \"softmax\" only")
+        layer = build_output(settings, self.output.weight.shape[1], vocab_size, counts, self.embedding if tied else None)
+        self.output = layer
+        for part in self.modules():                  # a wrapped base model scores through the same layer
+            if part is not self and isinstance(part, LanguageModel):
+                part.output = layer
 
     def log_probs(self, out: ModelOutput) -> torch.Tensor:
         return self.output.log_probs(out.hidden)

@@ -5,6 +5,9 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.func import functional_call
+
+from ..checks import in_range, setting
 
 from ..layers.history import empty_memory, windowed_history
 from ..layers.output import SoftmaxOutput
@@ -17,6 +20,17 @@ _CELLS = {"lstm": (nn.LSTM, {}), "gru": (nn.GRU, {}), "rnn-tanh": (nn.RNN, {"non
 @dataclass
 class RecurrentOptions:
     forget_bias: float = 1.0        # LSTM forget-gate bias (SPEC §1.6a; [000] uses 1)
+    input_dropout: float = setting(0.0, in_range(0, 1, high_open=True))  # locked dropout on word vectors (one mask per sequence)
+    state_dropout: float = setting(0.0, in_range(0, 1, high_open=True))  # DropConnect on hidden-to-hidden weights (one mask per batch)
+    output_dropout: float = setting(0.0, in_range(0, 1, high_open=True))  # locked dropout on the top recurrent output
+
+
+def locked_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Variational dropout of [B, T, D]: one mask per sequence, shared by all time steps (Gal & Ghahramani)."""
+    if not training or p == 0:
+        return x
+    mask = x.new_empty(x.size(0), 1, x.size(2)).bernoulli_(1 - p) / (1 - p)
+    return x * mask
 
 
 @register(*_CELLS)
@@ -26,18 +40,25 @@ class RecurrentLM(LanguageModel):
     LSTM gates are the standard ones of SPEC §1.6a: f, i, o = σ(·), candidate tanh, h = o ⊙ tanh(c),
     with the forget-gate bias initialised to `forget_bias` (1 in [000]). Dropout acts on
     non-recurrent connections only (embedding output, between layers, top output).
+    Regularisation of SPEC §4.8 (Torres Table 6.1): `input_dropout` and `output_dropout` are locked
+    (one mask per sequence for the whole chunk), `state_dropout` drops hidden-to-hidden weights
+    (DropConnect, Merity et al. 2017), which keeps the fused recurrence; L2 is `train.weight_decay`.
     """
 
     Options = RecurrentOptions
 
     def __init__(self, vocab_size: int, cell: str = "lstm", emb_size: int = 300, hidden_size: int = 300,
                  layers: int = 1, dropout: float = 0.0, tie_weights: bool = False, init_range: float = 0.1,
-                 forget_bias: float = 1.0):
+                 forget_bias: float = 1.0, input_dropout: float = 0.0, state_dropout: float = 0.0,
+                 output_dropout: float = 0.0):
         super().__init__()
         if layers < 1 or emb_size < 1 or hidden_size < 1:
             raise ValueError("layers, emb_size and hidden_size must be positive")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        for name, p in (("dropout", dropout), ("input_dropout", input_dropout), ("state_dropout", state_dropout),
+                        ("output_dropout", output_dropout)):
+            if not 0.0 <= p < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {p}")
+        self.input_dropout, self.state_dropout, self.output_dropout = input_dropout, state_dropout, output_dropout
         rnn_class, extra = _CELLS[cell]
         self.cell = cell
         self.embedding = nn.Embedding(vocab_size, emb_size)
@@ -50,14 +71,24 @@ class RecurrentLM(LanguageModel):
     @classmethod
     def from_config(cls, config, options: RecurrentOptions, vocab_size: int) -> "RecurrentLM":
         return cls(vocab_size, config.name, config.emb_size, config.hidden_size, config.layers, config.dropout,
-                   config.tie_weights, config.init_range, options.forget_bias)
+                   config.tie_weights, config.init_range, options.forget_bias, options.input_dropout,
+                   options.state_dropout, options.output_dropout)
 
     def reset_parameters(self, init_range: float, forget_bias: float) -> None:
         uniform_init(self, init_range, forget_bias if self.cell == "lstm" else None)
 
     def forward(self, inputs, state=None, reset=None) -> ModelOutput:
-        hidden, state = run_recurrent(self.rnn, self.dropout(self.embedding(inputs)), state, reset)
-        return ModelOutput(self.dropout(hidden), state)
+        x = locked_dropout(self.dropout(self.embedding(inputs)), self.input_dropout, self.training)
+        hidden, state = run_recurrent(self.recurrence(), x, state, reset)
+        return ModelOutput(locked_dropout(self.dropout(hidden), self.output_dropout, self.training), state)
+
+    def recurrence(self):
+        """The recurrent layers, with DropConnect on their hidden-to-hidden weights while training."""
+        if not self.training or self.state_dropout == 0:
+            return self.rnn
+        dropped = {name: nn.functional.dropout(weight, self.state_dropout) for name, weight in self.rnn.named_parameters()
+                   if name.startswith("weight_hh")}
+        return lambda x, state: functional_call(self.rnn, dropped, (x, state))
 
 
 def uniform_init(model: nn.Module, init_range: float, forget_bias: float | None) -> None:
@@ -78,8 +109,8 @@ def uniform_init(model: nn.Module, init_range: float, forget_bias: float | None)
             getattr(rnn, f"bias_hh_l{layer}").data[hidden:2 * hidden].zero_()
 
 
-def run_recurrent(rnn: nn.RNNBase, x: torch.Tensor, state, reset: torch.Tensor | None):
-    """Run a fused (batch_first) RNN over the chunk, zeroing the state of rows where `reset` is set.
+def run_recurrent(rnn, x: torch.Tensor, state, reset: torch.Tensor | None):
+    """Run a fused (batch_first) RNN (or a callable like one) over the chunk, zeroing the state of rows where `reset` is set.
 
     The chunk is split only at columns where some row resets, so the usual case is one fused call.
     """

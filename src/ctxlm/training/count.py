@@ -20,7 +20,7 @@ def estimate_run(config: Config, run_dir: str | Path, data_dir=None, log=print, 
         raise CtxlmError(f"run directory {run_dir} is not empty; pick another --run-dir")
     check_config(config)
     data = prepare_data(config, data_dir)
-    model = build_model(config.model, len(data.vocab))
+    model = build_model(config.model, len(data.vocab), config.output)
     started = time.time()
     try:
         model.estimate(data.ids["train"][1:].numpy(), log)
@@ -36,7 +36,8 @@ def estimate_run(config: Config, run_dir: str | Path, data_dir=None, log=print, 
                              "discounts": json.dumps(model.discounts)})
     results = {"best_epoch": 0, "train_wall_s": round(seconds, 2), "ngrams": counts, "discounts": model.discounts,
                "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024), "commits": [git_commit()],
-               "parameters": model.parameter_counts(), "device": "cpu"}
+               "parameters": model.parameter_counts(), "device": "cpu", "train_tokens": int(data.ids["train"].numel() - 1),
+               "vocabulary": len(data.vocab)}
     for split in ("valid", "test"):
         if split in data.ids:
             results[split] = evaluate_split(model, config, data.ids[split], data.vocab, "cpu")

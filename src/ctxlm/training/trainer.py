@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from ..config import Config, load_toml, validate
-from ..data.batching import IGNORE, SentenceBatches, StreamBatches, split_sentences
+from ..data.batching import IGNORE, SentenceBatches, Sentences, StreamBatches, WindowBatches, split_sentences
 from ..data.registry import load_corpus
 from ..data.vocab import EOS, Vocabulary
 from ..errors import CtxlmError
@@ -40,9 +40,13 @@ class Data:
 
 def prepare_data(config: Config, data_dir=None, vocab: Vocabulary | None = None) -> Data:
     files = {"train": config.data.train, "valid": config.data.valid, "test": config.data.test}
-    corpus = load_corpus(config.data.dataset, data_dir, files)
+    corpus = load_corpus(config.data.dataset, data_dir, files, config.data.max_train_tokens)
+    min_count = config.data.min_count or corpus.min_count
+    if corpus.encoded is not None:      # a prepared corpus (holmes): int32 arrays, never a list of strings
+        vocab = vocab or corpus.encoded.vocabulary(config.data.max_vocab, min_count)
+        return Data(vocab, corpus.encoded.ids(vocab), None)
     if vocab is None:
-        vocab = Vocabulary.build(corpus.splits["train"], config.data.max_vocab, config.data.min_count or corpus.min_count)
+        vocab = Vocabulary.build(corpus.splits["train"], config.data.max_vocab, min_count)
     ids = {split: vocab.encode([EOS] + tokens) for split, tokens in corpus.splits.items()}
     return Data(vocab, ids, corpus.tags)
 
@@ -57,7 +61,7 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def sentences_of(ids: torch.Tensor, vocab: Vocabulary, config: Config) -> list[torch.Tensor]:
+def sentences_of(ids: torch.Tensor, vocab: Vocabulary, config: Config) -> Sentences:
     """The sentence regime's units: lines, cut further after any `data.sentence_ends` token."""
     extra = tuple(vocab.index[t] for t in config.data.sentence_ends.split() if t in vocab.index)
     return split_sentences(ids[1:], vocab.eos, extra)
@@ -82,6 +86,9 @@ def check_config(config: Config) -> None:
     if not getattr(model, "left_to_right", True) and config.data.batching != "sentence":
         raise CtxlmError(f"model {config.model.name!r} reads whole sentences (each word given the words after it "
                          "too): it trains with data.batching = \"sentence\" only")
+    if config.data.batching == "window" and not hasattr(model, "context_size"):
+        raise CtxlmError(f"data.batching = window feeds each sample's previous words to a fixed-window model "
+                         f"(ffnn, cnn, ...); {config.model.name!r} reads streams: use stream or sentence batching")
     build_optimizer(config.train.optimizer, [torch.zeros(1, requires_grad=True)], config.train.lr, config.train.weight_decay)
 
 
@@ -97,12 +104,18 @@ def git_commit() -> str:
         return __version__
 
 
-def train_step(model, optimizer, inputs, targets, reset, carry, clip: float, per_sequence: bool = False,
+def loss_denominator(normalization: str, rows: int, count: int) -> float:
+    """What the summed NLL is divided by: targets ("token"), rows ("sequence") or nothing ("sum")."""
+    return {"token": max(count, 1), "sequence": rows, "sum": 1}[normalization]
+
+
+def train_step(model, optimizer, inputs, targets, reset, carry, clip: float, normalization: str = "token",
                precision: str = "fp32", step=None, denominator: float | None = None):
     """One truncated-BPTT update; returns (summed NLL, target count, detached state).
 
-    The gradient is that of the mean NLL per target, or with `per_sequence` of the summed NLL divided
-    by the batch size (Zaremba / Salton: "gradients normalised by mini-batch size", SPEC §6.3 REC 23).
+    The gradient is that of the mean NLL per target ("token"), of the summed NLL divided by the batch
+    size ("sequence": Zaremba / Salton, "gradients normalised by mini-batch size", SPEC §6.3 REC 23), or
+    of the summed NLL itself ("sum": Pham's Torch criterion, SPEC §2.4).
     `precision = "bf16"` runs the forward pass and the loss under bf16 autocast (training/precision.py).
     `step` is the model and its loss as one module (training/distributed.py: LossStep), wrapped in
     DistributedDataParallel and/or torch.compile; data-parallel, `denominator` is the global batch's
@@ -116,7 +129,7 @@ def train_step(model, optimizer, inputs, targets, reset, carry, clip: float, per
         else:
             nll, count, state = step(inputs, targets, reset, carry)
     if denominator is None:
-        denominator = inputs.size(0) if per_sequence else max(count, 1)
+        denominator = loss_denominator(normalization, inputs.size(0), count)
     optimizer.zero_grad(set_to_none=True)
     (nll / denominator).backward()
     if clip > 0:
@@ -165,7 +178,10 @@ class Trainer:
         vocab = Vocabulary.load(self.run_dir / "vocab.txt") if resume and (self.run_dir / "vocab.txt").exists() else None
         self.data = prepare_data(config, data_dir, vocab)
         torch.manual_seed(config.train.seed)
-        self.model = build_model(config.model, len(self.data.vocab)).to(self.device)
+        counts = torch.bincount(self.data.ids["train"], minlength=len(self.data.vocab))   # class bins, NCE noise
+        self.model = build_model(config.model, len(self.data.vocab), config.output, counts).to(self.device)
+        if not (resume and self.resume_state) and hasattr(self.model, "use_vocabulary"):   # e.g. the names mixture
+            self.model.use_vocabulary(self.data.vocab)
         if not self.world.main:
             torch.manual_seed(config.train.seed + self.world.rank)   # its own dropout masks
         self.optimizer = build_optimizer(config.train.optimizer, self.model.parameters(), config.train.lr, config.train.weight_decay)
@@ -192,6 +208,8 @@ class Trainer:
         if d.batching == "sentence":
             return SentenceBatches(sentences_of(train_ids, self.data.vocab, self.config), d.batch_size,
                                    self.data.vocab.eos, d.max_sentence_len)
+        if d.batching == "window":
+            return WindowBatches(train_ids, self.model.context_size, d.batch_size, self.data.vocab.eos)
         return StreamBatches(train_ids, d.batch_size, d.bptt)
 
     def _snapshot(self, epoch, position, order, carry, progress) -> dict:
@@ -279,7 +297,8 @@ class Trainer:
                 self.data.vocab.save(run_dir / "vocab.txt")
             counts = self.model.parameter_counts()
             self.log(f"model {cfg.model.name}: {counts['total']:,} parameters ({counts['without_embeddings']:,} without word embeddings), "
-                     f"vocabulary {len(self.data.vocab):,}, device {self.device}, precision {cfg.train.precision}"
+                     f"vocabulary {len(self.data.vocab):,}, {self.data.ids['train'].numel() - 1:,} training tokens, "
+                     f"device {self.device}, precision {cfg.train.precision}"
                      + (f", {self.world.size} processes" if self.world.size > 1 else ""))
         self.step = wrap(self.model, self.world, self.device)
         if cfg.train.compile:
@@ -291,7 +310,7 @@ class Trainer:
         try:
             while epoch <= cfg.train.epochs and not progress["early_stopped"]:
                 if order is None:
-                    order = batches.order(self.generator) if isinstance(batches, SentenceBatches) else None
+                    order = batches.order(self.generator) if hasattr(batches, "order") else None
                 carry = self._run_epoch(batches, epoch, position, order, carry, progress)
                 self._agree_on_stop()
                 if self.stop_requested:
@@ -300,7 +319,8 @@ class Trainer:
                 self._end_epoch(epoch, progress)
                 epoch, position, order, carry = epoch + 1, 0, None, None   # each epoch starts from a zero state
                 if progress["early_stopped"]:
-                    self.log(f"early stop: no validation gain for {cfg.train.early_stop_patience} epochs")
+                    self.log(f"early stop: the rate {progress['lr']:.3g} is below train.min_lr" if progress["lr"] < cfg.train.min_lr
+                             else f"early stop: no validation gain for {cfg.train.early_stop_patience} epochs")
                 self._save(epoch, position, order, carry, progress)
         except KeyboardInterrupt:
             self.log(f"interrupted ({self.stop_requested or 'SIGINT'}); state saved. Continue with: ctxlm train --resume {run_dir}")
@@ -323,13 +343,12 @@ class Trainer:
         nll_total = torch.tensor(progress["epoch_nll"], dtype=torch.float64)
         self._position = position
         for number in range(position, count):
-            batch = batches.batch(int(order[number]) if order is not None else number)
+            batch = batches.batch(order[number] if order is not None else number)
+            inputs, targets, reset, start, denominator = self._local_batch(batch)
             if batch.fresh_state:
-                carry = None
-            inputs, targets, reset, denominator = self._local_batch(batch)
+                carry = start
             nll, n, carry = train_step(model, self.optimizer, inputs, targets, reset, carry, cfg.train.clip,
-                                       cfg.train.loss_normalization == "sequence", cfg.train.precision,
-                                       self.step, denominator)
+                                       cfg.train.loss_normalization, cfg.train.precision, self.step, denominator)
             if self.on_batch:
                 self.on_batch(self, epoch, number + 1)
             stop = self.stop_requested is not None
@@ -359,23 +378,24 @@ class Trainer:
         return carry
 
     def _local_batch(self, batch):
-        """This process's rows of the batch, on its device, and the loss normaliser of the global batch.
+        """This process's rows of the batch and of the state it starts from (window regime), on its
+        device, and the loss normaliser of the global batch.
 
-        A process left without rows (a last sentence batch smaller than the number of processes)
-        gets one row whose targets are all padding, so that every process takes the same steps.
+        A process left without rows (a last sentence or window batch smaller than the number of
+        processes) gets one row whose targets are all padding, so that every process takes the same steps.
         """
-        inputs, targets, reset, denominator = batch.inputs, batch.targets, batch.reset, None
+        inputs, targets, reset, start, denominator = batch.inputs, batch.targets, batch.reset, batch.state, None
         if self.world.size > 1:
             count = int((targets != IGNORE).sum())
-            per_sequence = self.config.train.loss_normalization == "sequence"
-            denominator = (inputs.size(0) if per_sequence else max(count, 1)) / self.world.size
+            denominator = loss_denominator(self.config.train.loss_normalization, inputs.size(0), count) / self.world.size
             if inputs.size(0) < self.world.size and self.world.rank >= inputs.size(0):
                 inputs, targets = inputs[:1], torch.full_like(targets[:1], IGNORE)
                 reset = None if reset is None else reset[:1]
+                start = None if start is None else start[:1]
             else:
-                inputs, targets, reset = self.world.shard(inputs), self.world.shard(targets), self.world.shard(reset)
+                inputs, targets, reset, start = (self.world.shard(t) for t in (inputs, targets, reset, start))
         to = lambda t: None if t is None else t.to(self.device)    # noqa: E731
-        return to(inputs), to(targets), to(reset), denominator
+        return to(inputs), to(targets), to(reset), to(start), denominator
 
     def _end_epoch(self, epoch: int, progress: dict) -> None:
         cfg, vocab, world = self.config, self.data.vocab, self.world
@@ -408,6 +428,8 @@ class Trainer:
         progress["epoch_nll"], progress["epoch_tokens"] = 0.0, 0
         if cfg.train.early_stop_patience and progress["bad_epochs"] >= cfg.train.early_stop_patience:
             progress["early_stopped"] = True
+        if progress["lr"] < cfg.train.min_lr:
+            progress["early_stopped"] = True
 
     def _write_metrics(self, history: list[dict]) -> None:
         if self.world.main:
@@ -432,7 +454,8 @@ class Trainer:
             return {"best_epoch": progress["best_epoch"], "train_wall_s": round(progress["elapsed"], 1)}
         checkpoint.load_weights(self.model, self.run_dir / "model.safetensors", self.identity)
         results = {"best_epoch": progress["best_epoch"], "train_wall_s": round(progress["elapsed"], 1),
-                   "parameters": self.model.parameter_counts(), "commits": progress["commits"], "device": str(self.device)}
+                   "parameters": self.model.parameter_counts(), "commits": progress["commits"], "device": str(self.device),
+                   "train_tokens": self.data.ids["train"].numel() - 1, "vocabulary": len(vocab)}
         for split in ("valid", "test"):
             if split in self.data.ids:
                 results[split] = evaluate_split(self.model, self.config, self.data.ids[split], vocab, self.device)

@@ -1,0 +1,83 @@
+"""MSR Sentence Completion (SPEC §0.1, §3.3, §4.6 Table 4; REC §6.4 item 33).
+
+Each blank is filled with each of the five candidates; the sentence is tokenised and lower-cased like
+the training text (`corpus.msr_tokens`), words outside the run's vocabulary become `<unk>`, and it is
+scored as one sentence on its own: input `<eos>` + words, the score is the sum of the natural-log
+probabilities of every word and of the final `<eos>` (SPEC §6.1 REC 2). The highest score is the
+choice (ties: the earlier letter). Sentences of several questions go through the model together,
+sorted by length (`SentenceBatches`), padding never counted.
+
+Hook for models that score a whole sentence their own way (bidirectional RM, SPEC §1.12 / §6.4 REC
+33-34): a model with a method `sentence_log_prob(batch) -> Tensor[B]` gets each padded batch
+(`data.batching.Batch`: inputs = `<eos>` + sentence[:-1], targets = the sentence with its `<eos>`,
+IGNORE after it) and returns one score per row, higher = more likely; it may read the whole sentence
+from `targets`. The score need not be a normalised probability.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from ..data.batching import SentenceBatches
+from ..data.corpus import BLANK, LETTERS, CompletionQuestion, msr_tokens
+from ..data.vocab import EOS
+
+
+def candidate_sentences(question: CompletionQuestion) -> list[list[str]]:
+    """The question with each option in its blank, as tokens ending in `<eos>`."""
+    return [msr_tokens(question.question.replace(BLANK, option)) + [EOS] for option in question.options]
+
+
+@torch.no_grad()
+def sentence_scores(model, vocab, sentences: list[list[str]], batch_size: int = 50, progress=None) -> torch.Tensor:
+    """Score of each sentence (tokens ending in `<eos>`), float64: log p(sentence), or the model's own
+    `sentence_log_prob`. `progress(rows)` is called after each batch with the sentence numbers it held."""
+    model.eval()
+    own = getattr(model, "sentence_log_prob", None)
+    batches = SentenceBatches([vocab.encode(s) for s in sentences], batch_size, vocab.eos)
+    scores = torch.empty(len(sentences), dtype=torch.float64)
+    for number, rows in enumerate(batches.indices):
+        batch = batches.batch(number)
+        if own is not None:
+            values = own(batch)
+        else:
+            values = model.target_log_probs(model(batch.inputs), batch.targets).double().sum(1)
+        scores[rows] = values.double().cpu()
+        if progress:
+            progress(rows)
+    return scores
+
+
+def answer_questions(model, vocab, questions: list[CompletionQuestion], batch_size: int = 50,
+                     progress=None) -> tuple[dict, list[dict]]:
+    """(summary, one record per question): scores of the five candidates, the choice, and whether it is right."""
+    started = time.time()
+    sentences = [s for q in questions for s in candidate_sentences(q)]
+    done = set()
+
+    def tick(rows):
+        for row in rows:
+            done.add(row)
+        for question in {row // 5 for row in rows}:
+            if all(5 * question + k in done for k in range(5)) and progress:
+                progress()
+
+    scores = sentence_scores(model, vocab, sentences, batch_size, tick).view(len(questions), 5)
+    records = []
+    for question, row in zip(questions, scores.tolist()):
+        choice = LETTERS[max(range(5), key=lambda k: (row[k], -k))]
+        records.append({
+            "id": question.id, "question": question.question, "options": question.options,
+            "scores": [round(x, 4) for x in row], "choice": choice,
+            "choice_word": question.options[LETTERS.index(choice)], "answer": question.answer,
+            "correct": None if question.answer is None else choice == question.answer,
+            "unknown": [any(t not in vocab.index for t in msr_tokens(o)) for o in question.options],
+        })
+    answered = [r for r in records if r["correct"] is not None]
+    summary = {"questions": len(records), "answered": len(answered), "correct": sum(r["correct"] for r in answered),
+               "accuracy": sum(r["correct"] for r in answered) / len(answered) if answered else math.nan,
+               "unknown_candidates": sum(sum(r["unknown"]) for r in records),
+               "seconds": round(time.time() - started, 1)}
+    return summary, records

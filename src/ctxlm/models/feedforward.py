@@ -1,0 +1,250 @@
+"""Feed-forward and convolutional LMs over the n previous words: Bengio's NNLM, Pham's baseline FFNN, CNN,
+MLPConv, COM and ML-CNN (SPEC §1.2–1.4; Bengio et al. 2003; Pham 2016 [003] §3).
+
+Position t reads the window c_t = (x_{t−n+1}, …, x_t) — the input at t and the n−1 before it — and
+predicts x_{t+1}. The models follow the stream interface: `state` is the last n−1 input tokens of the
+previous chunk ([B, n−1] ids), each chunk's windows are gathered at once with `unfold` over
+[state ‖ inputs], so stream evaluation, `score`, `generate` and `explore` work unchanged, and window
+batching (regime C, data/batching.py) trains on shuffled samples by handing each sample's first n−1
+words in as the state. Where no word exists — before a stream's first token, before a reset
+position — the window holds `<eos>` (SPEC §6.5 REC 43). Windows cross sentence ends (SPEC §2.4).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+from ..checks import at_least, setting
+from ..layers.highway import Highway
+from ..layers.output import SoftmaxOutput
+from .base import LanguageModel, ModelOutput, register
+
+EOS_ID = 0      # the vocabulary's `<eos>` (data/vocab.py: ids 0 and 1 are `<eos>` and `<unk>`)
+
+
+@dataclass
+class FeedForwardOptions:
+    context: int = setting(16, at_least(1))  # n: previous words each prediction reads (across sentence ends; <eos> before the start)
+    direct: bool = False            # Bengio's direct connections: the softmax also reads the concatenated context embeddings
+    hidden: bool = True             # false: no hidden layer, the softmax reads only the direct connections (Bengio's h = 0 rows)
+    highway: bool = True            # a highway layer after the hidden layers (Pham eqs 3.1–3.2)
+
+
+@dataclass
+class BengioOptions(FeedForwardOptions):
+    highway: bool = False           # a highway layer after the hidden layers (Pham eqs 3.1–3.2)
+
+
+@dataclass
+class ConvolutionalOptions:
+    context: int = setting(16, at_least(1))  # n: previous words each prediction reads (across sentence ends; <eos> before the start)
+    kernel_widths: str = "3"        # convolution widths w (odd), comma-separated; several = COM: parallel branches, concatenated
+    kernels: int = setting(0, at_least(0))  # kernels per branch (0 = emb_size: Pham ties the kernel count to k)
+    conv_layers: int = setting(1, at_least(1))  # convolution layers stacked in each branch (ML-CNN: 2 or 4)
+    batch_norm: bool = True         # batch normalisation right after each convolution (conv → BN → ReLU, SPEC §6.5 REC 41)
+    highway: bool = True            # a highway layer after the mapping layer (Pham eqs 3.1–3.2)
+
+
+@dataclass
+class COMOptions(ConvolutionalOptions):
+    kernel_widths: str = "3,5"      # convolution widths w (odd), comma-separated; several = COM: parallel branches, concatenated
+
+
+@dataclass
+class MLCNNOptions(ConvolutionalOptions):
+    conv_layers: int = setting(2, at_least(1))  # convolution layers stacked in each branch (ML-CNN: 2 or 4)
+
+
+def parse_widths(text: str) -> tuple[int, ...]:
+    """"3,5" -> (3, 5); every width an odd number ≥ 1, so the window can be centred (SPEC §6.5 REC 42)."""
+    try:
+        widths = tuple(int(part) for part in text.replace(" ", "").split(",") if part)
+    except ValueError:
+        raise ValueError(f"kernel_widths must be odd numbers separated by commas, e.g. \"3\" or \"3,5\"; got {text!r}") from None
+    if not widths or any(w < 1 or w % 2 == 0 for w in widths):
+        raise ValueError(f"kernel_widths must be odd numbers ≥ 1 separated by commas, e.g. \"3\" or \"3,5\"; got {text!r}")
+    return widths
+
+
+class FeedForwardLM(LanguageModel):
+    """One implementation for the family; the registered subclasses below fix activation and front end.
+
+        e_i   = E x_i for the n words of the window                                  (SPEC §1.2)
+        f     = [e_1; …; e_n]  (concatenation)   or, convolutional, per position i and kernel j
+                z_ij = ReLU(BN(W_j · [e_{i−(w−1)/2} … e_{i+(w−1)/2}] + b_j))  (zero-padded, stride 1;
+                MLPConv adds a 1×1 convolution + ReLU; ML-CNN stacks blocks; COM concatenates widths)  (§1.4)
+        h_1   = g(W_1 f + b_1), …, h_L = g(W_L h_{L−1} + b_L)   (g = tanh or ReLU; for CNNs h_1 is the
+                                                                 "mapping" layer)              (§1.2–1.4)
+        h     = Highway(h_L)  where enabled                                                    (§1.3)
+        p     = softmax(U [h; f] + b)  with direct connections, else softmax(U h + b)          (Bengio eq. 1)
+    Dropout acts on f, after every hidden layer and after the highway layer ("between each hidden layer").
+    """
+
+    activation = "relu"
+    mlpconv = False
+    convolutional = False
+
+    def __init__(self, vocab_size: int, emb_size: int = 128, hidden_size: int = 256, layers: int = 1,
+                 dropout: float = 0.0, init_range: float = 0.01, context: int = 16, direct: bool = False,
+                 hidden: bool = True, highway: bool = True, kernel_widths: str = "3", kernels: int = 0,
+                 conv_layers: int = 1, batch_norm: bool = True):
+        super().__init__()
+        if context < 1:
+            raise ValueError(f"context must be at least 1 word, got {context}")
+        if not hidden and not direct:
+            raise ValueError("with hidden = false the softmax can only read the context through direct = true")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.context_size, self.direct = context, direct
+        self.visible_positions: int | None = None     # lesion analysis: only this many nearest positions are read
+        self.embedding = nn.Embedding(vocab_size, emb_size)
+        self.branches = nn.ModuleList()
+        self.widths: tuple[int, ...] = ()
+        per_position = emb_size
+        if self.convolutional:
+            self.widths = parse_widths(kernel_widths)
+            count = kernels or emb_size
+            self.branches.extend(self._branch(emb_size, count, w, conv_layers, batch_norm) for w in self.widths)
+            per_position = count * len(self.widths)
+        self.features_per_position = per_position
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        sizes = [context * per_position] + [hidden_size] * (layers if hidden else 0)
+        self.hidden_layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+        self.act = torch.tanh if self.activation == "tanh" else torch.relu
+        self.highway = Highway(hidden_size) if hidden and highway else None
+        out_size = (hidden_size if hidden else 0) + (context * emb_size if direct else 0)
+        self.output = SoftmaxOutput(out_size, vocab_size)
+        self.reset_parameters(init_range)
+
+    def _branch(self, emb_size: int, kernels: int, width: int, depth: int, batch_norm: bool) -> nn.Sequential:
+        """conv(width) → [BN] → ReLU → [1×1 conv → ReLU], `depth` times; keeps n positions."""
+        blocks = []
+        for layer in range(depth):
+            blocks.append(nn.Conv1d(emb_size if layer == 0 else kernels, kernels, width, padding=(width - 1) // 2))
+            if batch_norm:
+                blocks.append(nn.BatchNorm1d(kernels))
+            blocks.append(nn.ReLU())
+            if self.mlpconv:
+                blocks += [nn.Conv1d(kernels, kernels, 1), nn.ReLU()]
+        return nn.Sequential(*blocks)
+
+    @classmethod
+    def from_config(cls, config, options, vocab_size: int) -> "FeedForwardLM":
+        return cls(vocab_size, config.emb_size, config.hidden_size, config.layers, config.dropout, config.init_range,
+                   **asdict(options))
+
+    def reset_parameters(self, init_range: float) -> None:
+        """Pham §2.4: every weight U(−r, r); batch norm starts as the identity (scale 1, shift 0).
+        init_range = 0 keeps PyTorch's defaults."""
+        if init_range > 0:
+            for parameter in self.parameters():
+                nn.init.uniform_(parameter, -init_range, init_range)
+        for norm in (m for m in self.modules() if isinstance(m, nn.BatchNorm1d)):
+            norm.reset_parameters()
+
+    def windows(self, inputs: torch.Tensor, state, reset):
+        """([B, T, n] windows, oldest word first, `<eos>` where no word may be read; the new state [B, n−1])."""
+        batch, length = inputs.shape
+        n = self.context_size
+        if state is None:
+            state = inputs.new_full((batch, n - 1), EOS_ID)
+        extended = torch.cat([state.to(inputs.device), inputs], 1)               # [B, n−1+T]
+        windows = extended.unfold(1, n, 1)                                       # [B, T, n]: extended[t : t+n]
+        if reset is not None and bool(reset.any()):
+            positions = torch.arange(length, device=inputs.device)
+            last_reset = torch.where(reset, positions, -1).cummax(1).values      # [B, T]
+            first_readable = torch.where(last_reset >= 0, last_reset + n - 1, 0)  # in extended indices
+            slot = positions.view(-1, 1) + torch.arange(n, device=inputs.device)  # [T, n] extended index
+            windows = windows.masked_fill(slot < first_readable.unsqueeze(-1), EOS_ID)
+        return windows, windows[:, -1, 1:]
+
+    def features(self, embedded: torch.Tensor) -> torch.Tensor:
+        """[N, n, emb] -> [N, n, F]: the embeddings themselves, or the convolution maps of every branch."""
+        if not self.branches:
+            return embedded
+        x = embedded.transpose(1, 2)                                             # [N, emb, n]
+        return torch.cat([branch(x) for branch in self.branches], 1).transpose(1, 2)
+
+    def forward(self, inputs, state=None, reset=None) -> ModelOutput:
+        windows, state = self.windows(inputs, state, reset)
+        batch, length, n = windows.shape
+        embedded = self.embedding(windows.flatten(0, 1))                        # [B·T, n, emb]
+        features = self.features(embedded)
+        if self.visible_positions is not None:
+            seen = torch.arange(n, device=inputs.device) >= n - self.visible_positions
+            features = features * seen.view(1, n, 1)
+            embedded = embedded * seen.view(1, n, 1)
+        flat = features.flatten(1)
+        parts = []
+        if self.hidden_layers:
+            h = self.dropout(flat)
+            for layer in self.hidden_layers:
+                h = self.dropout(self.act(layer(h)))
+            if self.highway is not None:
+                h = self.dropout(self.highway(h))
+            parts.append(h)
+        if self.direct:
+            parts.append(embedded.flatten(1))
+        hidden = parts[0] if len(parts) == 1 else torch.cat(parts, -1)
+        return ModelOutput(hidden.view(batch, length, -1), state)
+
+    def state_batch_dims(self, state) -> tuple[int, ...]:
+        return (0,)
+
+    def mapping_weight(self) -> torch.Tensor:
+        """[H, n, F]: the weights of the first hidden layer (a CNN's mapping layer) by context position
+        (0 = oldest, n−1 = the word nearest the target) and feature (kernel, or embedding dimension)."""
+        if not self.hidden_layers:
+            raise ValueError("this model has no hidden layer (hidden = false): no mapping weights to analyse")
+        weight = self.hidden_layers[0].weight
+        return weight.view(weight.size(0), self.context_size, self.features_per_position)
+
+    def first_convolutions(self) -> list[tuple[int, nn.Conv1d]]:
+        """(width, first convolution) of each branch: the kernels that read the embeddings."""
+        return [(w, branch[0]) for w, branch in zip(self.widths, self.branches)]
+
+
+@register("ffnn")
+class BengioFFNN(FeedForwardLM):
+    """Feed-forward NNLM (Bengio et al. 2003; Pham's vanilla FFNN, SPEC §1.2): tanh layers, optional direct connections."""
+
+    Options = BengioOptions
+    activation = "tanh"         # SPEC §6.5 REC 46
+
+
+@register("ffnn-baseline")
+class BaselineFFNN(FeedForwardLM):
+    """Pham's baseline FFNN (SPEC §1.3): concatenated embeddings → ReLU layer → highway → softmax, with dropout."""
+
+    Options = FeedForwardOptions
+
+
+@register("cnn")
+class ConvolutionalLM(FeedForwardLM):
+    """Pham's CNN LM (SPEC §1.4): convolution → batch norm → ReLU, no pooling, mapping layer → highway → softmax."""
+
+    Options = ConvolutionalOptions
+    convolutional = True
+
+
+@register("mlpconv")
+class MLPConvLM(ConvolutionalLM):
+    """Pham's +MLPConv (Network in Network, SPEC §1.4): each convolution followed by a 1×1 convolution + ReLU."""
+
+    mlpconv = True
+
+
+@register("com")
+class COMLM(MLPConvLM):
+    """Pham's +MLPConv+COM (SPEC §1.4): MLPConv branches of widths 3 and 5 side by side, maps concatenated."""
+
+    Options = COMOptions
+
+
+@register("ml-cnn")
+class MLCNNLM(ConvolutionalLM):
+    """Pham's ML-CNN (SPEC §1.4): convolution blocks stacked (2 by default) before the mapping layer."""
+
+    Options = MLCNNOptions

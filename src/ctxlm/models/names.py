@@ -1,0 +1,110 @@
+"""Softmax mixture for names (SPEC §1.19, [004] eq 5.8 with §6.6 REC 51).
+
+A gate P(name | h_t) = σ(uᵀh_t + b_u) chooses between a softmax over the name words and a softmax
+over all other words, so the mixture is normalised:
+
+    p(w | h_t) = P(name | h_t) · p_names(w | h_t)        if w is a name
+               = (1 − P(name | h_t)) · p_other(w | h_t)  otherwise
+    loss = −Σ log p(y_t | h_t) + λ Σ BCE(P(name | h_t), y_t is a name)      (eq 5.8, sign fixed)
+
+What is a name is a fixed word list decided before training (`model.names`, e.g. what `ctxlm names`
+writes: words capitalised mid-sentence in cased text); the list is mapped onto the vocabulary when
+training starts and kept in the run's weights.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..checks import at_least, in_range, one_of, setting
+from ..data.batching import IGNORE
+from ..errors import CtxlmError
+from ..layers.output import SoftmaxOutput
+from .base import LanguageModel, ModelOutput, register
+from .recurrent import RecurrentLM, _CELLS
+
+
+@dataclass
+class NamesOptions:
+    names: str = ""                 # file of name words, one per line (`ctxlm names` writes one); required to train
+    supervision: float = setting(100.0, at_least(0))  # λ of eq 5.8: weight of the gate's binary cross-entropy
+    base: str = setting("lstm", one_of(*_CELLS))  # the recurrent model under the two softmaxes
+    forget_bias: float = 1.0        # LSTM forget-gate bias (SPEC §1.6a)
+    input_dropout: float = setting(0.0, in_range(0, 1, high_open=True))  # base model's locked dropout on word vectors
+    state_dropout: float = setting(0.0, in_range(0, 1, high_open=True))  # base model's DropConnect on hidden-to-hidden weights
+    output_dropout: float = setting(0.0, in_range(0, 1, high_open=True))  # base model's locked dropout on its top output
+
+
+@register("names-mixture")
+class NamesMixtureLM(LanguageModel):
+    """A recurrent model whose output is the names / other-words mixture of eq 5.8 (SPEC §1.19)."""
+
+    Options = NamesOptions
+    any_output_layer = False        # both softmaxes are masked full softmaxes
+
+    def __init__(self, base: RecurrentLM, names_file: str = "", supervision: float = 100.0):
+        super().__init__()
+        self.base, self.names_file, self.supervision = base, names_file, supervision
+        self.embedding, self.output = base.embedding, base.output        # p_other reads the base output layer
+        self.rnn = base.rnn
+        size, vocab_size = base.output.weight.shape[1], base.output.weight.shape[0]
+        self.name_output = SoftmaxOutput(size, vocab_size)
+        self.gate = nn.Linear(size, 1)
+        self.register_buffer("is_name", torch.zeros(vocab_size, dtype=torch.bool))
+
+    @classmethod
+    def from_config(cls, config, options: NamesOptions, vocab_size: int) -> "NamesMixtureLM":
+        base = RecurrentLM(vocab_size, options.base, config.emb_size, config.hidden_size, config.layers,
+                           config.dropout, config.tie_weights, config.init_range, options.forget_bias,
+                           options.input_dropout, options.state_dropout, options.output_dropout)
+        model = cls(base, options.names, options.supervision)
+        if config.init_range > 0:
+            for parameter in (*model.name_output.parameters(), *model.gate.parameters()):
+                nn.init.uniform_(parameter, -config.init_range, config.init_range)
+        return model
+
+    def use_vocabulary(self, vocab) -> None:
+        """Mark the vocabulary's name words (called once when training starts; the mask is saved with the weights)."""
+        if not self.names_file:
+            raise CtxlmError("model.names: the names-mixture model needs a file of name words, one per line "
+                             "(make one with `ctxlm names FILES > names.txt`)")
+        path = Path(self.names_file)
+        try:
+            words = path.read_text(encoding="utf-8").split()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CtxlmError(f"model.names: cannot read {path} ({getattr(exc, 'strerror', None) or exc})") from None
+        ids = [vocab.index[w] for w in words if w in vocab.index and vocab.index[w] not in (vocab.eos, vocab.unk)]
+        if not ids:
+            raise CtxlmError(f"model.names: none of the {len(words):,} words in {path} is in the vocabulary")
+        self.is_name.zero_()
+        self.is_name[ids] = True
+
+    def forward(self, inputs, state=None, reset=None) -> ModelOutput:
+        return self.base(inputs, state, reset)
+
+    def log_probs(self, out):
+        log_gate = F.logsigmoid(self.gate(out.hidden))                      # log P(name), [B, T, 1]
+        log_other_gate = F.logsigmoid(-self.gate(out.hidden))
+        names = torch.log_softmax(self.name_output.logits(out.hidden).masked_fill(~self.is_name, float("-inf")), -1)
+        other = torch.log_softmax(self.output.logits(out.hidden).masked_fill(self.is_name, float("-inf")), -1)
+        return torch.where(self.is_name, log_gate + names, log_other_gate + other)
+
+    def target_log_probs(self, out, targets):
+        picked = self.log_probs(out).gather(-1, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1)
+        return torch.where(targets == IGNORE, torch.zeros_like(picked), picked)
+
+    def loss(self, out, targets):
+        """Eq 5.8 with the sign fixed (REC 51): −Σ log p(y) + λ Σ BCE(P(name), y is a name)."""
+        keep = targets != IGNORE
+        nll = -self.target_log_probs(out, targets)[keep].sum()
+        is_name = self.is_name[targets.clamp_min(0)].to(out.hidden.dtype)
+        gate = F.binary_cross_entropy_with_logits(self.gate(out.hidden).squeeze(-1), is_name, reduction="none")
+        return nll + self.supervision * gate[keep].sum(), int(keep.sum())
+
+    def mixture_weight(self, out: ModelOutput) -> torch.Tensor:
+        """[B, T]: P(name | h_t), the names softmax's share."""
+        return torch.sigmoid(self.gate(out.hidden)).squeeze(-1)

@@ -1,0 +1,174 @@
+"""`ctxlm complete`: MSR Sentence Completion scoring (SPEC §6.4 REC 33), checked by hand on tiny models."""
+import json
+import math
+
+import pytest
+import torch
+
+from ctxlm.data.corpus import CompletionQuestion, read_msr_completion
+from ctxlm.data.vocab import Vocabulary
+from ctxlm.errors import CtxlmError
+from ctxlm.evaluation.completion import answer_questions, candidate_sentences, sentence_scores
+from ctxlm.generate import score_tokens
+
+from conftest import DATA_DIR, FixedDistribution, ctxlm, needs_data, one_line_error
+
+CSV = ("id,question,a),b),c),d),e)\n"
+       "7,The cat _____ on a mat.,sat,ran,dog,the,on\n"
+       '8,"The _____ , said he, sat on a mat.",cat,dog,sat,mat,house\n')
+ANSWERS = "id,answer\n7,a\n8,a\n"
+MACHINE = "".join(f"{n}{letter}) {sentence.replace('_____', '[' + option + ']')}\n"
+                  for n, sentence, options in [("7", "the cat _____ on a mat .", ["sat", "ran", "dog", "the", "on"]),
+                                               ("8", "the _____ , said he , sat on a mat .", ["cat", "dog", "sat", "mat", "house"])]
+                  for letter, option in zip("abcde", options))
+MACHINE_ANSWERS = "7a) the cat [sat] on a mat .\n8a) the [cat] , said he , sat on a mat .\n"
+
+
+def test_one_question_scored_by_hand():
+    """A fixed next-word distribution: each sentence's score is Σ log p(word) + log p(<eos>), by hand."""
+    vocab = Vocabulary(["<eos>", "<unk>", "the", "cat", "sat", "."])
+    probs = [0.2, 0.05, 0.3, 0.1, 0.25, 0.1]
+    model = FixedDistribution(probs)
+    question = CompletionQuestion("1", "The _____ sat.", ["cat", "dog", "sat", "the", "."], "d")
+    assert candidate_sentences(question)[1] == ["the", "dog", "sat", ".", "<eos>"]
+    summary, [record] = answer_questions(model, vocab, [question], batch_size=2)
+    lp = {w: math.log(p) for w, p in zip(vocab.words, probs)}
+    rest = lp["sat"] + lp["."] + lp["<eos>"]
+    by_hand = [lp["the"] + lp[w] + rest for w in ("cat", "<unk>", "sat", "the", ".")]   # "dog" is unknown
+    assert record["scores"] == pytest.approx([round(x, 4) for x in by_hand], abs=1e-4)
+    assert record["choice"] == "d" and record["choice_word"] == "the" and record["correct"] is True
+    assert record["unknown"] == [False, True, False, False, False]
+    assert summary["accuracy"] == 1.0 and summary["unknown_candidates"] == 1
+
+
+def test_batched_scores_equal_one_sentence_at_a_time(runs, tmp_path):
+    """Kneser-Ney and an LSTM: the scores of sentences batched by length with padding equal `score_tokens`
+    on each sentence alone, and the choice is the argmax."""
+    from ctxlm.run import load
+
+    questions = read_msr_completion(_write(tmp_path / "q.csv", CSV))
+    for name in ("ngram", "lstm"):
+        run = load(runs[name])
+        sentences = [s for q in questions for s in candidate_sentences(q)]
+        batched = sentence_scores(run.model, run.vocab, sentences, batch_size=3)
+        alone = torch.tensor([sum(score_tokens(run.model, run.vocab, s)[0]) for s in sentences],
+                             dtype=torch.float64)
+        assert torch.allclose(batched, alone, atol=1e-5), name
+        _, records = answer_questions(run.model, run.vocab, questions, batch_size=4)
+        for record, row in zip(records, batched.view(2, 5).tolist()):
+            assert record["choice"] == "abcde"[row.index(max(row))]
+
+
+def test_kneser_ney_prefers_the_seen_sentence(tmp_path):
+    from ctxlm.config import Config, ModelConfig
+    from ctxlm.run import load
+    from ctxlm.training.count import estimate_run
+
+    text = "the cat sat on a mat .\nthe dog ran to a house .\nthe cat sat on the mat .\na dog sat on a mat .\n" * 5
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"{split}.txt").write_text(text)
+    config = Config()
+    config.data.dataset = "files"
+    config.data.train, config.data.valid, config.data.test = (str(tmp_path / f"{s}.txt") for s in ("train", "valid", "test"))
+    config.model = ModelConfig.of(name="kneser-ney", order=3)
+    estimate_run(config, tmp_path / "kn", log=lambda *a: None)
+    run = load(tmp_path / "kn")
+    questions = read_msr_completion(_write(tmp_path / "q.csv", CSV), _write(tmp_path / "a.csv", ANSWERS))
+    summary, records = answer_questions(run.model, run.vocab, questions)
+    assert [r["choice"] for r in records] == ["a", "a"] and summary["accuracy"] == 1.0
+
+
+class WholeSentence(torch.nn.Module):
+    """A stand-in for a bidirectional model: scores a sentence by itself (here: minus its length)."""
+
+    def sentence_log_prob(self, batch):
+        return -(batch.targets != -100).sum(1).double()
+
+    def eval(self):
+        return self
+
+
+def test_models_with_their_own_sentence_score_use_it():
+    vocab = Vocabulary(["<eos>", "<unk>", "a", "b"])
+    question = CompletionQuestion("1", "a _____ b", ["a", "a-b b", "b", "a", "b"], None)   # option b is two words
+    _, [record] = answer_questions(WholeSentence(), vocab, [question])
+    assert record["scores"] == [-4.0, -5.0, -4.0, -4.0, -4.0] and record["choice"] == "a" and record["correct"] is None
+
+
+def test_both_layouts_give_the_same_answers(runs, tmp_path):
+    csv_q, csv_a = _write(tmp_path / "q.csv", CSV), _write(tmp_path / "a.csv", ANSWERS)
+    mq, ma = _write(tmp_path / "questions.txt", MACHINE), _write(tmp_path / "answers.txt", MACHINE_ANSWERS)
+    a = read_msr_completion(csv_q, csv_a)
+    b = read_msr_completion(mq, ma)
+    assert [(q.options, q.answer) for q in a] == [(q.options, q.answer) for q in b]
+    outputs = []
+    for questions, answers in ((csv_q, csv_a), (mq, ma)):
+        out = tmp_path / f"{questions.stem}.json"
+        result = ctxlm("complete", runs["ngram"], "--questions", questions, "--answers", answers, "--out", out)
+        assert result.returncode == 0, result.stderr
+        assert "accuracy" in result.stdout and "2 questions" in result.stdout
+        outputs.append(json.loads(out.read_text()))
+    assert [r["scores"] for r in outputs[0]["records"]] == [r["scores"] for r in outputs[1]["records"]]
+    record = outputs[0]["records"][0]
+    assert set(record) >= {"id", "scores", "choice", "answer", "correct"} and len(record["scores"]) == 5
+    assert outputs[0]["questions"] == 2 and outputs[0]["model"] == "kneser-ney"
+    no_key = ctxlm("complete", runs["lstm"], "--questions", csv_q, "--out", tmp_path / "x.json")
+    assert no_key.returncode == 0 and "no answers given" in no_key.stdout
+
+
+@pytest.mark.parametrize("name, text, needle", [
+    ("short_row.csv", CSV.replace(",on\n", "\n"), "line 2: expected 7 fields"),
+    ("no_blank.csv", CSV.replace("_____ ", "", 1), "line 2: the question needs exactly one _____ blank"),
+    ("header.csv", CSV.replace("id,question", "number,question"), "line 1: expected the header"),
+    ("repeat.csv", CSV.replace("8,", "7,", 1), "line 3: question id '7' is empty or repeated"),
+    ("quote.csv", CSV + '9,"unterminated, a, b\n', "line 4"),
+    ("machine.txt", MACHINE.replace("7c)", "7x)"), "line 3: expected `NUMBERletter) sentence with one [option]`"),
+    ("machine_four.txt", "".join(MACHINE.splitlines(True)[:4]), "question 7 has 4 of its five lines"),
+    ("machine_mixed.txt", MACHINE.replace("8b) the", "8b) a"), "line 7: expected 8b) with the same sentence"),
+])
+def test_bad_question_files_are_one_line(runs, tmp_path, name, text, needle):
+    result = ctxlm("complete", runs["ngram"], "--questions", _write(tmp_path / name, text), "--out", tmp_path / "o.json")
+    one_line_error(result, needle)
+    assert not (tmp_path / "o.json").exists()
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("id,answer\n7,a\n8,f\n", "line 3: expected `id,letter` with a letter a-e"),
+    ("id,answer\n7,a\n8,ab\n", "line 3: expected `id,letter` with a letter a-e"),
+    ("7a) x\n9b) y\n", "line 2: question '9' is not in the questions file"),
+    ("id,answer\n7,a\n", "no answer for question 8"),
+    ("id,answer\n7,a\n8,b\n9,c\n", "line 4: question '9' is not in the questions file"),
+    ("7a) x\nbad line\n", "line 2: expected `NUMBERletter) sentence`"),
+])
+def test_bad_answer_files_are_one_line(runs, tmp_path, text, needle):
+    result = ctxlm("complete", runs["ngram"], "--questions", _write(tmp_path / "q.csv", CSV),
+                   "--answers", _write(tmp_path / "a.csv", text), "--out", tmp_path / "o.json")
+    one_line_error(result, needle)
+
+
+def test_missing_files_are_one_line(runs, tmp_path):
+    one_line_error(ctxlm("complete", runs["ngram"], "--questions", tmp_path / "none.csv"), "none.csv: file not found")
+    one_line_error(ctxlm("complete", tmp_path / "norun", "--questions", _write(tmp_path / "q.csv", CSV)), "not a run directory")
+    with pytest.raises(CtxlmError, match="file is empty"):
+        read_msr_completion(_write(tmp_path / "empty.csv", ""))
+
+
+@pytest.mark.data
+@needs_data("msr_sentence_completion/testing_data.csv", "msr_sentence_completion/test_answer.csv")
+def test_the_challenge_questions_read_and_fill():
+    """All 1,040: five one-token candidates each, the sentences differ only at the blank."""
+    from ctxlm.data.registry import locate
+
+    questions = read_msr_completion(locate("msr-completion", "questions", DATA_DIR), locate("msr-completion", "answers", DATA_DIR))
+    assert len(questions) == 1040 and {q.answer for q in questions} == set("abcde")
+    for q in questions:
+        filled = candidate_sentences(q)
+        lengths = {len(s) for s in filled}
+        assert len(lengths) == 1, q.id
+        differ = [i for i in range(len(filled[0])) if len({tuple(s[i:i + 1]) for s in filled}) > 1]
+        assert len(differ) == 1, q.id
+
+
+def _write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return path

@@ -1,0 +1,106 @@
+"""Softmax mixture for names (SPEC §1.19, eq 5.8): normalised, eq 5.8's loss, gate learns, names-only perplexity."""
+import math
+
+import pytest
+import torch
+
+from ctxlm.config import ModelConfig
+from ctxlm.data.vocab import Vocabulary
+from ctxlm.errors import CtxlmError
+from ctxlm.models import build_model
+from ctxlm.evaluation.names import names_perplexity
+
+WORDS = ["<eos>", "<unk>", "the", "said", "holmes", "watson", "a", "lestrade", "door", "was"]
+NAMES = ["holmes", "watson", "lestrade"]
+
+
+def make(tmp_path, supervision=100.0):
+    (tmp_path / "names.txt").write_text("\n".join(NAMES + ["moriarty"]) + "\n")
+    torch.manual_seed(0)
+    model = build_model(ModelConfig.of(name="names-mixture", emb_size=8, hidden_size=8, init_range=0.5,
+                                       names=str(tmp_path / "names.txt"), supervision=supervision), len(WORDS))
+    model.use_vocabulary(Vocabulary(WORDS))
+    return model.double()
+
+
+def test_names_are_marked_from_the_list(tmp_path):
+    model = make(tmp_path)
+    assert model.is_name.nonzero().flatten().tolist() == [4, 5, 7]      # moriarty is not in the vocabulary
+
+
+def test_mixture_sums_to_one_and_splits_by_the_gate(tmp_path):
+    model = make(tmp_path).eval()
+    inputs = torch.randint(0, len(WORDS), (2, 9))
+    with torch.no_grad():
+        out = model(inputs)
+        p = model.log_probs(out).exp()
+        gate = model.mixture_weight(out)
+    assert torch.allclose(p.sum(-1), torch.ones(2, 9, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(p[..., model.is_name].sum(-1), gate, atol=1e-12)   # the names get exactly P(name)
+
+
+def test_loss_is_equation_5_8_with_the_sign_fixed(tmp_path):
+    model = make(tmp_path, supervision=100.0).eval()
+    inputs, targets = torch.randint(0, len(WORDS), (1, 6)), torch.tensor([[4, 2, 5, 9, 7, 3]])
+    out = model(inputs)
+    loss, count = model.loss(out, targets)
+    log_p = model.log_probs(out)[0].detach()
+    gate = model.mixture_weight(out)[0].detach()
+    expected = 0.0
+    for t, y in enumerate(targets[0].tolist()):
+        is_name = WORDS[y] in NAMES
+        expected -= float(log_p[t, y])
+        expected -= 100.0 * math.log(float(gate[t]) if is_name else 1 - float(gate[t]))   # + λ · BCE
+    assert count == 6 and loss.item() == pytest.approx(expected, rel=1e-10)
+
+
+def test_supervised_gate_learns_when_a_name_comes(tmp_path):
+    model = make(tmp_path, supervision=1.0).float().train()
+    stream = torch.tensor([[2, 3, 4, 9, 6, 8] * 6, [2, 3, 5, 9, 6, 8] * 6])       # "the said NAME was a door"
+    optimizer = torch.optim.Adam(model.parameters(), 0.05)
+    for _ in range(60):
+        loss, n = model.loss(model(stream[:, :-1]), stream[:, 1:])
+        optimizer.zero_grad()
+        (loss / n).backward()
+        optimizer.step()
+    with torch.no_grad():
+        gate = model.eval().mixture_weight(model(stream[:, :-1]))
+    before_name = torch.isin(stream[:, 1:], torch.tensor([4, 5]))
+    assert float(gate[before_name].mean()) > 0.8 and float(gate[~before_name].mean()) < 0.2
+
+
+def test_names_perplexity_counts_only_name_targets():
+    log_probs = torch.log(torch.tensor([0.5, 0.1, 0.25, 0.2], dtype=torch.float64))
+    ids = torch.tensor([0, 2, 4, 3, 7])                        # targets 2, 4, 3, 7: names at 4 and 7
+    result = names_perplexity(log_probs, ids, torch.tensor([False, False, False, False, True, True, False, True]))
+    assert result["tokens"] == 2 and result["ppl"] == pytest.approx(math.exp(-(math.log(0.1) + math.log(0.2)) / 2))
+
+
+def test_a_missing_names_list_is_a_clear_error(tmp_path):
+    model = build_model(ModelConfig.of(name="names-mixture", emb_size=8, hidden_size=8), len(WORDS))
+    with pytest.raises(CtxlmError, match="model.names: the names-mixture model needs a file"):
+        model.use_vocabulary(Vocabulary(WORDS))
+    model.names_file = str(tmp_path / "nope.txt")
+    with pytest.raises(CtxlmError, match="model.names: cannot read"):
+        model.use_vocabulary(Vocabulary(WORDS))
+
+
+def test_trained_run_keeps_its_names_and_eval_reports_names_perplexity(tmp_path, corpus):
+    from conftest import WORDS as CORPUS_WORDS, ctxlm, tiny_config
+    from ctxlm.run import load
+    from ctxlm.training.trainer import Trainer
+
+    names = tmp_path / "names.txt"
+    names.write_text("\n".join(CORPUS_WORDS[2:5]) + "\n")
+    config = tiny_config(corpus, name="names-mixture", names=str(names), supervision=1.0)
+    config.train.epochs = 1
+    Trainer(config, tmp_path / "run", log=lambda *a: None).fit()
+    names.unlink()                                    # the run's weights keep the list
+    run = load(tmp_path / "run")
+    assert sorted(run.vocab.words[i] for i in run.model.is_name.nonzero().flatten()) == sorted(CORPUS_WORDS[2:5])
+    (tmp_path / "list.txt").write_text("\n".join(CORPUS_WORDS[2:5]))
+    result = ctxlm("eval", tmp_path / "run", "--split", "valid", "--names", tmp_path / "list.txt", "--json")
+    assert result.returncode == 0, result.stderr
+    import json
+    valid = json.loads(result.stdout)["valid"]
+    assert 0 < valid["names"]["tokens"] < valid["tokens"] and valid["names"]["ppl"] > 1

@@ -1,0 +1,64 @@
+"""[output]: every model family trains and evaluates with every output layer; a run keeps its layer."""
+import json
+
+import pytest
+import torch
+
+from ctxlm.config import Config, ModelConfig, OutputConfig, apply_overrides
+from ctxlm.errors import CtxlmError
+from ctxlm.models import MODELS, build_model
+
+from conftest import ctxlm, tiny_config
+
+V = 40
+FAMILIES = {"lstm": {}, "gru": {}, "attention": {"window": 3}, "key-value": {"window": 2}, "rnn-ngram": {"ngram": 2},
+            "attentive-lm": {}, "psmm": {"window": 4}, "lstmn": {"window": 3}}
+
+
+@pytest.mark.parametrize("layer", ["class", "adaptive", "nce"])
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_every_family_trains_and_evaluates_with_every_output_layer(name, layer):
+    torch.manual_seed(0)
+    sizes = {"emb_size": 12, "hidden_size": 12}
+    model = build_model(ModelConfig.of(name=name, **sizes, **FAMILIES[name]), V, OutputConfig(layer=layer, cutoffs="10,20", div_value=2.0),
+                        torch.arange(V, 0, -1))
+    assert type(model.output).__name__ != "SoftmaxOutput"
+    inputs, targets = torch.randint(0, V, (3, 6)), torch.randint(0, V, (3, 6))
+    loss, count = model.loss(model(inputs), targets)
+    loss.backward()
+    assert count == 18 and torch.isfinite(loss)
+    model.eval()
+    with torch.no_grad():
+        out = model(inputs)
+        log_probs = model.log_probs(out).double()
+        assert torch.allclose(log_probs.exp().sum(-1), torch.ones(3, 6, dtype=torch.float64), atol=1e-5)
+        picked = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        assert torch.allclose(model.target_log_probs(out, targets).double(), picked, atol=1e-5)
+
+
+def test_models_that_read_their_softmax_refuse_other_layers():
+    with pytest.raises(CtxlmError, match='works with output.layer = "softmax" only'):
+        build_model(ModelConfig.of(name="kneser-ney"), V, OutputConfig(layer="class"))
+    with pytest.raises(CtxlmError, match='works with output.layer = "softmax" only'):
+        build_model(ModelConfig.of(name="names-mixture"), V, OutputConfig(layer="nce"))
+
+
+def test_a_run_trained_with_the_class_softmax_reloads_and_scores_the_same(tmp_path, corpus):
+    from ctxlm.run import load
+    from ctxlm.training.trainer import Trainer
+
+    config = tiny_config(corpus)
+    config.output.layer, config.train.epochs = "class", 1
+    Trainer(config, tmp_path / "run", log=lambda *a: None).fit()
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert type(load(tmp_path / "run").model.output).__name__ == "ClassOutput"
+    again = ctxlm("eval", tmp_path / "run", "--split", "test", "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["test"]["ppl"] == pytest.approx(results["test"]["ppl"], rel=1e-6)
+
+
+def test_output_keys_are_checked():
+    config = apply_overrides(Config(), ["output.layer=adaptive", "output.cutoffs=2000,10000"])
+    assert config.output.layer == "adaptive" and config.to_dict()["output"]["cutoffs"] == "2000,10000"
+    with pytest.raises(CtxlmError, match="output.layer must be one of softmax, class, adaptive, nce, got 'hsm'"):
+        apply_overrides(Config(), ["output.layer=hsm"])
