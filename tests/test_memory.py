@@ -194,6 +194,23 @@ def test_bidirectional_is_not_a_left_to_right_model():
     assert model.left_to_right is False
 
 
+@pytest.mark.parametrize("layer", ["class", "adaptive", "nce"])
+def test_bidirectional_rm_trains_and_scores_with_every_output_layer(layer):
+    from ctxlm.config import OutputConfig
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig.of(name="bidirectional-rm", emb_size=12, hidden_size=12, memory=2), V,
+                        OutputConfig(layer=layer, cutoffs="10,20", div_value=2.0), torch.arange(V, 0, -1))
+    rows = sentence_rows([6, 4], 5)
+    targets = rows[:, 1:]
+    loss, count = model.loss(model(rows[:, :-1].clamp(min=0)), targets)
+    loss.backward()
+    assert count == 12 and torch.isfinite(loss)
+    model.eval()
+    with torch.no_grad():
+        assert bool(torch.isfinite(model.sentence_log_prob(rows)).all())
+
+
 def test_daniluk_rm_preset_has_13_28M_parameters():
     config = load_toml(CONFIGS / "daniluk" / "ptb-rm.toml")
     assert (config.model.name, config.model.options.memory, config.model.options.temporal,
