@@ -183,6 +183,21 @@ def test_bidirectional_never_sees_the_word_it_predicts():
     assert torch.equal(dists[0], dists[1])
 
 
+def test_sentence_completion_scores_candidates_with_the_bidirectional_scores():
+    from ctxlm.data.corpus import CompletionQuestion
+    from ctxlm.data.vocab import Vocabulary
+    from ctxlm.evaluation.completion import answer_questions, candidate_sentences
+
+    vocab = Vocabulary(["<eos>", "<unk>", "the", "cat", "sat", "on", "a", "mat", "dog", "ran"])
+    model = build_model(ModelConfig.of(name="bidirectional-rm", emb_size=6, hidden_size=8, memory=2), len(vocab)).eval()
+    question = CompletionQuestion("1", "the _____ sat on a mat", ["cat", "dog", "mat", "ran", "the dog"], None)
+    _, [record] = answer_questions(model, vocab, [question])
+    with torch.no_grad():
+        want = [float(model.sentence_log_prob(vocab.encode(["<eos>"] + s).unsqueeze(0))) for s in candidate_sentences(question)]
+    assert record["scores"] == pytest.approx(want, abs=1e-4)
+    assert record["choice"] == "abcde"[max(range(5), key=lambda k: (want[k], -k))]
+
+
 def test_bidirectional_is_not_a_left_to_right_model():
     model = make("bidirectional-rm", emb_size=6, hidden_size=8, memory=2)
     inputs = tokens(1, 5, 8)
