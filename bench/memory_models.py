@@ -10,7 +10,7 @@ state fresh per batch, SGD); `daniluk` = the daniluk/ptb-rm preset (d = 300, n =
 tokens, carried state, Adam). Targets on CPU: ≥ 0.7 of the LSTM at d = 128, never slower than step-by-step.
 
     python bench/memory_models.py                     # both settings, V = 10k
-    python bench/memory_models.py --setting tran --rounds 3 --steps 5
+    python bench/memory_models.py --setting tran --rounds 15 --steps 5 --threads 1
 """
 from __future__ import annotations
 
@@ -104,9 +104,12 @@ def main():
     parser.add_argument("--vocab", type=int, default=10_000)
     parser.add_argument("--steps", type=int, default=10, help="training steps per round")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads for PyTorch (0 = its default)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (everything is built on it)")
     args = parser.parse_args()
     torch.set_default_device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     report = {"machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "threads": torch.get_num_threads(),
               "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu", "torch": torch.__version__,
               "vocab": args.vocab, "steps_per_round": args.steps, "rounds": args.rounds}

@@ -183,6 +183,21 @@ def test_bidirectional_never_sees_the_word_it_predicts():
     assert torch.equal(dists[0], dists[1])
 
 
+def test_sentence_completion_scores_candidates_with_the_bidirectional_scores():
+    from ctxlm.data.corpus import CompletionQuestion
+    from ctxlm.data.vocab import Vocabulary
+    from ctxlm.evaluation.completion import answer_questions, candidate_sentences
+
+    vocab = Vocabulary(["<eos>", "<unk>", "the", "cat", "sat", "on", "a", "mat", "dog", "ran"])
+    model = build_model(ModelConfig.of(name="bidirectional-rm", emb_size=6, hidden_size=8, memory=2), len(vocab)).eval()
+    question = CompletionQuestion("1", "the _____ sat on a mat", ["cat", "dog", "mat", "ran", "the dog"], None)
+    _, [record] = answer_questions(model, vocab, [question])
+    with torch.no_grad():
+        want = [float(model.sentence_log_prob(vocab.encode(["<eos>"] + s).unsqueeze(0))) for s in candidate_sentences(question)]
+    assert record["scores"] == pytest.approx(want, abs=1e-4)
+    assert record["choice"] == "abcde"[max(range(5), key=lambda k: (want[k], -k))]
+
+
 def test_bidirectional_is_not_a_left_to_right_model():
     model = make("bidirectional-rm", emb_size=6, hidden_size=8, memory=2)
     inputs = tokens(1, 5, 8)
@@ -192,6 +207,23 @@ def test_bidirectional_is_not_a_left_to_right_model():
     with pytest.raises(CtxlmError, match="carries no state"):
         model(inputs, state=())
     assert model.left_to_right is False
+
+
+@pytest.mark.parametrize("layer", ["class", "adaptive", "nce"])
+def test_bidirectional_rm_trains_and_scores_with_every_output_layer(layer):
+    from ctxlm.config import OutputConfig
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig.of(name="bidirectional-rm", emb_size=12, hidden_size=12, memory=2), V,
+                        OutputConfig(layer=layer, cutoffs="10,20", div_value=2.0), torch.arange(V, 0, -1))
+    rows = sentence_rows([6, 4], 5)
+    targets = rows[:, 1:]
+    loss, count = model.loss(model(rows[:, :-1].clamp(min=0)), targets)
+    loss.backward()
+    assert count == 12 and torch.isfinite(loss)
+    model.eval()
+    with torch.no_grad():
+        assert bool(torch.isfinite(model.sentence_log_prob(rows)).all())
 
 
 def test_daniluk_rm_preset_has_13_28M_parameters():

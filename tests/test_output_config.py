@@ -12,7 +12,8 @@ from conftest import ctxlm, tiny_config
 
 V = 40
 FAMILIES = {"lstm": {}, "gru": {}, "attention": {"window": 3}, "key-value": {"window": 2}, "rnn-ngram": {"ngram": 2},
-            "attentive-lm": {}, "psmm": {"window": 4}, "lstmn": {"window": 3}}
+            "attentive-lm": {}, "psmm": {"window": 4}, "lstmn": {"window": 3}, "rm": {"memory": 3}, "rmr": {"memory": 3},
+            "memn": {"memory": 3}}
 
 
 @pytest.mark.parametrize("layer", ["class", "adaptive", "nce"])

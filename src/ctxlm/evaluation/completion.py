@@ -8,10 +8,10 @@ choice (ties: the earlier letter). Sentences of several questions go through the
 sorted by length (`SentenceBatches`), padding never counted.
 
 Hook for models that score a whole sentence their own way (bidirectional RM, SPEC §1.12 / §6.4 REC
-33-34): a model with a method `sentence_log_prob(batch) -> Tensor[B]` gets each padded batch
-(`data.batching.Batch`: inputs = `<eos>` + sentence[:-1], targets = the sentence with its `<eos>`,
-IGNORE after it) and returns one score per row, higher = more likely; it may read the whole sentence
-from `targets`. The score need not be a normalised probability.
+33-34; docs/memory.md): a model with a method `sentence_log_prob(tokens) -> Tensor[B]` gets each
+padded batch as `tokens` [B, T] = `<eos>` + the sentence with its final `<eos>`, right-padded with
+IGNORE, and returns one score per row, higher = more likely. The score need not be a normalised
+probability.
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def sentence_scores(model, vocab, sentences: list[list[str]], batch_size: int = 
     for number, rows in enumerate(batches.indices):
         batch = batches.batch(number)
         if own is not None:
-            values = own(batch)
+            values = own(torch.cat([batch.inputs[:, :1], batch.targets], 1))
         else:
             values = model.target_log_probs(model(batch.inputs), batch.targets).double().sum(1)
         scores[rows] = values.double().cpu()
