@@ -21,11 +21,11 @@ import os
 import platform
 import sys
 import time
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from ctxlm.config import OutputConfig
 from ctxlm.data.batching import StreamBatches
 from ctxlm.data.registry import load_corpus
 from ctxlm.data.vocab import EOS, Vocabulary
@@ -39,22 +39,13 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from throughput import interleaved, synchronize, timed  # noqa: E402
 
 
-@dataclass
-class OutputSettings:          # config [output] at its defaults
-    layer: str = "softmax"
-    classes: int = 0
-    cutoffs: str = ""
-    div_value: float = 4.0
-    noise_samples: int = 100
-    log_z: float = 9.0
-
 
 class LSTMLM(LanguageModel):
     def __init__(self, vocab: int, size: int, layer: str, counts: torch.Tensor):
         super().__init__()
         self.embedding = nn.Embedding(vocab, size)
         self.rnn = nn.LSTM(size, size, batch_first=True)
-        self.output = build_output(OutputSettings(layer), size, vocab, counts)
+        self.output = build_output(OutputConfig(layer), size, vocab, counts)
 
     def forward(self, inputs, state=None, reset=None):
         hidden, state = self.rnn(self.embedding(inputs), state)
@@ -129,7 +120,7 @@ def main():
     report = {"machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "threads": torch.get_num_threads(),
               "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu", "torch": torch.__version__,
               "vocab": len(vocab), "size": args.size, "batch": args.batch, "bptt": args.bptt,
-              "output_settings": vars(OutputSettings())}
+              "output_settings": vars(OutputConfig())}
     if args.section in ("speed", "all"):
         report["speed"] = speed_section(args, vocab, counts, batches)
         print(json.dumps(report["speed"]), file=sys.stderr, flush=True)

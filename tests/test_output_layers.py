@@ -1,12 +1,12 @@
 """Output layers for large vocabularies (SPEC §1.20): exact evaluation, their training losses, state round trips."""
 import math
-from dataclasses import dataclass
 
 import pytest
 import torch
 from torch import nn
 
 from conftest import DATA_DIR, needs_data
+from ctxlm.config import OutputConfig
 from ctxlm.data.batching import IGNORE, StreamBatches
 from ctxlm.evaluation import evaluate_stream
 from ctxlm.layers.output import (AdaptiveOutput, ClassOutput, NCEOutput, SoftmaxOutput, build_output,
@@ -19,15 +19,6 @@ from ctxlm.training.trainer import train_step
 LAYERS = ("softmax", "class", "adaptive", "nce")
 
 
-@dataclass
-class Settings:          # the fields of config [output]
-    layer: str = "softmax"
-    classes: int = 0
-    cutoffs: str = ""
-    div_value: float = 4.0
-    noise_samples: int = 100
-    log_z: float = 9.0
-
 
 def zipf_counts(vocab: int) -> torch.Tensor:
     return (10_000 / torch.arange(1, vocab + 1)).floor() + 1
@@ -35,7 +26,7 @@ def zipf_counts(vocab: int) -> torch.Tensor:
 
 def layer(name: str, vocab: int = 60, dim: int = 16, seed: int = 0, **settings) -> nn.Module:
     torch.manual_seed(seed)
-    out = build_output(Settings(name, **settings), dim, vocab, zipf_counts(vocab))
+    out = build_output(OutputConfig(name, **settings), dim, vocab, zipf_counts(vocab))
     for p in out.parameters():          # larger than the default init, so the distributions are far from uniform
         nn.init.normal_(p, 0, 0.5)
     return out.double()
@@ -134,19 +125,19 @@ def test_bad_settings_are_clear_errors():
     embedding = nn.Embedding(60, 16)
     for name in ("class", "adaptive"):
         with pytest.raises(ValueError, match="tying works with softmax and nce"):
-            build_output(Settings(name), 16, 60, None, embedding)
-    for settings, message in [(Settings("hsm"), "unknown output.layer"), (Settings("class", classes=61), "classes"),
-                              (Settings("adaptive", cutoffs="5;20"), "cutoffs"), (Settings("adaptive", cutoffs="20,5"), "cutoffs"),
-                              (Settings("adaptive", cutoffs="5,20", div_value=8.0), "div_value"), (Settings("nce", noise_samples=0), "noise_samples")]:
+            build_output(OutputConfig(name), 16, 60, None, embedding)
+    for settings, message in [(OutputConfig("hsm"), "unknown output.layer"), (OutputConfig("class", classes=61), "classes"),
+                              (OutputConfig("adaptive", cutoffs="5;20"), "cutoffs"), (OutputConfig("adaptive", cutoffs="20,5"), "cutoffs"),
+                              (OutputConfig("adaptive", cutoffs="5,20", div_value=8.0), "div_value"), (OutputConfig("nce", noise_samples=0), "noise_samples")]:
         with pytest.raises(ValueError, match=message):
             build_output(settings, 16, 60, None)
     with pytest.raises(ValueError, match="counts"):
-        build_output(Settings("nce"), 16, 60, torch.ones(59))
+        build_output(OutputConfig("nce"), 16, 60, torch.ones(59))
 
 
 def test_tied_nce_trains_the_embedding():
     embedding = nn.Embedding(60, 16)
-    out = build_output(Settings("nce", noise_samples=10), 16, 60, zipf_counts(60), embedding)
+    out = build_output(OutputConfig("nce", noise_samples=10), 16, 60, zipf_counts(60), embedding)
     assert isinstance(out, NCEOutput) and out.weight is embedding.weight
     hidden, targets = with_padding()
     loss, _ = out.loss(hidden.float(), targets)
@@ -158,7 +149,7 @@ def test_tied_nce_trains_the_embedding():
 class TinyLM(LanguageModel):
     """Embedding → LSTM → the output layer under test."""
 
-    def __init__(self, vocab: int, dim: int, settings: Settings, counts):
+    def __init__(self, vocab: int, dim: int, settings: OutputConfig, counts):
         super().__init__()
         self.embedding = nn.Embedding(vocab, dim)
         self.rnn = nn.LSTM(dim, dim, batch_first=True)
@@ -171,7 +162,7 @@ class TinyLM(LanguageModel):
 
 @pytest.mark.parametrize("name", ["class", "adaptive", "nce"])
 def test_saved_layers_reload_without_counts(tmp_path, name):
-    settings = Settings(name, cutoffs="10,30", noise_samples=8)
+    settings = OutputConfig(name, cutoffs="10,30", noise_samples=8)
     torch.manual_seed(0)
     model = TinyLM(60, 16, settings, zipf_counts(60))
     ids = torch.randint(0, 60, (400,))
@@ -240,7 +231,7 @@ def test_training_lowers_validation_perplexity_on_ptb(ptb_slice, name):
     vocab, train, valid, counts = ptb_slice
     unigram = math.exp(-(counts / counts.sum()).log()[valid[1:]].mean())
     torch.manual_seed(0)
-    model = TinyLM(len(vocab), 32, Settings(name, noise_samples=50), counts)
+    model = TinyLM(len(vocab), 32, OutputConfig(name, noise_samples=50), counts)
     before = evaluate_stream(model, valid)["ppl"]
     optimizer = build_optimizer("adam", model.parameters(), 0.01, 0.0)
     carry = None
@@ -267,7 +258,7 @@ def test_every_layer_serves_the_cache_scoring_and_sampling(name):
 
     vocab = Vocabulary([EOS, UNK] + [f"w{i}" for i in range(58)])
     torch.manual_seed(0)
-    model = TinyLM(60, 16, Settings(name, cutoffs="10,30"), zipf_counts(60)).eval()
+    model = TinyLM(60, 16, OutputConfig(name, cutoffs="10,30"), zipf_counts(60)).eval()
     ids = torch.randint(0, 60, (1, 30))
     cached = NeuralCache(model, CacheSettings(window=10))
     with torch.no_grad():

@@ -9,12 +9,13 @@ import torch
 from ..errors import CtxlmError
 
 
-def read_names(path: str | Path, vocab) -> torch.Tensor:
-    """[V] bool: the vocabulary's words listed in `path` (one per line, as `ctxlm names` writes)."""
+def read_names(path: str | Path, vocab, source: str = "--names") -> torch.Tensor:
+    """[V] bool: the vocabulary's words listed in `path` (one per line, as `ctxlm names` writes);
+    `source` names the option or key in errors."""
     try:
         words = Path(path).read_text(encoding="utf-8").split()
     except (OSError, UnicodeDecodeError) as exc:
-        raise CtxlmError(f"--names {path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+        raise CtxlmError(f"{source}: cannot read {path} ({getattr(exc, 'strerror', None) or exc})") from None
     mask = torch.zeros(len(vocab), dtype=torch.bool)
     mask[[vocab.index[w] for w in words if w in vocab.index]] = True
     mask[[vocab.eos, vocab.unk]] = False

@@ -14,7 +14,6 @@ training starts and kept in the run's weights.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +22,7 @@ from torch import nn
 from ..checks import at_least, one_of, setting
 from ..data.batching import IGNORE
 from ..errors import CtxlmError
+from ..evaluation.names import read_names
 from ..layers.output import SoftmaxOutput
 from .base import LanguageModel, ModelOutput, register
 from .recurrent import RecurrentLM, RecurrentOptions, _CELLS
@@ -69,23 +69,17 @@ class NamesMixtureLM(LanguageModel):
         if not self.names_file:
             raise CtxlmError("model.names: the names-mixture model needs a file of name words, one per line "
                              "(make one with `ctxlm names FILES > names.txt`)")
-        path = Path(self.names_file)
-        try:
-            words = path.read_text(encoding="utf-8").split()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise CtxlmError(f"model.names: cannot read {path} ({getattr(exc, 'strerror', None) or exc})") from None
-        ids = [vocab.index[w] for w in words if w in vocab.index and vocab.index[w] not in (vocab.eos, vocab.unk)]
-        if not ids:
-            raise CtxlmError(f"model.names: none of the {len(words):,} words in {path} is in the vocabulary")
-        self.is_name.zero_()
-        self.is_name[ids] = True
+        is_name = read_names(self.names_file, vocab, "model.names")
+        if not is_name.any():
+            raise CtxlmError(f"model.names: none of the words in {self.names_file} is in the vocabulary")
+        self.is_name.copy_(is_name)
 
     def forward(self, inputs, state=None, reset=None) -> ModelOutput:
         return self.base(inputs, state, reset)
 
     def log_probs(self, out):
-        log_gate = F.logsigmoid(self.gate(out.hidden))                      # log P(name), [B, T, 1]
-        log_other_gate = F.logsigmoid(-self.gate(out.hidden))
+        gate = self.gate(out.hidden)
+        log_gate, log_other_gate = F.logsigmoid(gate), F.logsigmoid(-gate)    # log P(name), log(1 − P(name)): [B, T, 1]
         names = torch.log_softmax(self.name_output.logits(out.hidden).masked_fill(~self.is_name, float("-inf")), -1)
         other = torch.log_softmax(self.output.logits(out.hidden).masked_fill(self.is_name, float("-inf")), -1)
         return torch.where(self.is_name, log_gate + names, log_other_gate + other)

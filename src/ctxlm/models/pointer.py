@@ -44,7 +44,7 @@ class PointerSentinelLM(LanguageModel):
 
     Options = PointerOptions
 
-    def __init__(self, base: RecurrentLM, window: int = 100):
+    def __init__(self, base: RecurrentLM, window: int = 100, init_range: float = 0.1):
         super().__init__()
         if window < 2:
             raise ValueError(f"pointer window must be at least 2, got {window}")
@@ -54,20 +54,16 @@ class PointerSentinelLM(LanguageModel):
         size = base.rnn.hidden_size
         self.query = nn.Linear(size, size)
         self.sentinel = nn.Parameter(torch.empty(size))
-        init_range = 0.1
+        bound = init_range or 0.1            # init_range 0 (PyTorch's defaults elsewhere): U(±0.1) here
         for parameter in (self.query.weight, self.query.bias, self.sentinel):
-            nn.init.uniform_(parameter, -init_range, init_range)
+            nn.init.uniform_(parameter, -bound, bound)
 
     @classmethod
     def from_config(cls, config, options: PointerOptions, vocab_size: int) -> "PointerSentinelLM":
         base = RecurrentLM(vocab_size, options.base, config.emb_size, config.hidden_size, config.layers,
                            config.dropout, config.tie_weights, config.init_range, options.forget_bias,
                            options.input_dropout, options.state_dropout, options.output_dropout)
-        model = cls(base, options.window)
-        if config.init_range > 0:
-            for parameter in (model.query.weight, model.query.bias, model.sentinel):
-                nn.init.uniform_(parameter, -config.init_range, config.init_range)
-        return model
+        return cls(base, options.window, config.init_range)
 
     def forward(self, inputs, state=None, reset=None) -> ModelOutput:
         """State: (the base model's (h, c) or h, states [B, L−1, H], their input words [B, L−1], valid [B, L−1])."""
