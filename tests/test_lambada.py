@@ -23,7 +23,7 @@ def test_two_passages_by_hand():
     assert [r["predicted"] for r in records] == ["the", "the"]
     assert records[0]["target_log_prob"] == pytest.approx(math.log(0.4), abs=1e-5)
     assert records[1]["target_log_prob"] == pytest.approx(math.log(0.05), abs=1e-5)     # as <unk>
-    assert records[0]["rank"] == 1 and records[1]["rank"] == 4
+    assert records[0]["rank"] == 1 and records[1]["rank"] is None        # an unknown target has no rank
     assert summary["accuracy"] == 0.5 and summary["unknown_targets"] == 1
     assert summary["target_ppl"] == pytest.approx(math.exp(-(math.log(0.4) + math.log(0.05)) / 2), rel=1e-5)
     passage_lp = [math.log(p) for p in (0.2, 0.3, 0.4, 0.4, 0.2, 0.3, 0.05)]
@@ -33,6 +33,15 @@ def test_two_passages_by_hand():
     # random capitalised context word: passage 1 draws from {holmes}: 0; passage 2 from {holmes}: 0
     assert summary["baseline_random_capitalised"] == 0.0
     assert summary["names"] == {"passages": 1, "accuracy": 0.0, "target_ppl": pytest.approx(20.0, rel=1e-4)}
+
+
+def test_unk_and_eos_are_never_the_prediction():
+    vocab = Vocabulary(["<eos>", "<unk>", "the", "holmes", "said"])
+    model = FixedDistribution([0.3, 0.4, 0.1, 0.15, 0.05])        # <unk>, then <eos>, are the most likely
+    summary, records = score_passages(model, vocab, [["the", "said", "holmes"]], top=3)
+    assert records[0]["predicted"] == "holmes" and records[0]["correct"] and records[0]["rank"] == 1
+    assert [t["word"] for t in records[0]["top"]] == ["holmes", "the", "said"]
+    assert summary["accuracy"] == 1.0
 
 
 def test_baselines_are_exact_expectations():

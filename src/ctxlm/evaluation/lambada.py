@@ -1,9 +1,9 @@
 """LAMBADA (Paperno et al. 2016; SPEC §3.5, §4.2): predict each passage's last word from the passage.
 
 Conventions (docs/lambada.md): a passage is scored as one stream starting after `<eos>`, with no
-`<eos>` appended; the target is the last token. A prediction is correct when the model's most
-likely word at the last position is the target (a target outside the vocabulary is never
-correct, even if `<unk>` is the most likely word). "Passage perplexity" counts every token of the
+`<eos>` appended; the target is the last token. The prediction is the most likely word at the last
+position other than `<unk>` and `<eos>`, which can never be the answer; it is correct when it is the
+target (a target outside the vocabulary is never correct). "Passage perplexity" counts every token of the
 passage, the target included. The trivial baselines are computed as exact expectations: a word
 drawn uniformly from the context, and one drawn from the context's capitalised-in-training words
 (`names`, see `capitalised_words`).
@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from ..data.corpus import gutenberg_sentences
-from ..data.vocab import EOS
+from ..data.vocab import EOS, UNK
 from ..errors import CtxlmError
 
 
@@ -41,12 +41,14 @@ def score_passages(model, vocab, passages: list[list[str]], names: frozenset[str
         target, context = tokens[-1], tokens[:-1]
         known = target in vocab.index
         target_lp = float(log_probs[-1])
-        best = torch.topk(distribution, min(top, distribution.numel()))
+        words = distribution.clone()                  # the answer is a word: never <eos> or <unk>
+        words[[vocab.index[EOS], vocab.index[UNK]]] = -math.inf
+        best = torch.topk(words, min(top, words.numel() - 2))
         capitalised = [w for w in context if w in names]
         records.append({
             "passage": index + 1, "target": target, "known_target": known,
             "predicted": vocab.words[int(best.indices[0])], "correct": known and int(best.indices[0]) == vocab.index[target],
-            "target_log_prob": round(target_lp, 5), "rank": int((distribution > distribution[ids[0, -1]]).sum()) + 1,
+            "target_log_prob": round(target_lp, 5), "rank": int((words > words[ids[0, -1]]).sum()) + 1 if known else None,
             "top": [{"word": vocab.words[int(i)], "log_prob": round(float(v), 5)} for v, i in zip(best.values, best.indices)],
             "passage_log_prob": round(float(log_probs.double().sum()), 5), "tokens": len(tokens),
             "is_name": target in names,
