@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from ctxlm.data.vocab import Vocabulary
 from ctxlm.evaluation.lambada import capitalised_words, score_passages
@@ -83,3 +84,24 @@ def test_lambada_command_on_a_trained_run(tmp_path, corpus):
     passages.write_text("lonely\n")
     bad = subprocess.run(cli, capture_output=True, text=True)
     assert bad.returncode == 2 and "passage 1" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("name", ["psmm", "lstm+cache", "attention"])
+def test_last_position_gives_the_full_distribution_at_the_end(name):
+    """LAMBADA reads the next-word distribution from the last position only: the same as the whole passage's last row."""
+    from ctxlm.config import ModelConfig
+    from ctxlm.models import build_model
+    from ctxlm.models.cache import CacheSettings, NeuralCache
+
+    torch.manual_seed(0)
+    base = name.split("+")[0]
+    extra = {"window": 4} if base != "lstm" else {}
+    model = build_model(ModelConfig.of(name=base, emb_size=8, hidden_size=8, init_range=0.5, **extra), 30).double().eval()
+    if name.endswith("+cache"):
+        model = NeuralCache(model, CacheSettings(window=6, theta=0.5, lam=0.3))
+    ids = torch.randint(0, 30, (1, 12))
+    with torch.no_grad():
+        out = model(ids)
+        expected = model.log_probs(out)[0, -1]
+        assert torch.allclose(model.log_probs(out.last_position())[0, 0], expected, atol=1e-12)
+        assert torch.allclose(expected.exp().sum(), torch.tensor(1.0, dtype=torch.float64))

@@ -10,7 +10,6 @@ drawn uniformly from the context, and one drawn from the context's capitalised-i
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from collections import Counter
@@ -35,9 +34,7 @@ def score_passages(model, vocab, passages: list[list[str]], names: frozenset[str
         ids = vocab.encode([EOS] + tokens).unsqueeze(0)
         out = model(ids[:, :-1])
         log_probs = model.target_log_probs(out, ids[:, 1:])[0]
-        last = dataclasses.replace(out, hidden=out.hidden[:, -1:],
-                                   attention=None if out.attention is None else out.attention[:, -1:])
-        distribution = model.log_probs(last)[0, 0]
+        distribution = model.log_probs(out.last_position())[0, 0]
         target, context = tokens[-1], tokens[:-1]
         known = target in vocab.index
         target_lp = float(log_probs[-1])

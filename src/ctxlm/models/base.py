@@ -50,7 +50,13 @@ class ModelOutput:
     hidden: torch.Tensor                  # [B, T, H]: what the output layer reads
     state: Any                            # everything that crosses a chunk boundary
     attention: torch.Tensor | None = None  # [B, T, L] for analysis, where the model attends
-    words: torch.Tensor | None = None      # [B, L]: the word each attended slot predicts (cache, pointer)
+    words: torch.Tensor | None = None      # the word each attended slot predicts: [B, L] (cache) or [B, T, L] (pointer)
+
+    def last_position(self) -> "ModelOutput":
+        """The output at the last position only, for the next-word distribution after a context."""
+        per_position = self.words is not None and self.words.dim() == 3
+        return ModelOutput(self.hidden[:, -1:], self.state, None if self.attention is None else self.attention[:, -1:],
+                           self.words[:, -1:] if per_position else self.words)
 
 
 def map_state(state: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
