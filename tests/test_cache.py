@@ -132,3 +132,10 @@ def test_tune_cache_records_the_best_setting_and_eval_reproduces_it(tmp_path, co
     for command in (["eval", str(tmp_path / "kn"), "--cache"], ["tune-cache", str(tmp_path / "kn")]):
         refused = subprocess.run(cli + command, capture_output=True, text=True)
         assert refused.returncode == 2 and "n-gram run" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_the_cache_refuses_a_pointer_model():
+    """PSMM's distribution reads its own attention, which the cache would replace: a clear error, not a crash."""
+    model = build_model(ModelConfig.of(name="psmm", emb_size=8, hidden_size=8, window=4), V)
+    with pytest.raises(ValueError, match="mixes its own pointer"):
+        NeuralCache(model, CacheSettings())

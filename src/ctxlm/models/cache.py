@@ -109,6 +109,9 @@ class NeuralCache(LanguageModel):
     def __init__(self, model: LanguageModel, settings: CacheSettings):
         super().__init__()
         settings.check()
+        if getattr(model, "distribution_reads_attention", False):
+            raise ValueError(f"{type(model).__name__} mixes its own pointer into its distribution; the cache goes on "
+                             "models whose distribution is their output layer's alone (score it without the cache)")
         self.model, self.settings = model, settings
         self.embedding, self.output = model.embedding, model.output
 
