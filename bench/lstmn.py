@@ -31,7 +31,7 @@ from ctxlm.config import ModelConfig
 from ctxlm.layers.history import masked_softmax
 from ctxlm.models import build_model, lstmn as lstmn_module
 from ctxlm.training.optim import build_optimizer
-from throughput import interleaved, ours_eval, ours_train
+from throughput import interleaved, ours_eval, ours_train, step_by_step_train
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 clock = CLOCKS["wall"]
@@ -66,20 +66,6 @@ def naive_forward(model, inputs, state):
         valid = torch.cat([valid[:, 1:], valid.new_ones(valid.size(0), 1)], 1)
         hs.append(h)
     return torch.stack(hs, 1), (torch.cat([tape_h, tape_c], -1), valid, hbar)
-
-
-def naive_train(model, optimizer, data, steps, bptt, clip):
-    state = None
-    for i in range(steps):
-        x, y = data[:, i * bptt:(i + 1) * bptt], data[:, i * bptt + 1:(i + 1) * bptt + 1]
-        hidden, state = naive_forward(model, x, state)
-        nll, count = model.output.loss(hidden, y)
-        optimizer.zero_grad(set_to_none=True)
-        (nll / count).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
-        state = tuple(s.detach() for s in state)
-    return steps * bptt * data.size(0)
 
 
 def recurrence_only(forward, model, data, steps, bptt):
@@ -150,7 +136,7 @@ def comparisons(lstmn, lstm, optimizers, data, stream, args) -> dict:
     train = interleaved({
         "lstmn": lambda: timed(ours_train, lstmn, optimizers["lstmn"], data, args.steps, T, 5.0),
         "lstm": lambda: timed(ours_train, lstm, optimizers["lstm"], data, args.steps, T, 5.0),
-        "naive": lambda: timed(naive_train, lstmn, optimizers["lstmn"], data, args.steps, T, 5.0),
+        "naive": lambda: timed(step_by_step_train, lstmn, optimizers["lstmn"], data, args.steps, T, 5.0, naive_forward),
     }, args.rounds)
     recurrence = interleaved({
         "lstmn": lambda: timed(recurrence_only, ours, lstmn, data, args.steps, T),

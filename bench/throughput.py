@@ -115,11 +115,13 @@ def step_by_step(model, inputs, state):
     return torch.stack(outputs, 1), (*recurrent, memory, valid)
 
 
-def step_by_step_train(model, optimizer, data, steps, bptt, clip):
+def step_by_step_train(model, optimizer, data, steps, bptt, clip, forward=None):
+    """Training through a per-step Python forward (`forward(model, x, state) -> (hidden, state)`; default `step_by_step`)."""
+    forward = forward or step_by_step
     state = None
     for i in range(steps):
         x, y = data[:, i * bptt:(i + 1) * bptt], data[:, i * bptt + 1:(i + 1) * bptt + 1]
-        hidden, state = step_by_step(model, x, state)
+        hidden, state = forward(model, x, state)
         nll, count = model.output.loss(hidden, y)
         optimizer.zero_grad(set_to_none=True)
         (nll / count).backward()
