@@ -48,7 +48,7 @@ def oracle_log_probs(cache: NeuralCache, ids: torch.Tensor, reset_at: int | None
     return torch.stack(rows)
 
 
-@pytest.mark.parametrize("name", ["lstm", "attention"])
+@pytest.mark.parametrize("name", ["lstm", "attention", "psmm"])     # psmm: its distribution reads its own attention
 @pytest.mark.parametrize("chunk", [1, 6, 1000])
 def test_chunked_cache_equals_the_per_token_oracle(name, chunk):
     model, ids = cached(name), stream()
@@ -132,10 +132,3 @@ def test_tune_cache_records_the_best_setting_and_eval_reproduces_it(tmp_path, co
     for command in (["eval", str(tmp_path / "kn"), "--cache"], ["tune-cache", str(tmp_path / "kn")]):
         refused = subprocess.run(cli + command, capture_output=True, text=True)
         assert refused.returncode == 2 and "n-gram run" in refused.stderr and "Traceback" not in refused.stderr
-
-
-def test_the_cache_refuses_a_pointer_model():
-    """PSMM's distribution reads its own attention, which the cache would replace: a clear error, not a crash."""
-    model = build_model(ModelConfig.of(name="psmm", emb_size=8, hidden_size=8, window=4), V)
-    with pytest.raises(ValueError, match="mixes its own pointer"):
-        NeuralCache(model, CacheSettings())

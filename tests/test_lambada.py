@@ -86,7 +86,7 @@ def test_lambada_command_on_a_trained_run(tmp_path, corpus):
     assert bad.returncode == 2 and "passage 1" in bad.stderr and "Traceback" not in bad.stderr
 
 
-@pytest.mark.parametrize("name", ["psmm", "lstm+cache", "attention"])
+@pytest.mark.parametrize("name", ["psmm", "lstm+cache", "psmm+cache", "attention"])
 def test_last_position_gives_the_full_distribution_at_the_end(name):
     """LAMBADA reads the next-word distribution from the last position only: the same as the whole passage's last row."""
     from ctxlm.config import ModelConfig

@@ -235,9 +235,6 @@ def cmd_tune_cache(args) -> int:
     _neural_only(run, "tune-cache")
     _left_to_right(run, "tune-cache")
     data = prepare_data(run.config, args.data_dir, run.vocab)
-    if getattr(run.model, "distribution_reads_attention", False):
-        raise CtxlmError(f"tune-cache: model {run.config.model.name!r} mixes its own pointer into its distribution; "
-                         "the cache goes on models whose distribution is their output layer's alone")
     result = cache_grid(run.model, data.ids[args.split], windows, thetas, lambdas, run.config.data.eval_chunk)
     result.update(split=args.split, commit=git_commit())
     checkpoint.atomic_write_text(Path(args.run) / "cache.json", json.dumps(result, indent=1) + "\n")

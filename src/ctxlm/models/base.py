@@ -51,12 +51,14 @@ class ModelOutput:
     state: Any                            # everything that crosses a chunk boundary
     attention: torch.Tensor | None = None  # [B, T, L] for analysis, where the model attends
     words: torch.Tensor | None = None      # the word each attended slot predicts: [B, L] (cache) or [B, T, L] (pointer)
+    inner: "ModelOutput | None" = None     # a wrapper's (cache's) wrapped model's own output, for its distribution
 
     def last_position(self) -> "ModelOutput":
         """The output at the last position only, for the next-word distribution after a context."""
         per_position = self.words is not None and self.words.dim() == 3
         return ModelOutput(self.hidden[:, -1:], self.state, None if self.attention is None else self.attention[:, -1:],
-                           self.words[:, -1:] if per_position else self.words)
+                           self.words[:, -1:] if per_position else self.words,
+                           None if self.inner is None else self.inner.last_position())
 
 
 def map_state(state: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:

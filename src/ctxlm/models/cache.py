@@ -103,15 +103,13 @@ class NeuralCache(LanguageModel):
     """A trained model with Grave et al.'s continuous cache on top (evaluation only; nothing is trained).
 
     State: (the wrapped model's state, cache memory). `attention` is the cache's weights over its
-    keys; `ModelOutput.words` are the words those keys predict.
+    keys; `ModelOutput.words` are the words those keys predict; `inner` is the wrapped model's own
+    output (a pointer model's distribution reads its attention too).
     """
 
     def __init__(self, model: LanguageModel, settings: CacheSettings):
         super().__init__()
         settings.check()
-        if getattr(model, "distribution_reads_attention", False):
-            raise ValueError(f"{type(model).__name__} mixes its own pointer into its distribution; the cache goes on "
-                             "models whose distribution is their output layer's alone (score it without the cache)")
         self.model, self.settings = model, settings
         self.embedding, self.output = model.embedding, model.output
 
@@ -119,19 +117,17 @@ class NeuralCache(LanguageModel):
         inner, memory = (None, None) if state is None else state
         out = self.model(inputs, inner, reset)
         weights, words, memory = cache_step(out.hidden, inputs, reset, memory, self.settings.window, self.settings.theta)
-        return ModelOutput(out.hidden, (out.state, memory), weights, words)
-
-    def _model_output(self, out: ModelOutput) -> ModelOutput:
-        return ModelOutput(out.hidden, None)
+        own = ModelOutput(out.hidden, None, out.attention, out.words)
+        return ModelOutput(out.hidden, (out.state, memory), weights, words, own)
 
     def target_log_probs(self, out, targets):
-        base = self.model.target_log_probs(self._model_output(out), targets)
+        base = self.model.target_log_probs(out.inner, targets)
         cache = cache_target_probs(out.attention, out.words, targets)
         mixed = mix(base, cache, self.mixture_weight(out))
         return torch.where(targets == IGNORE, torch.zeros_like(mixed), mixed)
 
     def log_probs(self, out):
-        base = self.model.log_probs(self._model_output(out))
+        base = self.model.log_probs(out.inner)
         cache = torch.zeros_like(base).scatter_add_(-1, out.words.unsqueeze(1).expand_as(out.attention), out.attention)
         return mix(base, cache, self.mixture_weight(out).unsqueeze(-1))
 

@@ -43,7 +43,6 @@ class PointerSentinelLM(LanguageModel):
     """
 
     Options = PointerOptions
-    distribution_reads_attention = True     # p = the pointer's attention mixed with the softmax: no cache on top
 
     def __init__(self, base: RecurrentLM, window: int = 100, init_range: float = 0.1):
         super().__init__()
