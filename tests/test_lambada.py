@@ -45,6 +45,14 @@ def test_unk_and_eos_are_never_the_prediction():
     assert summary["accuracy"] == 1.0
 
 
+def test_punctuation_is_never_the_prediction():
+    vocab = Vocabulary(["<eos>", "<unk>", ".", ",", "the", "holmes", "said", "n't"])
+    model = FixedDistribution([0.05, 0.05, 0.3, 0.2, 0.1, 0.15, 0.05, 0.1])     # "." then "," are the most likely
+    summary, records = score_passages(model, vocab, [["the", "said", "holmes"]], top=10)
+    assert records[0]["predicted"] == "holmes" and records[0]["correct"] and records[0]["rank"] == 1
+    assert [t["word"] for t in records[0]["top"]] == ["holmes", "the", "n't", "said"]   # only the four words
+
+
 def test_baselines_are_exact_expectations():
     vocab = Vocabulary(["<eos>", "<unk>", "a", "b"])
     model = FixedDistribution([0.25] * 4)

@@ -1,9 +1,10 @@
 """LAMBADA (Paperno et al. 2016; SPEC §3.5, §4.2): predict each passage's last word from the passage.
 
 Conventions (docs/lambada.md): a passage is scored as one stream starting after `<eos>`, with no
-`<eos>` appended; the target is the last token. The prediction is the most likely word at the last
-position other than `<unk>` and `<eos>`, which can never be the answer; it is correct when it is the
-target (a target outside the vocabulary is never correct). "Passage perplexity" counts every token of the
+`<eos>` appended; the target is the last token. The prediction is the most likely *word* at the last
+position: `<unk>`, `<eos>` and punctuation (a token without a letter or digit), which can never be the
+answer, are passed over; it is correct when it is the target (a target outside the vocabulary is never
+correct). "Passage perplexity" counts every token of the
 passage, the target included. The trivial baselines are computed as exact expectations: a word
 drawn uniformly from the context, and one drawn from the context's capitalised-in-training words
 (`names`, see `capitalised_words`).
@@ -27,6 +28,7 @@ def score_passages(model, vocab, passages: list[list[str]], names: frozenset[str
                    progress=None) -> tuple[dict, list[dict]]:
     """Summary figures and one record per passage."""
     model.eval()
+    not_words = torch.tensor([w in (EOS, UNK) or not any(c.isalnum() for c in w) for w in vocab.words])
     records, total_lp, total_tokens = [], 0.0, 0
     for index, tokens in enumerate(passages):
         if len(tokens) < 2:
@@ -38,9 +40,8 @@ def score_passages(model, vocab, passages: list[list[str]], names: frozenset[str
         target, context = tokens[-1], tokens[:-1]
         known = target in vocab.index
         target_lp = float(log_probs[-1])
-        words = distribution.clone()                  # the answer is a word: never <eos> or <unk>
-        words[[vocab.index[EOS], vocab.index[UNK]]] = -math.inf
-        best = torch.topk(words, min(top, words.numel() - 2))
+        words = distribution.masked_fill(not_words, -math.inf)    # the answer is a word
+        best = torch.topk(words, min(top, int((~not_words).sum())))
         capitalised = [w for w in context if w in names]
         records.append({
             "passage": index + 1, "target": target, "known_target": known,
