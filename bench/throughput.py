@@ -115,9 +115,8 @@ def step_by_step(model, inputs, state):
     return torch.stack(outputs, 1), (*recurrent, memory, valid)
 
 
-def step_by_step_train(model, optimizer, data, steps, bptt, clip, forward=None):
-    """Training through a per-step Python forward (`forward(model, x, state) -> (hidden, state)`; default `step_by_step`)."""
-    forward = forward or step_by_step
+def step_by_step_train(model, optimizer, data, steps, bptt, clip, forward=step_by_step):
+    """Training through a per-step Python forward, `forward(model, x, state) -> (hidden, state)`."""
     state = None
     for i in range(steps):
         x, y = data[:, i * bptt:(i + 1) * bptt], data[:, i * bptt + 1:(i + 1) * bptt + 1]

@@ -29,6 +29,7 @@ def score_passages(model, vocab, passages: list[list[str]], names: frozenset[str
     """Summary figures and one record per passage."""
     model.eval()
     not_words = torch.tensor([w in (EOS, UNK) or not any(c.isalnum() for c in w) for w in vocab.words])
+    shown = min(top, int((~not_words).sum()))
     records, total_lp, total_tokens = [], 0.0, 0
     for index, tokens in enumerate(passages):
         if len(tokens) < 2:
@@ -41,7 +42,7 @@ def score_passages(model, vocab, passages: list[list[str]], names: frozenset[str
         known = target in vocab.index
         target_lp = float(log_probs[-1])
         words = distribution.masked_fill(not_words, -math.inf)    # the answer is a word
-        best = torch.topk(words, min(top, int((~not_words).sum())))
+        best = torch.topk(words, shown)
         capitalised = [w for w in context if w in names]
         records.append({
             "passage": index + 1, "target": target, "known_target": known,

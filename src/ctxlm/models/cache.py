@@ -117,8 +117,7 @@ class NeuralCache(LanguageModel):
         inner, memory = (None, None) if state is None else state
         out = self.model(inputs, inner, reset)
         weights, words, memory = cache_step(out.hidden, inputs, reset, memory, self.settings.window, self.settings.theta)
-        own = ModelOutput(out.hidden, None, out.attention, out.words)
-        return ModelOutput(out.hidden, (out.state, memory), weights, words, own)
+        return ModelOutput(out.hidden, (out.state, memory), weights, words, out)
 
     def target_log_probs(self, out, targets):
         base = self.model.target_log_probs(out.inner, targets)
