@@ -1,4 +1,4 @@
-"""The everyday commands: a real SIGTERM saves and resumes, downloads verify, score and generate."""
+"""The everyday commands: a real SIGTERM saves and resumes, downloads verify, score, generate, info and curves."""
 import hashlib
 import json
 import signal
@@ -12,7 +12,7 @@ from ctxlm.data.registry import DataFile, fetch
 from ctxlm.errors import CtxlmError
 from ctxlm.training.trainer import Trainer
 
-from conftest import tiny_config, write_corpus
+from conftest import ctxlm, one_line_error, tiny_config, write_corpus
 
 CLI = [sys.executable, "-m", "ctxlm"]
 
@@ -96,3 +96,25 @@ def test_filter_logits_top_k_and_top_p():
 def test_info_reports_both_parameter_counts(trained):
     done = subprocess.run(CLI + ["info", str(trained)], capture_output=True, text=True)
     assert done.returncode == 0 and "θ_W+M" in done.stdout and "θ_M" in done.stdout
+
+
+def test_curves_prints_each_epoch_stars_the_best_and_rejects_bad_records(tmp_path, corpus):
+    config = tiny_config(corpus)
+    config.train.epochs = 3
+    Trainer(config, tmp_path / "run", log=lambda *a: None).fit()
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    done = ctxlm("curves", tmp_path / "run", "--out", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines() if line.split() and line.split()[0].isdigit()]
+    assert [float(r[3]) for r in rows] == [round(r["valid_ppl"], 2) for r in records]
+    best = min(records, key=lambda r: r["valid_ppl"])["epoch"]
+    assert [r[0] for r in rows if r[-1] == "*"] == [str(best)]
+    assert f"best valid {min(r['valid_ppl'] for r in records):.2f} (epoch {best})" in done.stdout
+    assert json.loads((tmp_path / "out" / "curves.json").read_text()) == {"run": records}
+    assert (tmp_path / "out" / "curves.png").stat().st_size > 0
+
+    (tmp_path / "empty").mkdir()
+    one_line_error(ctxlm("curves", tmp_path / "empty"), "empty", "no metrics.jsonl")
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    (tmp_path / "run" / "metrics.jsonl").write_text(lines[0] + '\n{"epoch": 2}\n')
+    one_line_error(ctxlm("curves", tmp_path / "run"), "metrics.jsonl line 2", "valid_ppl")

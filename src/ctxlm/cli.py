@@ -1,5 +1,5 @@
-"""The `ctxlm` command: train, eval, score, generate, info, attention, analyze, export-arpa, import-arpa, explore, datasets, models,
-prepare, complete."""
+"""The `ctxlm` command: train, eval, score, generate, info, curves, attention, analyze, export-arpa, import-arpa, explore,
+datasets, models, prepare, complete."""
 from __future__ import annotations
 
 import argparse
@@ -631,6 +631,35 @@ def cmd_categories(args) -> int:
     return 0
 
 
+def cmd_curves(args) -> int:
+    from .analysis.attention import write_json
+    from .analysis.curves import best_epoch, plot_curves, read_curve
+
+    curves = {}                                     # label (the folder's name, else its path) -> epoch records
+    for run_dir in args.runs:
+        label = Path(run_dir).resolve().name
+        label = label if label not in curves else str(run_dir)
+        if label in curves:
+            raise CtxlmError(f"{run_dir}: given twice")
+        curves[label] = read_curve(run_dir)
+    for (label, rows), run_dir in zip(curves.items(), args.runs):
+        best = best_epoch(rows)
+        results = Path(run_dir) / "results.json"
+        test = json.loads(results.read_text()).get("test", {}).get("ppl") if results.is_file() else None
+        print(f"{label}: {len(rows)} epochs in {rows[-1]['elapsed_s'] / 3600:.2f} h, best valid {best['valid_ppl']:.2f} "
+              f"(epoch {best['epoch']})" + (f", test {test:.2f}" if test else ", test not read yet"))
+        print(f"{'epoch':>7}{'lr':>12}{'train ppl':>12}{'valid ppl':>12}{'hours':>8}")
+        for r in rows:
+            print(f"{r['epoch']:>7}{r['lr']:>12.6g}{r['train_ppl']:>12.2f}{r['valid_ppl']:>12.2f}"
+                  f"{r['elapsed_s'] / 3600:>8.2f}" + (" *" if r is best else ""))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(curves, out / "curves.json")
+    plot_curves(curves, out / "curves.png")
+    print(f"wrote {out / 'curves.png'} and {out / 'curves.json'}")
+    return 0
+
+
 def cmd_datasets(args) -> int:
     from .data.registry import DATASETS, locate
 
@@ -901,6 +930,15 @@ def build_parser() -> argparse.ArgumentParser:
     cache_options(a)
     common_data(a)
     a.set_defaults(func=cmd_categories)
+
+    p = sub.add_parser("curves", help="per-epoch validation and training perplexity of runs, as a table and a plot",
+                       description="Reads each run's metrics.jsonl (written after every epoch, also while a run is "
+                                   "under way) and prints epoch, learning rate, training and validation perplexity "
+                                   "and hours of training, the best epoch starred; curves.png overlays the runs. "
+                                   "Example: ctxlm curves runs/pham-ptb-baseline-ffnn runs/pham-ptb-cnn")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories to compare")
+    p.add_argument("--out", default="analysis", help="output folder for curves.png and curves.json (default ./analysis)")
+    p.set_defaults(func=cmd_curves)
 
     p = sub.add_parser("datasets", help="list the named datasets and where their files were found")
     common_data(p)

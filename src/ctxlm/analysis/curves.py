@@ -1,0 +1,65 @@
+"""Per-epoch training curves of runs (their metrics.jsonl), as a table and a plot, to compare re-runs and rows."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import CtxlmError
+from .attention import _pyplot
+
+REQUIRED = ("epoch", "lr", "train_ppl", "valid_ppl", "elapsed_s")
+
+
+def read_curve(run_dir: str | Path) -> list[dict]:
+    """The epoch records the trainer wrote to RUN/metrics.jsonl, checked line by line."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise CtxlmError(f"{run_dir}: no metrics.jsonl (no epoch has finished yet, or a count-based model, "
+                         "which has no epochs)")
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        if not isinstance(row, dict) or any(key not in row for key in REQUIRED):
+            raise CtxlmError(f"{path} line {number}: not an epoch record with {', '.join(REQUIRED)}")
+        rows.append(row)
+    if not rows:
+        raise CtxlmError(f"{path}: empty (no epoch has finished yet)")
+    return rows
+
+
+def best_epoch(rows: list[dict]) -> dict:
+    """The epoch whose weights the run keeps: the lowest validation perplexity (the first such epoch)."""
+    return min(rows, key=lambda r: (r["valid_ppl"], r["epoch"]))
+
+
+def plot_curves(curves: dict[str, list[dict]], path: str | Path) -> None:
+    """Validation (solid) and training (dashed) perplexity per epoch, one colour per run, the best epoch dotted."""
+    plt = _pyplot()
+    from matplotlib.ticker import FuncFormatter
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for index, (label, rows) in enumerate(curves.items()):
+        colour = f"C{index % 10}"
+        epochs = [r["epoch"] for r in rows]
+        ax.plot(epochs, [r["valid_ppl"] for r in rows], color=colour, marker=".", label=f"{label} valid")
+        ax.plot(epochs, [r["train_ppl"] for r in rows], color=colour, linestyle="--", alpha=0.5, label=f"{label} train")
+        best = best_epoch(rows)
+        ax.plot([best["epoch"]], [best["valid_ppl"]], "o", color=colour, markersize=9, markerfacecolor="none")
+        ax.annotate(f"{best['valid_ppl']:.2f}", (best["epoch"], best["valid_ppl"]), textcoords="offset points",
+                    xytext=(0, -14), ha="center", fontsize=8, color=colour)
+    ax.set_yscale("log")
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain)
+    ax.tick_params(axis="y", which="minor", labelsize=7)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("perplexity (log scale)")
+    ax.set_title("per-epoch perplexity (circle: best validation epoch)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
