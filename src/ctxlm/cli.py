@@ -645,7 +645,10 @@ def cmd_curves(args) -> int:
     for (label, rows), run_dir in zip(curves.items(), args.runs):
         best = best_epoch(rows)
         results = Path(run_dir) / "results.json"
-        test = json.loads(results.read_text()).get("test", {}).get("ppl") if results.is_file() else None
+        try:
+            test = json.loads(results.read_text()).get("test", {}).get("ppl") if results.is_file() else None
+        except (json.JSONDecodeError, AttributeError):
+            raise CtxlmError(f"{results}: not the JSON object `ctxlm train` writes; delete it or train again") from None
         print(f"{label}: {len(rows)} epochs in {rows[-1]['elapsed_s'] / 3600:.2f} h, best valid {best['valid_ppl']:.2f} "
               f"(epoch {best['epoch']})" + (f", test {test:.2f}" if test else ", test not read yet"))
         print(f"{'epoch':>7}{'lr':>12}{'train ppl':>12}{'valid ppl':>12}{'hours':>8}")
