@@ -633,22 +633,17 @@ def cmd_categories(args) -> int:
 
 def cmd_curves(args) -> int:
     from .analysis.attention import write_json
-    from .analysis.curves import best_epoch, plot_curves, read_curve
+    from .analysis.curves import best_epoch, plot_curves, read_curve, read_test_ppl
 
-    curves = {}                                     # label (the folder's name, else its path) -> epoch records
-    for run_dir in args.runs:
-        label = Path(run_dir).resolve().name
-        label = label if label not in curves else str(run_dir)
-        if label in curves:
-            raise CtxlmError(f"{run_dir}: given twice")
-        curves[label] = read_curve(run_dir)
-    for (label, rows), run_dir in zip(curves.items(), args.runs):
+    labels = [Path(run_dir).resolve().name for run_dir in args.runs]
+    if len(set(labels)) < len(labels):              # folders of the same name: label them by the path given
+        labels = [str(run_dir) for run_dir in args.runs]
+    if len(set(labels)) < len(labels):
+        raise CtxlmError("a run directory is given twice")
+    curves = {label: read_curve(run_dir) for label, run_dir in zip(labels, args.runs)}
+    for label, run_dir in zip(labels, args.runs):
+        rows, test = curves[label], read_test_ppl(run_dir)
         best = best_epoch(rows)
-        results = Path(run_dir) / "results.json"
-        try:
-            test = json.loads(results.read_text()).get("test", {}).get("ppl") if results.is_file() else None
-        except (json.JSONDecodeError, AttributeError):
-            raise CtxlmError(f"{results}: not the JSON object `ctxlm train` writes; delete it or train again") from None
         print(f"{label}: {len(rows)} epochs in {rows[-1]['elapsed_s'] / 3600:.2f} h, best valid {best['valid_ppl']:.2f} "
               f"(epoch {best['epoch']})" + (f", test {test:.2f}" if test else ", test not read yet"))
         print(f"{'epoch':>7}{'lr':>12}{'train ppl':>12}{'valid ppl':>12}{'hours':>8}")

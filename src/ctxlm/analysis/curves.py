@@ -30,6 +30,17 @@ def read_curve(run_dir: str | Path) -> list[dict]:
     return rows
 
 
+def read_test_ppl(run_dir: str | Path) -> float | None:
+    """Test perplexity from RUN/results.json, which a run writes when it finishes; None before that."""
+    path = Path(run_dir) / "results.json"
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("test", {}).get("ppl")
+    except (json.JSONDecodeError, AttributeError):
+        raise CtxlmError(f"{path}: not the JSON object `ctxlm train` writes; delete it or train again") from None
+
+
 def best_epoch(rows: list[dict]) -> dict:
     """The epoch whose weights the run keeps: the lowest validation perplexity (the first such epoch)."""
     return min(rows, key=lambda r: (r["valid_ppl"], r["epoch"]))
