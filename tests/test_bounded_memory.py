@@ -1,6 +1,7 @@
 """Long texts stay bounded: `eval --file` and `score` stream their input, so the memory they hold
 does not grow with the file (Python allocations traced; the model's own memory is fixed)."""
 import contextlib
+import gc
 import io
 import os
 import random
@@ -41,6 +42,10 @@ def write_text(path, lines: int, words_per_line: int, seed: int = 0) -> None:
 
 
 def python_peak(action) -> int:
+    """Peak of the Python allocations `action` makes, from a collected heap: a full collection empties
+    the interpreter's free lists, and one that falls inside only one of two measurements would make it
+    refill them there (about 0.1 MB, whatever the file's size)."""
+    gc.collect()
     tracemalloc.start()
     try:
         action()
