@@ -43,7 +43,7 @@ class ConvolutionalOptions:
     kernel_widths: str = "3"        # convolution widths w (odd), comma-separated; several = COM: parallel branches, concatenated
     kernels: int = setting(0, at_least(0))  # kernels per branch (0 = emb_size: Pham ties the kernel count to k)
     conv_layers: int = setting(1, at_least(1))  # convolution layers stacked in each branch (ML-CNN: 2 or 4)
-    batch_norm: bool = True         # batch normalisation right after each convolution (conv → BN → ReLU, SPEC §6.5 REC 41)
+    batch_norm: bool = True         # batch norm right after each convolution, the 1×1 one too (SPEC §6.5 REC 41)
     highway: bool = True            # a highway layer after the mapping layer (Pham eqs 3.1–3.2)
 
 
@@ -74,7 +74,7 @@ class FeedForwardLM(LanguageModel):
         e_i   = E x_i for the n words of the window                                  (SPEC §1.2)
         f     = [e_1; …; e_n]  (concatenation)   or, convolutional, per position i and kernel j
                 z_ij = ReLU(BN(W_j · [e_{i−(w−1)/2} … e_{i+(w−1)/2}] + b_j))  (zero-padded, stride 1;
-                MLPConv adds a 1×1 convolution + ReLU; ML-CNN stacks blocks; COM concatenates widths)  (§1.4)
+                MLPConv adds a 1×1 convolution → BN → ReLU; ML-CNN stacks blocks; COM concatenates widths)  (§1.4)
         h_1   = g(W_1 f + b_1), …, h_L = g(W_L h_{L−1} + b_L)   (g = tanh or ReLU; for CNNs h_1 is the
                                                                  "mapping" layer)              (§1.2–1.4)
         h     = Highway(h_L)  where enabled                                                    (§1.3)
@@ -119,15 +119,16 @@ class FeedForwardLM(LanguageModel):
         self.reset_parameters(init_range)
 
     def _branch(self, emb_size: int, kernels: int, width: int, depth: int, batch_norm: bool) -> nn.Sequential:
-        """conv(width) → [BN] → ReLU → [1×1 conv → ReLU], `depth` times; keeps n positions."""
-        blocks = []
+        """conv(width) → [BN] → ReLU → [1×1 conv → [BN] → ReLU], `depth` times; keeps n positions.
+        Batch norm follows every convolution, the 1×1 one included (SPEC §1.4, §6.5 REC 41)."""
+        convolutions = []
         for layer in range(depth):
-            blocks.append(nn.Conv1d(emb_size if layer == 0 else kernels, kernels, width, padding=(width - 1) // 2))
-            if batch_norm:
-                blocks.append(nn.BatchNorm1d(kernels))
-            blocks.append(nn.ReLU())
+            convolutions.append(nn.Conv1d(emb_size if layer == 0 else kernels, kernels, width, padding=(width - 1) // 2))
             if self.mlpconv:
-                blocks += [nn.Conv1d(kernels, kernels, 1), nn.ReLU()]
+                convolutions.append(nn.Conv1d(kernels, kernels, 1))
+        blocks = []
+        for convolution in convolutions:
+            blocks += [convolution] + ([nn.BatchNorm1d(kernels)] if batch_norm else []) + [nn.ReLU()]
         return nn.Sequential(*blocks)
 
     @classmethod
@@ -231,7 +232,7 @@ class ConvolutionalLM(FeedForwardLM):
 
 @register("mlpconv")
 class MLPConvLM(ConvolutionalLM):
-    """Pham's +MLPConv (Network in Network, SPEC §1.4): each convolution followed by a 1×1 convolution + ReLU."""
+    """Pham's +MLPConv (Network in Network, SPEC §1.4): each convolution followed by a 1×1 convolution → BN → ReLU."""
 
     mlpconv = True
 
