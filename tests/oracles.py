@@ -115,7 +115,8 @@ def feedforward_oracle(model, stream, eos=0):
         window = [int(stream[i]) if i >= 0 else eos for i in range(t - n + 1, t + 1)]
         embedded = [model.embedding.weight[w] for w in window]
         if model.branches:
-            maps = [_branch_oracle(branch, embedded) for branch in model.branches]
+            maps = [_carry_oracle(branch, embedded) if model.carry else _branch_oracle(branch, embedded)
+                    for branch in model.branches]
             positions = [torch.cat([m[i] for m in maps]) for i in range(n)]
         else:
             positions = embedded
@@ -136,6 +137,15 @@ def feedforward_oracle(model, stream, eos=0):
         logits = model.output.weight @ torch.cat(parts) + model.output.bias
         rows.append(logits - torch.logsumexp(logits, 0))
     return torch.stack(rows)
+
+
+def _carry_oracle(branch, e):
+    """The authors' highway convolution per position: ReLU(T·ReLU(a) + (1 − T)·e), T = σ(a − 2)."""
+    out = []
+    for a, e_i in zip(_branch_oracle(branch[:-1], e), e):
+        gate = 1 / (1 + torch.exp(2 - a))
+        out.append(torch.relu(gate * torch.relu(a) + (1 - gate) * e_i))
+    return out
 
 
 def _branch_oracle(branch, x):

@@ -24,7 +24,9 @@ MODELS = [("ffnn", dict(context=4, layers=2)),
           ("com", dict(context=6, kernels=3)),
           ("ml-cnn", dict(context=5, conv_layers=3, batch_norm=False)),
           ("ml-cnn", dict(context=4, kernel_widths="1,3")),
-          ("ffnn-baseline", dict(context=2, highway=False, layers=2))]
+          ("ffnn-baseline", dict(context=2, highway=False, layers=2)),
+          ("cnn", dict(context=5, carry=True)),
+          ("com", dict(context=4, carry=True))]
 IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in kw.items())}" for name, kw in MODELS]
 
 
@@ -105,7 +107,8 @@ def test_bad_options_are_one_clear_error():
 
     for name, options, message in [("cnn", dict(kernel_widths="4"), "odd numbers"),
                                    ("com", dict(kernel_widths="3,x"), "odd numbers"),
-                                   ("ffnn", dict(hidden=False), "direct = true")]:
+                                   ("ffnn", dict(hidden=False), "direct = true"),
+                                   ("cnn", dict(carry=True, emb_size=8, kernels=5), "kernels must equal emb_size")]:
         with pytest.raises(CtxlmError, match=message):
             build_model(ModelConfig.of(name=name, **options), V)
 

@@ -44,6 +44,7 @@ class ConvolutionalOptions:
     kernels: int = setting(0, at_least(0))  # kernels per branch (0 = emb_size: Pham ties the kernel count to k)
     conv_layers: int = setting(1, at_least(1))  # convolution layers stacked in each branch (ML-CNN: 2 or 4)
     batch_norm: bool = True         # batch norm right after each convolution, the 1×1 one too (SPEC §6.5 REC 41)
+    carry: bool = False             # gate each branch's map against the embeddings, as the authors' code does (docs/feedforward.md)
     highway: bool = True            # a highway layer after the mapping layer (Pham eqs 3.1–3.2)
 
 
@@ -74,7 +75,8 @@ class FeedForwardLM(LanguageModel):
         e_i   = E x_i for the n words of the window                                  (SPEC §1.2)
         f     = [e_1; …; e_n]  (concatenation)   or, convolutional, per position i and kernel j
                 z_ij = ReLU(BN(W_j · [e_{i−(w−1)/2} … e_{i+(w−1)/2}] + b_j))  (zero-padded, stride 1;
-                MLPConv adds a 1×1 convolution → BN → ReLU; ML-CNN stacks blocks; COM concatenates widths)  (§1.4)
+                MLPConv adds a 1×1 convolution → BN → ReLU; ML-CNN stacks blocks; COM concatenates widths;
+                with `carry`, z = ReLU(T ⊙ z + (1 − T) ⊙ e), T = σ(a − 2), a = z before its ReLU)  (§1.4)
         h_1   = g(W_1 f + b_1), …, h_L = g(W_L h_{L−1} + b_L)   (g = tanh or ReLU; for CNNs h_1 is the
                                                                  "mapping" layer)              (§1.2–1.4)
         h     = Highway(h_L)  where enabled                                                    (§1.3)
@@ -89,7 +91,7 @@ class FeedForwardLM(LanguageModel):
     def __init__(self, vocab_size: int, emb_size: int = 128, hidden_size: int = 256, layers: int = 1,
                  dropout: float = 0.0, init_range: float = 0.01, context: int = 16, direct: bool = False,
                  hidden: bool = True, highway: bool = True, kernel_widths: str = "3", kernels: int = 0,
-                 conv_layers: int = 1, batch_norm: bool = True):
+                 conv_layers: int = 1, batch_norm: bool = True, carry: bool = False):
         super().__init__()
         if context < 1:
             raise ValueError(f"context must be at least 1 word, got {context}")
@@ -103,9 +105,13 @@ class FeedForwardLM(LanguageModel):
         self.branches = nn.ModuleList()
         self.widths: tuple[int, ...] = ()
         per_position = emb_size
+        self.carry = carry
         if self.convolutional:
             self.widths = parse_widths(kernel_widths)
             count = kernels or emb_size
+            if carry and count != emb_size:
+                raise ValueError(f"carry = true adds the embeddings to each map, so kernels must equal emb_size "
+                                 f"({emb_size}) or be 0; got {kernels}")
             self.branches.extend(self._branch(emb_size, count, w, conv_layers, batch_norm) for w in self.widths)
             per_position = count * len(self.widths)
         self.features_per_position = per_position
@@ -166,7 +172,16 @@ class FeedForwardLM(LanguageModel):
         if not self.branches:
             return embedded
         x = embedded.transpose(1, 2)                                             # [N, emb, n]
-        return torch.cat([branch(x) for branch in self.branches], 1).transpose(1, 2)
+        maps = [self._carried(branch, x) if self.carry else branch(x) for branch in self.branches]
+        return torch.cat(maps, 1).transpose(1, 2)
+
+    @staticmethod
+    def _carried(branch: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+        """The authors' highway convolution: ReLU(T ⊙ ReLU(a) + (1 − T) ⊙ e), T = σ(a − 2), where a is the
+        branch's last (normalised) convolution output before its ReLU and e the embeddings."""
+        pre_activation = branch[:-1](x)
+        transform = torch.sigmoid(pre_activation - 2.0)
+        return torch.relu(transform * torch.relu(pre_activation) + (1 - transform) * x)
 
     def forward(self, inputs, state=None, reset=None) -> ModelOutput:
         windows, state = self.windows(inputs, state, reset)
