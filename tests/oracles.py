@@ -125,7 +125,11 @@ def feedforward_oracle(model, stream, eos=0):
         if len(model.hidden_layers):
             h = f
             for layer in model.hidden_layers:
-                h = layer.weight @ h + layer.bias
+                if layer.weight.dim() == 3:         # one mapping layer per branch, reading that branch's n maps
+                    h = torch.cat([w @ torch.cat([m[i] for i in range(n)]) + b
+                                   for w, b, m in zip(layer.weight, layer.bias, maps)])
+                else:
+                    h = layer.weight @ h + layer.bias
                 h = torch.tanh(h) if model.activation == "tanh" else torch.relu(h)
             if model.highway is not None:
                 hw = model.highway

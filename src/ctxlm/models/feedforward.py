@@ -45,6 +45,7 @@ class ConvolutionalOptions:
     conv_layers: int = setting(1, at_least(1))  # convolution layers stacked in each branch (ML-CNN: 2 or 4)
     batch_norm: bool = True         # batch norm right after each convolution, the 1×1 one too (SPEC §6.5 REC 41)
     carry: bool = False             # gate each branch's map against the embeddings, as the authors' code does (docs/feedforward.md)
+    mapping_per_branch: bool = False  # several widths: each branch its own mapping layer, outputs concatenated (authors' COM)
     highway: bool = True            # a highway layer after the mapping layer (Pham eqs 3.1–3.2)
 
 
@@ -91,7 +92,7 @@ class FeedForwardLM(LanguageModel):
     def __init__(self, vocab_size: int, emb_size: int = 128, hidden_size: int = 256, layers: int = 1,
                  dropout: float = 0.0, init_range: float = 0.01, context: int = 16, direct: bool = False,
                  hidden: bool = True, highway: bool = True, kernel_widths: str = "3", kernels: int = 0,
-                 conv_layers: int = 1, batch_norm: bool = True, carry: bool = False):
+                 conv_layers: int = 1, batch_norm: bool = True, carry: bool = False, mapping_per_branch: bool = False):
         super().__init__()
         if context < 1:
             raise ValueError(f"context must be at least 1 word, got {context}")
@@ -116,11 +117,15 @@ class FeedForwardLM(LanguageModel):
             per_position = count * len(self.widths)
         self.features_per_position = per_position
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
-        sizes = [context * per_position] + [hidden_size] * (layers if hidden else 0)
+        groups = len(self.widths) if mapping_per_branch and hidden and len(self.widths) > 1 else 1
+        width = hidden_size * groups                                             # H per branch, side by side
+        sizes = [context * per_position] + [width] * (layers if hidden else 0)
         self.hidden_layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+        if groups > 1:
+            self.hidden_layers[0] = BranchMappings(groups, context, per_position // groups, hidden_size)
         self.act = torch.tanh if self.activation == "tanh" else torch.relu
-        self.highway = Highway(hidden_size) if hidden and highway else None
-        out_size = (hidden_size if hidden else 0) + (context * emb_size if direct else 0)
+        self.highway = Highway(width) if hidden and highway else None
+        out_size = (width if hidden else 0) + (context * emb_size if direct else 0)
         self.output = SoftmaxOutput(out_size, vocab_size)
         self.reset_parameters(init_range)
 
@@ -214,12 +219,40 @@ class FeedForwardLM(LanguageModel):
         (0 = oldest, n−1 = the word nearest the target) and feature (kernel, or embedding dimension)."""
         if not self.hidden_layers:
             raise ValueError("this model has no hidden layer (hidden = false): no mapping weights to analyse")
-        weight = self.hidden_layers[0].weight
-        return weight.view(weight.size(0), self.context_size, self.features_per_position)
+        first = self.hidden_layers[0]
+        if isinstance(first, BranchMappings):
+            return first.dense_weight()
+        return first.weight.view(first.weight.size(0), self.context_size, self.features_per_position)
 
     def first_convolutions(self) -> list[tuple[int, nn.Conv1d]]:
         """(width, first convolution) of each branch: the kernels that read the embeddings."""
         return [(w, branch[0]) for w, branch in zip(self.widths, self.branches)]
+
+
+class BranchMappings(nn.Module):
+    """One mapping layer per COM branch, as the authors' code has it: branch b's n·k features -> its own H
+    units, the G outputs side by side (G·H), so the highway and output layers are G·H wide.
+    Reads the flat position-major features [N, n·G·k] the joint mapping layer would read."""
+
+    def __init__(self, groups: int, positions: int, kernels: int, hidden: int):
+        super().__init__()
+        self.groups, self.positions, self.kernels = groups, positions, kernels
+        self.weight = nn.Parameter(torch.empty(groups, hidden, positions * kernels))
+        self.bias = nn.Parameter(torch.empty(groups, hidden))
+
+    def forward(self, flat: torch.Tensor) -> torch.Tensor:
+        per_branch = flat.view(-1, self.positions, self.groups, self.kernels).transpose(0, 2)   # [G, n, N, k]
+        per_branch = per_branch.transpose(1, 2).flatten(2)                                      # [G, N, n·k]
+        out = torch.baddbmm(self.bias.unsqueeze(1), per_branch, self.weight.transpose(1, 2))    # [G, N, H]
+        return out.transpose(0, 1).flatten(1)
+
+    def dense_weight(self) -> torch.Tensor:
+        """[G·H, n, G·k]: the same map as one matrix, zero where a unit does not read a feature."""
+        g, h, n, k = self.groups, self.weight.size(1), self.positions, self.kernels
+        dense = self.weight.new_zeros(g, h, n, g, k)
+        for b in range(g):
+            dense[b, :, :, b] = self.weight[b].view(h, n, k)
+        return dense.view(g * h, n, g * k)
 
 
 @register("ffnn")
