@@ -27,7 +27,8 @@ MODELS = [("ffnn", dict(context=4, layers=2)),
           ("ffnn-baseline", dict(context=2, highway=False, layers=2)),
           ("cnn", dict(context=5, carry=True)),
           ("com", dict(context=4, carry=True)),
-          ("com", dict(context=4, kernels=3, mapping_per_branch=True, layers=2))]
+          ("com", dict(context=4, kernels=3, mapping_per_branch=True, layers=2)),
+          ("com", dict(context=3, carry=True, mapping_per_branch=True, batch_norm=False))]
 IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in kw.items())}" for name, kw in MODELS]
 
 
