@@ -145,15 +145,19 @@ def feedforward_oracle(model, stream, eos=0):
 
 def _carry_oracle(branch, e):
     """The authors' highway convolution per position: ReLU(T·ReLU(a) + (1 − T)·e), T = σ(a − 2)."""
+    channel_major = type(branch[-1]).__name__ == "ChannelMajor"
+    pre = _branch_oracle(branch[:-2], e) if channel_major else _branch_oracle(branch[:-1], e)
+    if channel_major:
+        pre = _branch_oracle(branch[-1:], pre)
     out = []
-    for a, e_i in zip(_branch_oracle(branch[:-1], e), e):
+    for a, e_i in zip(pre, e):
         gate = 1 / (1 + torch.exp(2 - a))
         out.append(torch.relu(gate * torch.relu(a) + (1 - gate) * e_i))
     return out
 
 
 def _branch_oracle(branch, x):
-    """A branch's layers (Conv1d, BatchNorm1d, ReLU) applied to a list of n position vectors."""
+    """A branch's layers (Conv1d, BatchNorm1d, ReLU, ChannelMajor) applied to a list of n position vectors."""
     for module in branch:
         if isinstance(module, torch.nn.Conv1d):
             width = module.kernel_size[0]
@@ -166,6 +170,9 @@ def _branch_oracle(branch, x):
                         y = y + module.weight[:, :, o] @ x[i + o - pad]
                 out.append(y)
             x = out
+        elif type(module).__name__ == "ChannelMajor":     # the n × k read-back of the k × n map's memory
+            flat = [x[i][c] for c in range(len(x[0])) for i in range(len(x))]
+            x = [torch.stack(flat[i * len(x[0]):(i + 1) * len(x[0])]) for i in range(len(x))]
         elif isinstance(module, torch.nn.BatchNorm1d):
             x = [(v - module.running_mean) / torch.sqrt(module.running_var + module.eps) * module.weight + module.bias
                  for v in x]

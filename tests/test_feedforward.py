@@ -28,7 +28,9 @@ MODELS = [("ffnn", dict(context=4, layers=2)),
           ("cnn", dict(context=5, carry=True)),
           ("com", dict(context=4, carry=True)),
           ("com", dict(context=4, kernels=3, mapping_per_branch=True, layers=2)),
-          ("com", dict(context=3, carry=True, mapping_per_branch=True, batch_norm=False))]
+          ("com", dict(context=3, carry=True, mapping_per_branch=True, batch_norm=False)),
+          ("mlpconv", dict(context=4, kernels=6, carry=True, channel_major=True)),
+          ("cnn", dict(context=3, kernels=5, channel_major=True))]
 IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in kw.items())}" for name, kw in MODELS]
 
 

@@ -46,6 +46,7 @@ class ConvolutionalOptions:
     batch_norm: bool = True         # batch norm right after each convolution, the 1×1 one too (SPEC §6.5 REC 41)
     carry: bool = False             # gate each branch's map against the embeddings, as the authors' code does (docs/feedforward.md)
     mapping_per_branch: bool = False  # several widths: each branch its own mapping layer, outputs concatenated (authors' COM)
+    channel_major: bool = False     # read maps back as the authors' code does (channel-major): 1×1 layer and carry mix positions
     highway: bool = True            # a highway layer after the mapping layer (Pham eqs 3.1–3.2)
 
 
@@ -92,7 +93,8 @@ class FeedForwardLM(LanguageModel):
     def __init__(self, vocab_size: int, emb_size: int = 128, hidden_size: int = 256, layers: int = 1,
                  dropout: float = 0.0, init_range: float = 0.01, context: int = 16, direct: bool = False,
                  hidden: bool = True, highway: bool = True, kernel_widths: str = "3", kernels: int = 0,
-                 conv_layers: int = 1, batch_norm: bool = True, carry: bool = False, mapping_per_branch: bool = False):
+                 conv_layers: int = 1, batch_norm: bool = True, carry: bool = False, mapping_per_branch: bool = False,
+                 channel_major: bool = False):
         super().__init__()
         if context < 1:
             raise ValueError(f"context must be at least 1 word, got {context}")
@@ -106,7 +108,7 @@ class FeedForwardLM(LanguageModel):
         self.branches = nn.ModuleList()
         self.widths: tuple[int, ...] = ()
         per_position = emb_size
-        self.carry = carry
+        self.carry, self.channel_major = carry, channel_major
         if self.convolutional:
             self.widths = parse_widths(kernel_widths)
             count = kernels or emb_size
@@ -131,7 +133,8 @@ class FeedForwardLM(LanguageModel):
 
     def _branch(self, emb_size: int, kernels: int, width: int, depth: int, batch_norm: bool) -> nn.Sequential:
         """conv(width) → [BN] → ReLU → [1×1 conv → [BN] → ReLU], `depth` times; keeps n positions.
-        Batch norm follows every convolution, the 1×1 one included (SPEC §1.4, §6.5 REC 41)."""
+        Batch norm follows every convolution, the 1×1 one included (SPEC §1.4, §6.5 REC 41);
+        with `channel_major`, every ReLU is followed by the authors' channel-major read-back."""
         convolutions = []
         for layer in range(depth):
             convolutions.append(nn.Conv1d(emb_size if layer == 0 else kernels, kernels, width, padding=(width - 1) // 2))
@@ -140,6 +143,7 @@ class FeedForwardLM(LanguageModel):
         blocks = []
         for convolution in convolutions:
             blocks += [convolution] + ([nn.BatchNorm1d(kernels)] if batch_norm else []) + [nn.ReLU()]
+            blocks += [ChannelMajor()] if self.channel_major else []
         return nn.Sequential(*blocks)
 
     @classmethod
@@ -180,11 +184,13 @@ class FeedForwardLM(LanguageModel):
         maps = [self._carried(branch, x) if self.carry else branch(x) for branch in self.branches]
         return torch.cat(maps, 1).transpose(1, 2)
 
-    @staticmethod
-    def _carried(branch: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+    def _carried(self, branch: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
         """The authors' highway convolution: ReLU(T ⊙ ReLU(a) + (1 − T) ⊙ e), T = σ(a − 2), where a is the
         branch's last (normalised) convolution output before its ReLU and e the embeddings."""
-        pre_activation = branch[:-1](x)
+        if self.channel_major:
+            pre_activation = branch[-1](branch[:-2](x))
+        else:
+            pre_activation = branch[:-1](x)
         transform = torch.sigmoid(pre_activation - 2.0)
         return torch.relu(transform * torch.relu(pre_activation) + (1 - transform) * x)
 
@@ -227,6 +233,16 @@ class FeedForwardLM(LanguageModel):
     def first_convolutions(self) -> list[tuple[int, nn.Conv1d]]:
         """(width, first convolution) of each branch: the kernels that read the embeddings."""
         return [(w, branch[0]) for w, branch in zip(self.widths, self.branches)]
+
+
+class ChannelMajor(nn.Module):
+    """[N, k, n] maps read back the way the authors' Torch code does (`nn.Reshape(n, k)` of the channel-major
+    convolution output, no transpose): position i of the result holds the flat memory i·k … i·k+k−1, that
+    is k/n kernels at every position (docs/feedforward.md). Returned as [N, k, n] again."""
+
+    def forward(self, maps: torch.Tensor) -> torch.Tensor:
+        batch, kernels, positions = maps.shape
+        return maps.reshape(batch, positions, kernels).transpose(1, 2)
 
 
 class BranchMappings(nn.Module):
