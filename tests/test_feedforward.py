@@ -226,6 +226,18 @@ def test_per_branch_mapping_weights_as_one_matrix():
     assert dense[:9, :, 2:].abs().sum() == 0 and dense[9:, :, :2].abs().sum() == 0
 
 
+def test_position_analyses_refuse_channel_major_maps():
+    from types import SimpleNamespace
+
+    from ctxlm.analysis.feedforward import require_feedforward
+    from ctxlm.errors import CtxlmError
+
+    run = SimpleNamespace(model=make("mlpconv", context=4, channel_major=True), path="runs/x", config=None)
+    assert require_feedforward(run, "kernel-ngrams", convolutional=True) is run.model
+    with pytest.raises(CtxlmError, match="channel-major"):
+        require_feedforward(run, "lesion", by_position=True)
+
+
 def test_mixture_of_two_runs_is_exact_and_its_weight_is_chosen_on_valid(runs):
     from ctxlm.evaluation.interpolation import best_weight, mixed, split_log_probs
     from ctxlm.run import load

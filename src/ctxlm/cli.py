@@ -562,7 +562,7 @@ def cmd_position_weights(args) -> int:
     from .run import load
 
     run = load(args.run)
-    rows = positive_weight_by_position(require_feedforward(run, "position-weights"))
+    rows = positive_weight_by_position(require_feedforward(run, "position-weights", by_position=True))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json(rows, out / "position_weights.json")
@@ -580,7 +580,7 @@ def cmd_lesion(args) -> int:
     from .run import load
 
     run = load(args.run)
-    model = require_feedforward(run, "lesion")
+    model = require_feedforward(run, "lesion", by_position=True)
     ids = _analysis_split(run, args)
     if args.max_tokens:
         ids = ids[:args.max_tokens + 1]

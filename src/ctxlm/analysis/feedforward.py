@@ -18,12 +18,17 @@ from ..evaluation.perplexity import evaluate_stream
 from .attention import _pyplot
 
 
-def require_feedforward(run, what: str, convolutional: bool = False):
-    """The run's model, or a clear error if it is not of the feed-forward family (or not convolutional)."""
+def require_feedforward(run, what: str, convolutional: bool = False, by_position: bool = False):
+    """The run's model, or a clear error if it is not of the feed-forward family (or not convolutional),
+    or, for the analyses by context position, if its maps are read back channel-major (a row mixes positions)."""
     model = run.model
     if not hasattr(model, "context_size") or (convolutional and not model.branches):
         kinds = "convolutional run (cnn, mlpconv, com, ml-cnn)" if convolutional else "feed-forward or convolutional run"
         raise CtxlmError(f"analyze {what} needs a {kinds}; {run.path} is {run.config.model.name!r}")
+    if by_position and getattr(model, "channel_major", False):
+        raise CtxlmError(f"analyze {what} reads the maps by context position, but {run.path} reads them back "
+                         f"channel-major (channel_major = true), so a map row mixes positions; analyse a run "
+                         f"trained with channel_major = false")
     return model
 
 

@@ -78,7 +78,8 @@ class FeedForwardLM(LanguageModel):
         f     = [e_1; …; e_n]  (concatenation)   or, convolutional, per position i and kernel j
                 z_ij = ReLU(BN(W_j · [e_{i−(w−1)/2} … e_{i+(w−1)/2}] + b_j))  (zero-padded, stride 1;
                 MLPConv adds a 1×1 convolution → BN → ReLU; ML-CNN stacks blocks; COM concatenates widths;
-                with `carry`, z = ReLU(T ⊙ z + (1 − T) ⊙ e), T = σ(a − 2), a = z before its ReLU)  (§1.4)
+                with `carry`, z = ReLU(T ⊙ z + (1 − T) ⊙ e), T = σ(a − 2), a = z before its ReLU;
+                `channel_major` reads each map back as the authors' code does, see ChannelMajor)  (§1.4)
         h_1   = g(W_1 f + b_1), …, h_L = g(W_L h_{L−1} + b_L)   (g = tanh or ReLU; for CNNs h_1 is the
                                                                  "mapping" layer)              (§1.2–1.4)
         h     = Highway(h_L)  where enabled                                                    (§1.3)
@@ -186,7 +187,8 @@ class FeedForwardLM(LanguageModel):
 
     def _carried(self, branch: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
         """The authors' highway convolution: ReLU(T ⊙ ReLU(a) + (1 − T) ⊙ e), T = σ(a − 2), where a is the
-        branch's last (normalised) convolution output before its ReLU and e the embeddings."""
+        branch's last (normalised) convolution output before its ReLU and e the embeddings; with
+        `channel_major`, a is read back channel-major as the map is, before it meets e."""
         if self.channel_major:
             pre_activation = branch[-1](branch[:-2](x))
         else:
