@@ -145,12 +145,8 @@ def feedforward_oracle(model, stream, eos=0):
 
 def _carry_oracle(branch, e):
     """The authors' highway convolution per position: ReLU(T·ReLU(a) + (1 − T)·e), T = σ(a − 2)."""
-    channel_major = type(branch[-1]).__name__ == "ChannelMajor"
-    pre = _branch_oracle(branch[:-2], e) if channel_major else _branch_oracle(branch[:-1], e)
-    if channel_major:
-        pre = _branch_oracle(branch[-1:], pre)
     out = []
-    for a, e_i in zip(pre, e):
+    for a, e_i in zip(_branch_oracle(branch[:-1], e), e):
         gate = 1 / (1 + torch.exp(2 - a))
         out.append(torch.relu(gate * torch.relu(a) + (1 - gate) * e_i))
     return out

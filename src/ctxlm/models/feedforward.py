@@ -123,9 +123,9 @@ class FeedForwardLM(LanguageModel):
         groups = len(self.widths) if mapping_per_branch and hidden and len(self.widths) > 1 else 1
         width = hidden_size * groups                                             # H per branch, side by side
         sizes = [context * per_position] + [width] * (layers if hidden else 0)
-        self.hidden_layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
-        if groups > 1:
-            self.hidden_layers[0] = BranchMappings(groups, context, per_position // groups, hidden_size)
+        self.hidden_layers = nn.ModuleList(
+            BranchMappings(groups, context, per_position // groups, hidden_size) if i == 0 and groups > 1
+            else nn.Linear(a, b) for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])))
         self.act = torch.tanh if self.activation == "tanh" else torch.relu
         self.highway = Highway(width) if hidden and highway else None
         out_size = (width if hidden else 0) + (context * emb_size if direct else 0)
@@ -135,7 +135,8 @@ class FeedForwardLM(LanguageModel):
     def _branch(self, emb_size: int, kernels: int, width: int, depth: int, batch_norm: bool) -> nn.Sequential:
         """conv(width) → [BN] → ReLU → [1×1 conv → [BN] → ReLU], `depth` times; keeps n positions.
         Batch norm follows every convolution, the 1×1 one included (SPEC §1.4, §6.5 REC 41);
-        with `channel_major`, every ReLU is followed by the authors' channel-major read-back."""
+        with `channel_major`, every ReLU is preceded by the authors' channel-major read-back (a permutation,
+        so it commutes with the ReLU; putting it first leaves the ReLU last, where `carry` expects it)."""
         convolutions = []
         for layer in range(depth):
             convolutions.append(nn.Conv1d(emb_size if layer == 0 else kernels, kernels, width, padding=(width - 1) // 2))
@@ -143,8 +144,8 @@ class FeedForwardLM(LanguageModel):
                 convolutions.append(nn.Conv1d(kernels, kernels, 1))
         blocks = []
         for convolution in convolutions:
-            blocks += [convolution] + ([nn.BatchNorm1d(kernels)] if batch_norm else []) + [nn.ReLU()]
-            blocks += [ChannelMajor()] if self.channel_major else []
+            blocks += [convolution] + ([nn.BatchNorm1d(kernels)] if batch_norm else [])
+            blocks += ([ChannelMajor()] if self.channel_major else []) + [nn.ReLU()]
         return nn.Sequential(*blocks)
 
     @classmethod
@@ -187,12 +188,9 @@ class FeedForwardLM(LanguageModel):
 
     def _carried(self, branch: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
         """The authors' highway convolution: ReLU(T ⊙ ReLU(a) + (1 − T) ⊙ e), T = σ(a − 2), where a is the
-        branch's last (normalised) convolution output before its ReLU and e the embeddings; with
-        `channel_major`, a is read back channel-major as the map is, before it meets e."""
-        if self.channel_major:
-            pre_activation = branch[-1](branch[:-2](x))
-        else:
-            pre_activation = branch[:-1](x)
+        branch's last (normalised, and with `channel_major` read-back) convolution output before its ReLU
+        and e the embeddings."""
+        pre_activation = branch[:-1](x)
         transform = torch.sigmoid(pre_activation - 2.0)
         return torch.relu(transform * torch.relu(pre_activation) + (1 - transform) * x)
 
