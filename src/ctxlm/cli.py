@@ -84,7 +84,7 @@ def cmd_eval(args) -> int:
     from .evaluation.names import names_perplexity, read_names
     from .run import load
     from .training.precision import autocast
-    from .training.trainer import evaluate_split, prepare_data
+    from .training.trainer import evaluate_split
 
     if args.mix_weight is not None and not args.mix:
         raise CtxlmError("--mix-weight is the weight of the run given with --mix; add --mix OTHER_RUN")
@@ -105,10 +105,8 @@ def cmd_eval(args) -> int:
             results[args.file] = evaluate_file(model, run.vocab, args.file, run.config.data.eval_batch_size,
                                                run.config.data.eval_chunk)
         else:
-            data = prepare_data(run.config, args.data_dir, run.vocab)
+            data = _split_data(run, args, *(args.split or []))
             for split in args.split or [s for s in ("valid", "test") if s in data.ids]:     # holmes has no test
-                if split not in data.ids:
-                    raise CtxlmError(f"--split {split}: dataset {run.config.data.dataset!r} has splits {', '.join(data.ids)}")
                 results[split] = evaluate_split(model, run.config, data.ids[split], run.vocab, "cpu")
                 if args.names:
                     results[split]["names"] = names_perplexity(stream_log_probs(model, data.ids[split], run.config.data.eval_chunk),
@@ -215,7 +213,7 @@ def cmd_tune_cache(args) -> int:
     from .models.cache import CacheSettings
     from .run import load
     from .training import checkpoint
-    from .training.trainer import git_commit, prepare_data
+    from .training.trainer import git_commit
 
     def numbers(option, text, kind):
         try:
@@ -234,7 +232,7 @@ def cmd_tune_cache(args) -> int:
     run = load(args.run)
     _neural_only(run, "tune-cache")
     _left_to_right(run, "tune-cache")
-    data = prepare_data(run.config, args.data_dir, run.vocab)
+    data = _split_data(run, args, args.split)
     result = cache_grid(run.model, data.ids[args.split], windows, thetas, lambdas, run.config.data.eval_chunk)
     result.update(split=args.split, commit=git_commit())
     checkpoint.atomic_write_text(Path(args.run) / "cache.json", json.dumps(result, indent=1) + "\n")
@@ -461,8 +459,7 @@ def cmd_attention(args) -> int:
             raise CtxlmError(f"--line {args.line}: the {args.split} split has {len(lines)} non-empty lines")
         words = lines[args.line - 1]
     result = explain(run, words, args.top)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = _output_dir(args)
     write_json(result, out / "attention.json")
     plot_heatmap(result, out / "attention.png")
     plot_top_predictions(result, out / "predictions.png")
@@ -473,13 +470,10 @@ def cmd_attention(args) -> int:
 def cmd_analyze(args) -> int:
     from .analysis.attention import attention_by_distance, plot_by_distance, write_json
     from .run import load
-    from .training.trainer import prepare_data
 
     run = load(args.run)
-    data = prepare_data(run.config, args.data_dir, run.vocab)
-    rows = attention_by_distance(run, data.ids[args.split], args.max_tokens)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    rows = attention_by_distance(run, _analysis_split(run, args), args.max_tokens)
+    out = _output_dir(args)
     write_json(rows, out / "attention_by_position.json")
     plot_by_distance(rows, run.config.model.name, out / "attention_by_position.png")
     print(f"{'distance':>8}{'mean attention':>16}{'positions':>12}")
@@ -494,17 +488,13 @@ def cmd_analyze_memory(args) -> int:
     from .analysis.attention import write_json
     from .run import load
     from .training import checkpoint
-    from .training.trainer import prepare_data
 
     run = load(args.run)
     memory.require_memory(run)
-    data = prepare_data(run.config, args.data_dir, run.vocab)
-    if args.split not in data.ids:
-        raise CtxlmError(f"--split {args.split}: dataset {run.config.data.dataset!r} has splits {', '.join(data.ids)}")
+    data = _split_data(run, args, args.split)
     records = memory.memory_records(run, data.ids[args.split], args.max_tokens, run.config.data.eval_chunk)
     name = f"{run.config.model.name} ({Path(args.run).name})"
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = _output_dir(args)
     positions = memory.position_means(records)
     sampled = memory.samples(records, run.vocab, args.samples, args.seed)
     table = memory.cooccurrence(records, data.ids["train"], run.vocab)
@@ -523,15 +513,30 @@ def cmd_analyze_memory(args) -> int:
         print(f"{r['d']:>3}{r['pairs']:>9,}{mu:>10}   " + ", ".join(f"{a}->{w} ({f})" for a, w, f in r["examples"]))
     print(f"wrote {', '.join(str(out / f) for f in ('memory_positions.png', 'memory_samples.png', 'memory_cooccurrence.md'))} "
           "and their JSON")
+    return 0
 
 
-def _analysis_split(run, args):
+def _split_data(run, args, *splits):
+    """The run's dataset (prepared with its vocabulary), after checking that it has each of `splits`."""
     from .training.trainer import prepare_data
 
     data = prepare_data(run.config, args.data_dir, run.vocab)
-    if args.split not in data.ids:
-        raise CtxlmError(f"--split {args.split}: dataset {run.config.data.dataset!r} has splits {', '.join(data.ids)}")
-    return data.ids[args.split]
+    for split in splits:
+        if split not in data.ids:
+            raise CtxlmError(f"--split {split}: dataset {run.config.data.dataset!r} has splits {', '.join(data.ids)}")
+    return data
+
+
+def _output_dir(args) -> Path:
+    """--out, created if need be."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _analysis_split(run, args):
+    """The ids of --split."""
+    return _split_data(run, args, args.split).ids[args.split]
 
 
 def cmd_kernel_ngrams(args) -> int:
@@ -546,8 +551,7 @@ def cmd_kernel_ngrams(args) -> int:
         shown = [rows[int(k) - 1] for k in args.kernels.split(",")] if args.kernels else rows[:8]
     except (ValueError, IndexError):
         raise CtxlmError(f"--kernels {args.kernels!r}: kernel numbers from 1 to {len(rows)}, comma-separated") from None
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = _output_dir(args)
     write_json(rows, out / "kernel_ngrams.json")
     plot_ngrams(shown, out / "kernel_ngrams.png")
     for row in shown:
@@ -563,8 +567,7 @@ def cmd_position_weights(args) -> int:
 
     run = load(args.run)
     rows = positive_weight_by_position(require_feedforward(run, "position-weights", by_position=True))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = _output_dir(args)
     write_json(rows, out / "position_weights.json")
     plot_positions(rows, run.config.model.name, out / "position_weights.png")
     print(f"{'position':>8}{'positive weight':>18}{'share':>8}")
@@ -585,8 +588,7 @@ def cmd_lesion(args) -> int:
     if args.max_tokens:
         ids = ids[:args.max_tokens + 1]
     result = lesion_curve(model, ids, run.config.data.eval_chunk)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = _output_dir(args)
     write_json(result, out / "lesion.json")
     plot_lesion(result, run.config.model.name, out / "lesion.png")
     print(f"{'positions':>9}{'perplexity':>12}")
@@ -603,22 +605,18 @@ def cmd_categories(args) -> int:
     from .analysis.categories import plot_categories
     from .evaluation.categories import category_perplexities, stream_log_probs
     from .run import load
-    from .training.trainer import prepare_data
 
     tables = {}
     for run_dir in args.runs:
         run = load(run_dir)
         _left_to_right(run, "analyze categories")
         model, _ = _with_cache(run, args)
-        data = prepare_data(run.config, args.data_dir, run.vocab)
-        if args.split not in data.ids:
-            raise CtxlmError(f"--split {args.split}: dataset {run.config.data.dataset!r} has splits {', '.join(data.ids)}")
+        data = _split_data(run, args, args.split)
         tags = data.tags[args.split] if data.tags else None
         log_probs = stream_log_probs(model, data.ids[args.split], run.config.data.eval_chunk)
         label = Path(run_dir).name + (" + cache" if args.cache else "")
         tables[label] = category_perplexities(log_probs, data.ids[args.split], run.vocab, tags)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = _output_dir(args)
     write_json(tables, out / "categories.json")
     plot_categories(tables, out / "categories.png")
     first = next(iter(tables.values()))
@@ -650,8 +648,7 @@ def cmd_curves(args) -> int:
         for r in rows:
             print(f"{r['epoch']:>7}{r['lr']:>12.6g}{r['train_ppl']:>12.2f}{r['valid_ppl']:>12.2f}"
                   f"{r['elapsed_s'] / 3600:>8.2f}" + (" *" if r is best else ""))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = _output_dir(args)
     write_json(curves, out / "curves.json")
     plot_curves(curves, out / "curves.png")
     print(f"wrote {out / 'curves.png'} and {out / 'curves.json'}")
