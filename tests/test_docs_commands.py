@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ctxlm.cli import build_parser
-from ctxlm.config import apply_overrides, load_toml, validate
+from ctxlm.cli import _config, build_parser
 from ctxlm.models import build_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,11 +54,9 @@ def test_documented_command_parses(where, command):
 
 @pytest.mark.parametrize("where, command", TRAIN, ids=[f"{w}:{c[21:80]}" for w, c in TRAIN])
 def test_documented_train_command_builds(where, command):
-    argv = shlex.split(command)
-    preset = ROOT / argv[argv.index("--config") + 1]
-    assert preset.is_file(), f"{where}: `{command}` names a preset that does not exist"
-    config = load_toml(preset)
-    apply_overrides(config, [argv[i + 1] for i, arg in enumerate(argv) if arg == "--set"])
-    validate(config)
+    args = PARSER.parse_args(shlex.split(command)[1:])
+    args.config = str(ROOT / args.config)
+    assert Path(args.config).is_file(), f"{where}: `{command}` names a preset that does not exist"
+    config = _config(args)                  # the preset with its --set keys, as `ctxlm train` reads them
     with torch.device("meta"):
         build_model(config.model, 100_000, config.output)
