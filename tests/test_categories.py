@@ -50,3 +50,24 @@ def test_categories_command_compares_runs(tmp_path, corpus):
     assert done.returncode == 0, done.stderr
     assert "all targets" in done.stdout and "no part-of-speech tags" in done.stdout
     assert (tmp_path / "out" / "categories.png").stat().st_size > 1000
+
+
+def test_an_infinite_perplexity_is_plotted_and_written_as_strict_json(tmp_path):
+    """A cache with λ = 1 gives probability 0 to words it has not seen: ∞ on the plot, null in the JSON."""
+    import json
+    import warnings
+
+    from ctxlm.analysis.attention import write_json
+    from ctxlm.analysis.categories import plot_categories
+
+    rows = [{"group": "frequency rank", "category": "1–100", "tokens": 5, "ppl": 40.0},
+            {"group": "special", "category": "<unk>", "tokens": 2, "ppl": math.inf},
+            {"group": "part of speech", "category": "Adjectives", "tokens": 0, "ppl": math.nan}]
+    tables = {"lstm": rows, "lstm + cache": [dict(r, ppl=math.inf) for r in rows]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plot_categories(tables, tmp_path / "categories.png")
+    assert (tmp_path / "categories.png").stat().st_size > 1000
+    write_json(tables, tmp_path / "categories.json")
+    read = json.loads((tmp_path / "categories.json").read_text(), parse_constant=lambda c: pytest.fail(c))
+    assert [r["ppl"] for r in read["lstm"]] == [40.0, None, None] and read["lstm + cache"][0]["ppl"] is None

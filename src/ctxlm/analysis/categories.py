@@ -1,24 +1,29 @@
 """Bar chart of per-category perplexity (`ctxlm analyze categories`), one bar per run in each category."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from .attention import _pyplot
 
 
 def plot_categories(tables: dict[str, list[dict]], path: str | Path) -> None:
-    """tables: run label -> rows of evaluation.categories.category_perplexities; log-scale perplexity."""
+    """tables: run label -> rows of evaluation.categories.category_perplexities; log-scale perplexity, ∞ marked."""
     plt = _pyplot()
     labels = list(tables)
     rows = [r for r in next(iter(tables.values())) if r["group"] != "all" and r["tokens"]]
     names = [r["category"] for r in rows]
     width = 0.8 / len(labels)
     fig, ax = plt.subplots(figsize=(max(7.0, 0.9 * len(names) + 2), 4.2))
+    infinite = []                                   # a category the model gives probability 0 (cache λ = 1)
     for k, label in enumerate(labels):
         values = {r["category"]: r["ppl"] for r in tables[label]}
-        ax.bar([i + (k - (len(labels) - 1) / 2) * width for i in range(len(names))], [values[n] for n in names],
-               width, label=label)
+        xs = [i + (k - (len(labels) - 1) / 2) * width for i in range(len(names))]
+        ax.bar(xs, [values[n] if math.isfinite(values[n]) else math.nan for n in names], width, label=label)
+        infinite += [x for x, n in zip(xs, names) if not math.isfinite(values[n])]
     ax.set_yscale("log")
+    for x in infinite:
+        ax.annotate("∞", (x, 1.0), xycoords=("data", "axes fraction"), ha="center", va="top")
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("perplexity (log scale)")
     ax.set_title("perplexity by category of the predicted word")
