@@ -154,7 +154,7 @@ def test_trains_in_float32_and_refuses_layers():
         optimizer.step()
         losses.append(float(nll.detach()) / count)
     assert losses[-1] < 0.1 * losses[0]
-    with pytest.raises(Exception, match="lstmn has one layer"):
+    with pytest.raises(Exception, match="model.layers = 2: not read by this model"):
         build_model(ModelConfig.of(name="lstmn", layers=2), V)
 
 

@@ -686,6 +686,8 @@ def cmd_models(args) -> int:
     print(f"{args.name}: {(MODELS[args.name].__doc__ or '').strip().splitlines()[0]}\n")
     print("[model]  # keys every model shares")
     for key, default, comment in described(ModelConfig, shared_fields(ModelConfig)):
+        if key in MODELS[args.name].unread_keys:
+            comment = f"not read by {args.name}: leave it out"
         print(f"{key} = {_toml_value(args.name if key == 'name' else default)}".ljust(28) + f"# {comment}")
     rows = described(options)
     print(f"# {args.name}'s own options" if rows else f"# {args.name} has no options of its own")

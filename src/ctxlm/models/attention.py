@@ -41,6 +41,7 @@ class DanilukAttentionLM(LanguageModel):
     """
 
     Options = DanilukOptions
+    unread_keys = ("layers", "dropout")
 
     def __init__(self, vocab_size: int, variant: str = "attention", emb_size: int = 300, hidden_size: int = 300,
                  window: int = 4, init_range: float = 0.1, forget_bias: float = 1.0):

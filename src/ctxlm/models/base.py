@@ -1,7 +1,7 @@
 """The LanguageModel interface and the model registry (ARCHITECTURE.md, "The model interface")."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable
 
 import torch
@@ -30,9 +30,19 @@ def build_model(config, vocab_size: int, output=None, counts: torch.Tensor | Non
     if config.init_range < 0:
         raise CtxlmError(f"model.init_range must be ≥ 0 (0 = PyTorch's default initialisation), got {config.init_range}")
     try:
-        model = MODELS[config.name].from_config(config, config.options, vocab_size)
+        family = MODELS[config.name]
+        defaults = {f.name: f.default for f in fields(config)}
+        unread = [f"model.{key} = {getattr(config, key)!r}" for key in family.unread_keys
+                  if getattr(config, key) != defaults[key]]
+        if unread:
+            raise ValueError(f"{', '.join(unread)}: not read by this model, so remove {'it' if len(unread) == 1 else 'them'}"
+                             f" (`ctxlm models {config.name}` lists the keys it reads)")
+        model = family.from_config(config, config.options, vocab_size)
         if output is not None and output.layer != "softmax":
             model.use_output(output, vocab_size, counts, config.tie_weights)
+        elif config.tie_weights and not getattr(getattr(model, "output", None), "tied", False):
+            raise ValueError("its softmax does not tie to the embeddings: model.tie_weights = true would change "
+                             "nothing; remove it (or tie through an [output] layer)")
         return model
     except ValueError as exc:
         raise CtxlmError(f"model {config.name!r}: {exc}") from None
@@ -93,6 +103,7 @@ class LanguageModel(nn.Module):
     embedding: nn.Embedding
     output: nn.Module
     Options: type = NoOptions     # the family's own [model] options (ARCHITECTURE.md "Model options")
+    unread_keys: tuple[str, ...] = ()  # shared [model] keys the family does not read: set, they are an error
 
     def forward(self, inputs: torch.Tensor, state: Any = None, reset: torch.Tensor | None = None) -> ModelOutput:
         raise NotImplementedError

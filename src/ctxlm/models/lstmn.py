@@ -43,6 +43,7 @@ class LSTMN(LanguageModel):
     """
 
     Options = LSTMNOptions
+    unread_keys = ("layers",)
 
     def __init__(self, vocab_size: int, emb_size: int = 277, hidden_size: int = 277, window: int = 5,
                  dropout: float = 0.0, tie_weights: bool = False, init_range: float = 0.1, forget_bias: float = 1.0):
@@ -66,8 +67,6 @@ class LSTMN(LanguageModel):
 
     @classmethod
     def from_config(cls, config, options: LSTMNOptions, vocab_size: int) -> "LSTMN":
-        if config.layers != 1:
-            raise ValueError(f"lstmn has one layer (model.layers = 1), got {config.layers}")
         return cls(vocab_size, config.emb_size, config.hidden_size, options.window, config.dropout, config.tie_weights,
                    config.init_range, options.forget_bias)
 

@@ -255,6 +255,7 @@ class MemoryNetworkLM(LanguageModel):
     """
 
     Options = MemNOptions
+    unread_keys = ("layers", "tie_weights")
     QUERY = 0.1
 
     def __init__(self, vocab_size: int, d: int = 128, memory: int = 15, temporal: bool = True, dropout: float = 0.0,
@@ -275,8 +276,6 @@ class MemoryNetworkLM(LanguageModel):
         if config.emb_size != config.hidden_size:
             raise ValueError(f"memn has one size d for memory, query and output: set emb_size = hidden_size "
                              f"(got {config.emb_size} and {config.hidden_size})")
-        if config.layers != 1 or config.tie_weights:
-            raise ValueError("memn is one hop without an input embedding: layers must be 1 and tie_weights false")
         return cls(vocab_size, config.hidden_size, options.memory, options.temporal, config.dropout, config.init_range)
 
     def forward(self, inputs, state=None, reset=None) -> ModelOutput:

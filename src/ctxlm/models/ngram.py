@@ -74,6 +74,7 @@ class KneserNeyLM(LanguageModel):
 
     count_based = True
     Options = KneserNeyOptions
+    unread_keys = ("emb_size", "hidden_size", "layers", "dropout", "tie_weights", "init_range")
 
     def __init__(self, vocab_size: int, order: int = 5, eos: int = 0):
         super().__init__()
