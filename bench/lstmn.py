@@ -47,7 +47,7 @@ def timed(fn, *args):
 
 def naive_forward(model, inputs, state):
     """LSTMN the plain way: per step, project x_t and every tape entry, shift the tape with cat. No resets."""
-    k, a = model.hidden_size, model.window
+    k = model.hidden_size
     tape, valid, hbar = state if state is not None else model.initial_state(inputs.size(0), model.embedding.weight)
     tape_h, tape_c = tape[..., :k], tape[..., k:]
     x, hs = model.embedding(inputs), []

@@ -80,7 +80,7 @@ def setting_section(name, args, V) -> dict:
             check, state = data[:4, :T], None
             for _ in range(2):                       # twice: the second chunk reads the carried memory
                 out = model(check, state)
-                stepped, stepped_state = step_by_step(model, check, state)
+                stepped, _ = step_by_step(model, check, state)
                 assert torch.allclose(out.hidden, stepped, atol=1e-5), f"{architecture}: step-by-step differs"
                 state = out.state
         optimizer = build_optimizer(optimizer_name, model.parameters(), lr, 0.0)

@@ -11,9 +11,16 @@ from ctxlm.models import MODELS, build_model
 from conftest import ctxlm, tiny_config
 
 V = 40
-FAMILIES = {"lstm": {}, "gru": {}, "attention": {"window": 3}, "key-value": {"window": 2}, "rnn-ngram": {"ngram": 2},
-            "attentive-lm": {}, "psmm": {"window": 4}, "lstmn": {"window": 3}, "rm": {"memory": 3}, "rmr": {"memory": 3},
-            "memn": {"memory": 3}}
+FAMILIES = {"lstm": {}, "gru": {}, "rnn-tanh": {}, "rnn-relu": {}, "attention": {"window": 3}, "key-value": {"window": 2},
+            "key-value-predict": {"window": 2}, "rnn-ngram": {"ngram": 2}, "attentive-lm": {}, "psmm": {"window": 4},
+            "lstmn": {"window": 3}, "rm": {"memory": 3}, "rmr": {"memory": 3}, "memn": {"memory": 3},
+            "ffnn": {"context": 3}, "ffnn-baseline": {"context": 3}, "cnn": {"context": 3}, "mlpconv": {"context": 3},
+            "com": {"context": 3}, "ml-cnn": {"context": 3}}
+SOFTMAX_ONLY = {"kneser-ney", "names-mixture", "bidirectional-rm"}   # count-based, masked softmaxes, sentence scores
+
+
+def test_the_families_above_are_every_model_that_takes_an_output_layer():
+    assert set(FAMILIES) == set(MODELS) - SOFTMAX_ONLY
 
 
 @pytest.mark.parametrize("layer", ["class", "adaptive", "nce"])

@@ -104,12 +104,6 @@ def read_tokens(path: str | Path) -> list[str]:
     return list(iter_tokens(path))
 
 
-def read_sentences(path: str | Path) -> list[list[str]]:
-    """One sentence per line, each ending in `<eos>`; empty lines are skipped."""
-    text = read_text(path)
-    return [line.split() + [EOS] for line in text.splitlines() if line.strip()]
-
-
 @dataclass
 class TaggedCorpus:
     """Words with their POS tags aligned (Brown); `<eos>` gets the tag `<eos>`."""

@@ -31,7 +31,6 @@ from .vocab import EOS, UNK
 
 FORMAT = "holmes-2"          # change when tokenisation, splitting or layout change: old output is then redone
 FOLDER = "holmes"
-FILES = ("train.npy", "valid.npy", "words.tsv")
 VALID_SENTENCES = 19_000     # Tran et al. [002] §6
 SEED = 1
 
@@ -111,8 +110,8 @@ def _save(path: Path, write) -> dict:
     return {"bytes": path.stat().st_size, "sha256": _sha256(path)}
 
 
-def prepare(data_dir=None, out=None, valid_sentences: int = VALID_SENTENCES, seed: int = SEED, force: bool = False,
-            log=print) -> tuple[Path, dict, bool]:
+def prepare(data_dir=None, out=None, valid_sentences: int = VALID_SENTENCES, seed: int = SEED,
+            force: bool = False) -> tuple[Path, dict, bool]:
     """Prepare Holmes into OUT/holmes (default: the user cache); returns (folder, manifest, whether it was redone).
 
     A complete earlier preparation with the same recipe is kept (a no-op); one with another recipe is

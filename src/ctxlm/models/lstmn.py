@@ -78,7 +78,7 @@ class LSTMN(LanguageModel):
 
     def forward(self, inputs, state=None, reset=None) -> ModelOutput:
         batch, length = inputs.shape
-        k, a = self.hidden_size, self.window
+        k = self.hidden_size
         x = self.dropout(self.embedding(inputs))
         tape, valid, hbar = state if state is not None else self.initial_state(batch, x)
         slot_valid, new_valid = history_validity(valid, length, reset)               # [B, T, a]
