@@ -52,10 +52,12 @@ def test_categories_command_compares_runs(tmp_path, corpus):
     assert (tmp_path / "out" / "categories.png").stat().st_size > 1000
 
 
-def test_an_infinite_perplexity_is_plotted_and_written_as_strict_json(tmp_path):
+def test_an_infinite_perplexity_is_plotted_and_written_as_strict_json(tmp_path, monkeypatch):
     """A cache with λ = 1 gives probability 0 to words it has not seen: ∞ on the plot, null in the JSON."""
     import json
     import warnings
+
+    import matplotlib.pyplot as plt
 
     from ctxlm.analysis.attention import write_json
     from ctxlm.analysis.categories import plot_categories
@@ -64,10 +66,23 @@ def test_an_infinite_perplexity_is_plotted_and_written_as_strict_json(tmp_path):
             {"group": "special", "category": "<unk>", "tokens": 2, "ppl": math.inf},
             {"group": "part of speech", "category": "Adjectives", "tokens": 0, "ppl": math.nan}]
     tables = {"lstm": rows, "lstm + cache": [dict(r, ppl=math.inf) for r in rows]}
+    shown = {}
+    real_savefig = plt.Figure.savefig
+
+    def savefig(figure, *args, **kwargs):          # what the plot holds, read before it is written
+        axes = figure.axes[0]
+        shown["marks"] = [(text.get_text(), text.xy[0]) for text in axes.texts]
+        shown["xlim"] = axes.get_xlim()
+        return real_savefig(figure, *args, **kwargs)
+
+    monkeypatch.setattr(plt.Figure, "savefig", savefig)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         plot_categories(tables, tmp_path / "categories.png")
     assert (tmp_path / "categories.png").stat().st_size > 1000
+    # "<unk>" (the last category, x = 1): ∞ for both runs; "1–100": ∞ for the second run only
+    assert sorted(shown["marks"]) == [("∞", pytest.approx(0.2)), ("∞", pytest.approx(0.8)), ("∞", pytest.approx(1.2))]
+    assert shown["xlim"][0] <= -0.4 and shown["xlim"][1] >= 1.4           # every mark inside the frame
     write_json(tables, tmp_path / "categories.json")
     read = json.loads((tmp_path / "categories.json").read_text(), parse_constant=lambda c: pytest.fail(c))
     assert [r["ppl"] for r in read["lstm"]] == [40.0, None, None] and read["lstm + cache"][0]["ppl"] is None

@@ -4,6 +4,7 @@ import torch
 
 from ctxlm.config import ModelConfig, load_toml
 from ctxlm.models import build_model
+from ctxlm.models.base import refuse_unread_keys
 from ctxlm.training.distributed import merge_state
 
 from test_presets import CONFIGS, counts
@@ -154,8 +155,9 @@ def test_trains_in_float32_and_refuses_layers():
         optimizer.step()
         losses.append(float(nll.detach()) / count)
     assert losses[-1] < 0.1 * losses[0]
-    with pytest.raises(Exception, match="model.layers = 2: not read by this model"):
-        build_model(ModelConfig.of(name="lstmn", layers=2), V)
+    two_layers = ModelConfig.of(name="lstmn", layers=2)
+    with pytest.raises(Exception, match="model.layers = 2 is not read by model 'lstmn'"):
+        refuse_unread_keys(two_layers, build_model(two_layers, V), "softmax")
 
 
 def test_preset_parameter_count_against_table_4_8():

@@ -3,13 +3,13 @@ datasets, models, prepare, complete."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
 
 from .checks import PROBABILITY, SEED, at_least, in_range, option
 from .errors import CtxlmError
+from .jsonio import json_text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -116,7 +116,7 @@ def cmd_eval(args) -> int:
         if settings is not None:
             r["cache"] = {"window": settings.window, "theta": settings.theta, "lambda": settings.lam}
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json_text(results, indent=2))
     else:
         if settings is not None:
             print(f"with the neural cache: window {settings.window}, theta {settings.theta}, lambda {settings.lam}")
@@ -159,7 +159,7 @@ def _eval_mixture(run, args) -> int:
         a, b = scores[split]
         results[split] = {"run": perplexity(a), "mix_run": perplexity(b), "mixture": perplexity(mixed(a, b, lam))}
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json_text(results, indent=2))
         return 0
     print(f"mixture p = (1 - λ) p_RUN + λ p_MIX with λ = {lam:.4f} ({chosen}); RUN = {args.run}, MIX = {args.mix}")
     print(f"{'split':<12}{'tokens':>10}{'RUN':>12}{'MIX':>12}{'mixture':>12}")
@@ -235,7 +235,7 @@ def cmd_tune_cache(args) -> int:
     data = _split_data(run, args, args.split)
     result = cache_grid(run.model, data.ids[args.split], windows, thetas, lambdas, run.config.data.eval_chunk)
     result.update(split=args.split, commit=git_commit())
-    checkpoint.atomic_write_text(Path(args.run) / "cache.json", json.dumps(result, indent=1) + "\n")
+    checkpoint.atomic_write_text(Path(args.run) / "cache.json", json_text(result, indent=1) + "\n")
     plot_cache_grid(result, Path(args.run) / "cache_grid.png")
     best = result["best"]
     print(f"{args.split} perplexity without cache {result['model_ppl']:.2f}; best with cache {best['ppl']:.2f} "
@@ -264,10 +264,10 @@ def cmd_lambada(args) -> int:
     bar.close()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    out.write_text("".join(json_text(r) + "\n" for r in records), encoding="utf-8")
     summary.update(file=args.file, run=args.run, cache=args.cache, names_file=args.names)
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(json_text(summary, indent=2))
         return 0
     print(f"{args.file}: {summary['passages']:,} passages ({summary['unknown_targets']:,} targets outside the vocabulary)")
     print(f"last-word accuracy            {100 * summary['accuracy']:6.2f}%")
@@ -315,7 +315,7 @@ def cmd_complete(args) -> int:
     bar.close()
     summary.update(run=str(args.run), model=run.config.model.name, questions_file=str(questions_file),
                    answers_file=str(answers_file) if answers_file else None)
-    checkpoint.atomic_write_text(args.out, json.dumps({**summary, "records": records}, indent=1) + "\n")
+    checkpoint.atomic_write_text(args.out, json_text({**summary, "records": records}, indent=1) + "\n")
     print(f"{questions_file}: {summary['questions']:,} questions, {summary['unknown_candidates']:,} candidates outside "
           f"the vocabulary of {args.run} ({summary['seconds']:.0f} s)")
     if summary["answered"]:
@@ -349,7 +349,7 @@ def cmd_score(args) -> int:
         log_probs, new_state = score_tokens(run.model, run.vocab, tokens, state if args.stream else None)
         state = new_state
         total = sum(log_probs)
-        print(json.dumps({"text": line, "tokens": tokens,
+        print(json_text({"text": line, "tokens": tokens,
                           "unknown": [t not in run.vocab.index for t in tokens],
                           "log_probs": [round(x, 5) for x in log_probs], "total": round(total, 5),
                           "ppl": round(math.exp(-total / len(tokens)), 4)}))
@@ -417,12 +417,14 @@ def cmd_import_arpa(args) -> int:
     from .config import Config, apply_overrides
     from .models.arpa import read_arpa
     from .training import checkpoint
+    from .training.trainer import check_config
 
     run_dir = Path(args.run_dir)
     if run_dir.exists() and any(run_dir.iterdir()):
         raise CtxlmError(f"run directory {run_dir} is not empty; pick another")
     model, vocab = read_arpa(args.arpa)
     config = apply_overrides(Config(), [*(args.set or []), "model.name=kneser-ney", f"model.order={model.order}"])
+    check_config(config)
     checkpoint.atomic_write_text(run_dir / "config.toml", config.to_toml())
     vocab.save(run_dir / "vocab.txt")
     checkpoint.save_weights(model, run_dir / "model.safetensors", {"model": "kneser-ney", "vocab": vocab.fingerprint()})
@@ -676,6 +678,7 @@ def cmd_datasets(args) -> int:
 def cmd_models(args) -> int:
     from .config import ModelConfig, _toml_value, described, family_options, shared_fields
     from .models import MODELS
+    from .models.base import softmax_ties
 
     if not args.name:
         for name, cls in sorted(MODELS.items()):
@@ -688,6 +691,8 @@ def cmd_models(args) -> int:
     for key, default, comment in described(ModelConfig, shared_fields(ModelConfig)):
         if key in MODELS[args.name].unread_keys:
             comment = f"not read by {args.name}: leave it out"
+        elif key == "tie_weights" and not softmax_ties(args.name):
+            comment = f"{args.name}'s softmax is untied: true only with output.layer = \"nce\""
         print(f"{key} = {_toml_value(args.name if key == 'name' else default)}".ljust(28) + f"# {comment}")
     rows = described(options)
     print(f"# {args.name}'s own options" if rows else f"# {args.name} has no options of its own")

@@ -1,8 +1,6 @@
 """What attention models look at (Salton Figures 2–3, Daniluk Figures 4.1 and 4.3–4.5; SPEC §5.1–5.2)."""
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 
 import torch
@@ -140,19 +138,9 @@ def plot_by_distance(rows: list[dict], name: str, path: str | Path, limit: int =
     plt.close(fig)
 
 
-def _finite_or_null(value):
-    """`value` with every NaN or infinite float replaced by None, so that the file is strict JSON."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite_or_null(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite_or_null(v) for v in value]
-    return value
-
-
 def write_json(data, path: str | Path) -> None:
     """Strict JSON (any JSON reader takes it): a perplexity that is undefined (no tokens) or infinite is null."""
+    from ..jsonio import json_text
     from ..training.checkpoint import atomic_write_text
 
-    atomic_write_text(path, json.dumps(_finite_or_null(data), indent=1, allow_nan=False) + "\n")
+    atomic_write_text(path, json_text(data, indent=1) + "\n")

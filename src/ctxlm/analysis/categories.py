@@ -15,15 +15,16 @@ def plot_categories(tables: dict[str, list[dict]], path: str | Path) -> None:
     names = [r["category"] for r in rows]
     width = 0.8 / len(labels)
     fig, ax = plt.subplots(figsize=(max(7.0, 0.9 * len(names) + 2), 4.2))
-    infinite = []                                   # a category the model gives probability 0 (cache λ = 1)
     for k, label in enumerate(labels):
         values = {r["category"]: r["ppl"] for r in tables[label]}
         xs = [i + (k - (len(labels) - 1) / 2) * width for i in range(len(names))]
-        ax.bar(xs, [values[n] if math.isfinite(values[n]) else math.nan for n in names], width, label=label)
-        infinite += [x for x, n in zip(xs, names) if not math.isfinite(values[n])]
+        bars = ax.bar(xs, [values[n] if math.isfinite(values[n]) else math.nan for n in names], width, label=label)
+        for x, n in zip(xs, names):                 # probability 0 somewhere (cache λ = 1): ∞ in the run's colour
+            if not math.isfinite(values[n]):
+                ax.annotate("∞", (x, 1.0), xycoords=("data", "axes fraction"), ha="center", va="top",
+                            color=bars.patches[0].get_facecolor(), fontweight="bold")
+    ax.set_xlim(-0.5, len(names) - 0.5)             # NaN bars do not count towards the limits
     ax.set_yscale("log")
-    for x in infinite:
-        ax.annotate("∞", (x, 1.0), xycoords=("data", "axes fraction"), ha="center", va="top")
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("perplexity (log scale)")
     ax.set_title("perplexity by category of the predicted word")

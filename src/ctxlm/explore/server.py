@@ -11,6 +11,7 @@ from importlib import resources
 import torch
 
 from ..errors import CtxlmError
+from ..jsonio import json_text
 from .scoring import MAX_TOKENS, MAX_TOP_K, RequestError, load_runs, score
 
 MAX_BODY = 4 * 1024 * 1024          # bytes of JSON; MAX_TOKENS is the limit that matters
@@ -112,7 +113,7 @@ class Handler(BaseHTTPRequestHandler):
         self._json(score(self.server.runs, request))
 
     def _json(self, data, status: int = 200):
-        self._send(json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8"),
+        self._send(json_text(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8"),
                    "application/json; charset=utf-8", status)
 
     def _send(self, body: bytes, content_type: str, status: int = 200):

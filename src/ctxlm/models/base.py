@@ -30,24 +30,42 @@ def build_model(config, vocab_size: int, output=None, counts: torch.Tensor | Non
     if config.init_range < 0:
         raise CtxlmError(f"model.init_range must be ≥ 0 (0 = PyTorch's default initialisation), got {config.init_range}")
     try:
-        family = MODELS[config.name]
-        defaults = {f.name: f.default for f in fields(config)}
-        unread = [f"model.{key} = {getattr(config, key)!r}" for key in family.unread_keys
-                  if getattr(config, key) != defaults[key]]
-        if unread:
-            raise ValueError(f"{', '.join(unread)}: not read by this model, so remove {'it' if len(unread) == 1 else 'them'}"
-                             f" (`ctxlm models {config.name}` lists the keys it reads)")
-        model = family.from_config(config, config.options, vocab_size)
+        model = MODELS[config.name].from_config(config, config.options, vocab_size)
         if output is not None and output.layer != "softmax":
             model.use_output(output, vocab_size, counts, config.tie_weights)
-        elif config.tie_weights and not getattr(getattr(model, "output", None), "tied", False):
-            raise ValueError("its softmax does not tie to the embeddings: model.tie_weights = true would change "
-                             "nothing; remove it (or tie through an [output] layer)")
         return model
     except ValueError as exc:
         raise CtxlmError(f"model {config.name!r}: {exc}") from None
     except (RuntimeError, TypeError, OverflowError) as exc:     # sizes torch cannot hold or memory cannot fit
         raise CtxlmError(f"model {config.name!r} with vocabulary {vocab_size:,}: {str(exc).splitlines()[0]}") from None
+
+
+def refuse_unread_keys(config, model: "LanguageModel", output_layer: str) -> None:
+    """Before training: a shared [model] key the family does not read (its `unread_keys`), set away from
+    its default, or tie_weights = true on a softmax the family keeps untied, is an error, so that no
+    setting is silently ignored. `model`: the family built from `config` with its own softmax."""
+    from ..config import _toml_value
+
+    defaults = {f.name: f.default for f in fields(config)}
+    for key in type(model).unread_keys:
+        if getattr(config, key) != defaults[key]:
+            raise CtxlmError(f"model.{key} = {_toml_value(getattr(config, key))} is not read by model {config.name!r}: "
+                             f"leave it out or set it back to {_toml_value(defaults[key])} (`ctxlm models "
+                             f"{config.name}` marks the keys it does not read)")
+    if config.tie_weights and output_layer == "softmax" and not getattr(model.output, "tied", False):
+        raise CtxlmError(f"model {config.name!r} keeps its softmax untied: model.tie_weights = true would change "
+                         f"nothing; set it to false, or tie through output.layer = \"nce\"")
+
+
+def softmax_ties(name: str) -> bool:
+    """Whether family `name`, built at its defaults with tie_weights = true, ties its softmax to the embeddings."""
+    from ..config import ModelConfig
+
+    config = ModelConfig.of(name=name)
+    config.emb_size = config.hidden_size
+    config.tie_weights = True
+    with torch.device("meta"):
+        return getattr(getattr(build_model(config, 2), "output", None), "tied", False)
 
 
 @dataclass

@@ -23,7 +23,7 @@ from ..data.registry import load_corpus
 from ..data.vocab import EOS, Vocabulary
 from ..errors import CtxlmError
 from ..evaluation.perplexity import evaluate_sentences, evaluate_stream
-from ..models.base import LanguageModel, build_model, detach_state, map_state
+from ..models.base import LanguageModel, build_model, detach_state, map_state, refuse_unread_keys
 from . import checkpoint
 from .distributed import LossStep, World, merge_state, split_state, wrap
 from .optim import build_optimizer, next_lr
@@ -83,6 +83,7 @@ def check_config(config: Config) -> None:
         raise CtxlmError(f"unknown model {config.model.name!r} (model.name); known models: {', '.join(sorted(MODELS))}")
     with torch.device("meta"):
         model = build_model(config.model, 2)       # bad sizes or model options fail here, not after loading data
+    refuse_unread_keys(config.model, model, config.output.layer)
     if not getattr(model, "left_to_right", True) and config.data.batching != "sentence":
         raise CtxlmError(f"model {config.model.name!r} reads whole sentences (each word given the words after it "
                          "too): it trains with data.batching = \"sentence\" only")
