@@ -10,6 +10,7 @@ import torch
 
 from ctxlm.cli import _config, build_parser
 from ctxlm.models import build_model
+from ctxlm.training.trainer import check_config
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -58,5 +59,6 @@ def test_documented_train_command_builds(where, command):
     args.config = str(ROOT / args.config)
     assert Path(args.config).is_file(), f"{where}: `{command}` names a preset that does not exist"
     config = _config(args)                  # the preset with its --set keys, as `ctxlm train` reads them
+    check_config(config)                    # what `ctxlm train` refuses before reading data (unread keys too)
     with torch.device("meta"):
         build_model(config.model, 100_000, config.output)
