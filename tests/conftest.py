@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, settings
 
 from ctxlm.config import Config, ModelConfig
 from ctxlm.data.batching import IGNORE
+from ctxlm.models import MODELS
 from ctxlm.models.base import ModelOutput
 
 DATA_DIR = os.environ.get("CTXLM_DATA_DIR", "")
@@ -67,8 +68,6 @@ def tiny_config(paths: dict[str, str], **model) -> Config:
     config.data.dataset = "files"
     config.data.train, config.data.valid, config.data.test = paths["train"], paths["valid"], paths["test"]
     config.data.batch_size, config.data.bptt, config.data.eval_chunk = 4, 7, 50
-    from ctxlm.models import MODELS
-
     unread = MODELS[model.get("name", "lstm")].unread_keys            # e.g. no sizes for kneser-ney
     small = {key: value for key, value in {"emb_size": 16, "hidden_size": 16, "dropout": 0.1}.items() if key not in unread}
     config.model = ModelConfig.of(**{**small, **model})
