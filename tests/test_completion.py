@@ -8,7 +8,7 @@ import torch
 from ctxlm.data.corpus import CompletionQuestion, read_msr_completion
 from ctxlm.data.vocab import Vocabulary
 from ctxlm.errors import CtxlmError
-from ctxlm.evaluation.completion import answer_questions, candidate_sentences, sentence_scores
+from ctxlm.evaluation.completion import answer_questions, candidate_sentences, mcnemar_p, sentence_scores
 from ctxlm.generate import score_tokens
 
 from conftest import DATA_DIR, FixedDistribution, ctxlm, needs_data, one_line_error
@@ -114,6 +114,34 @@ def test_both_layouts_give_the_same_answers(runs, tmp_path):
     assert outputs[0]["questions"] == 2 and outputs[0]["model"] == "kneser-ney"
     no_key = ctxlm("complete", runs["lstm"], "--questions", csv_q, "--out", tmp_path / "x.json")
     assert no_key.returncode == 0 and "no answers given" in no_key.stdout
+
+
+def test_mcnemar_p_by_hand():
+    """Two-sided exact binomial test on the discordant questions: 2 · P(X ≤ min) for X ~ Binomial(n, 1/2)."""
+    assert mcnemar_p(0, 5) == 2 / 32
+    assert mcnemar_p(1, 9) == mcnemar_p(9, 1) == 2 * (1 + 10) / 1024
+    assert mcnemar_p(3, 3) == mcnemar_p(0, 0) == 1.0
+    assert mcnemar_p(91, 69) == pytest.approx(0.0966, abs=1e-4)     # the 10M-token RM against the LSTM (docs/results.md)
+
+
+def test_against_counts_each_question_and_checks_its_input(runs, tmp_path):
+    q, a = _write(tmp_path / "q.csv", CSV), _write(tmp_path / "a.csv", ANSWERS)
+    first, second = tmp_path / "kn.json", tmp_path / "lstm.json"
+    assert ctxlm("complete", runs["ngram"], "--questions", q, "--answers", a, "--out", first).returncode == 0
+    result = ctxlm("complete", runs["lstm"], "--questions", q, "--answers", a, "--out", second, "--against", first)
+    assert result.returncode == 0, result.stderr
+    mine = [r["correct"] for r in json.loads(second.read_text())["records"]]
+    theirs = [r["correct"] for r in json.loads(first.read_text())["records"]]
+    counts = {"both": sum(m and t for m, t in zip(mine, theirs)), "only_this": sum(m and not t for m, t in zip(mine, theirs)),
+              "only_other": sum(t and not m for m, t in zip(mine, theirs)), "neither": sum(not (m or t) for m, t in zip(mine, theirs))}
+    comparison = json.loads(second.read_text())["comparison"]
+    assert comparison == {"against": str(first), **counts, "mcnemar_p": mcnemar_p(counts["only_this"], counts["only_other"])}
+    assert f"only this run {counts['only_this']}, only the other {counts['only_other']}" in result.stdout
+    one_line_error(ctxlm("complete", runs["lstm"], "--questions", q, "--against", first), "give the questions' answers")
+    one_line_error(ctxlm("complete", runs["lstm"], "--questions", q, "--answers", a, "--against", q), "not a `ctxlm complete` result")
+    other = _write(tmp_path / "other.csv", CSV.replace("8,", "9,", 1))
+    one_line_error(ctxlm("complete", runs["lstm"], "--questions", other, "--answers", _write(tmp_path / "a9.csv", "id,answer\n7,a\n9,a\n"),
+                         "--against", first), "2 ids differ")
 
 
 @pytest.mark.parametrize("name, text, needle", [

@@ -299,7 +299,7 @@ def cmd_prepare(args) -> int:
 def cmd_complete(args) -> int:
     from .data.corpus import read_msr_completion
     from .data.registry import locate
-    from .evaluation.completion import answer_questions
+    from .evaluation.completion import answer_questions, compare_answers, read_answers
     from .run import load
     from .training import checkpoint
     from .training.progress import Progress
@@ -309,12 +309,15 @@ def cmd_complete(args) -> int:
         questions_file = locate("msr-completion", "questions", args.data_dir)
         answers_file = answers_file or locate("msr-completion", "answers", args.data_dir)
     questions = read_msr_completion(questions_file, answers_file)
+    other = read_answers(args.against, questions) if args.against else None
     run = load(args.run)
     bar = Progress(len(questions), "complete")
     summary, records = answer_questions(run.model, run.vocab, questions, args.batch_size, bar.update)
     bar.close()
     summary.update(run=str(args.run), model=run.config.model.name, questions_file=str(questions_file),
                    answers_file=str(answers_file) if answers_file else None)
+    if other is not None:
+        summary["comparison"] = compare_answers(records, other, str(args.against))
     checkpoint.atomic_write_text(args.out, json_text({**summary, "records": records}, indent=1) + "\n")
     print(f"{questions_file}: {summary['questions']:,} questions, {summary['unknown_candidates']:,} candidates outside "
           f"the vocabulary of {args.run} ({summary['seconds']:.0f} s)")
@@ -322,6 +325,10 @@ def cmd_complete(args) -> int:
         print(f"accuracy {100 * summary['accuracy']:.2f}% ({summary['correct']:,} of {summary['answered']:,})")
     else:
         print("no answers given (--answers FILE): choices only")
+    if other is not None:
+        c = summary["comparison"]
+        print(f"against {args.against}: both right {c['both']:,}, only this run {c['only_this']:,}, only the other "
+              f"{c['only_other']:,}, neither {c['neither']:,}; exact McNemar p = {c['mcnemar_p']:.3g}")
     print(f"per-question scores and choices: {args.out}")
     return 0
 
@@ -786,6 +793,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: the msr-completion dataset's testing_data.csv, with its answers)")
     p.add_argument("--answers", help="CSV id,answer or Holmes.machine_format.answers.txt; without it, choices only")
     p.add_argument("--out", default="completion.json", help="per-question results (default ./completion.json)")
+    p.add_argument("--against", metavar="JSON", help="another run's --out file: count the questions each run alone "
+                   "gets right and give the exact McNemar p-value of the difference")
     p.add_argument("--batch-size", type=option(int, at_least(1)), default=50,
                    help="sentences per forward pass, five per question (default 50)")
     common_data(p)

@@ -15,14 +15,17 @@ probability.
 """
 from __future__ import annotations
 
+import json
 import math
 import time
+from pathlib import Path
 
 import torch
 
 from ..data.batching import SentenceBatches
 from ..data.corpus import BLANK, LETTERS, CompletionQuestion, msr_tokens
 from ..data.vocab import EOS
+from ..errors import CtxlmError
 
 
 def candidate_sentences(question: CompletionQuestion) -> list[list[str]]:
@@ -81,3 +84,39 @@ def answer_questions(model, vocab, questions: list[CompletionQuestion], batch_si
                "unknown_candidates": sum(sum(r["unknown"]) for r in records),
                "seconds": round(time.time() - started, 1)}
     return summary, records
+
+
+def read_answers(path, questions: list[CompletionQuestion]) -> dict[str, bool]:
+    """Question id → correct, from an earlier `ctxlm complete --out` JSON on these same questions, with answers."""
+    if any(q.answer is None for q in questions):
+        raise CtxlmError("--against compares right answers: give the questions' answers too (--answers FILE)")
+    try:
+        answers = {str(r["id"]): r["correct"] for r in json.loads(Path(path).read_text())["records"]}
+    except FileNotFoundError:
+        raise CtxlmError(f"{path}: file not found; give the JSON that `ctxlm complete --out` wrote") from None
+    except (OSError, ValueError, KeyError, TypeError):
+        raise CtxlmError(f"{path}: not a `ctxlm complete` result (JSON with records holding id and correct)") from None
+    if any(not isinstance(c, bool) for c in answers.values()):
+        raise CtxlmError(f"{path}: holds no right or wrong answers; run `ctxlm complete` with the answers for it")
+    differ = set(answers) ^ {q.id for q in questions}
+    if differ:
+        raise CtxlmError(f"{path}: answers other questions than these ({len(differ):,} ids differ, e.g. "
+                         f"{sorted(differ)[0]!r}); compare results on the same question file")
+    return answers
+
+
+def mcnemar_p(only_this: int, only_other: int) -> float:
+    """Exact two-sided McNemar test: the chance that the n = only_this + only_other questions one model alone
+    gets right split at least this unevenly under Binomial(n, 1/2); 1 when none differ."""
+    n = only_this + only_other
+    return min(1.0, 2 * sum(math.comb(n, k) for k in range(min(only_this, only_other) + 1)) / 2 ** n)
+
+
+def compare_answers(records: list[dict], other: dict[str, bool], name: str) -> dict:
+    """Question by question against another run's answers (`read_answers`): both right, only this run, only
+    the other, neither, and the exact McNemar p-value of the difference."""
+    counts = {"both": 0, "only_this": 0, "only_other": 0, "neither": 0}
+    for record in records:
+        mine, theirs = record["correct"], other[record["id"]]
+        counts[("both" if theirs else "only_this") if mine else ("only_other" if theirs else "neither")] += 1
+    return {"against": name, **counts, "mcnemar_p": mcnemar_p(counts["only_this"], counts["only_other"])}
