@@ -18,12 +18,11 @@ from __future__ import annotations
 import json
 import math
 import time
-from pathlib import Path
 
 import torch
 
 from ..data.batching import SentenceBatches
-from ..data.corpus import BLANK, LETTERS, CompletionQuestion, msr_tokens
+from ..data.corpus import BLANK, LETTERS, CompletionQuestion, msr_tokens, read_text
 from ..data.vocab import EOS
 from ..errors import CtxlmError
 
@@ -91,10 +90,8 @@ def read_answers(path, questions: list[CompletionQuestion]) -> dict[str, bool]:
     if any(q.answer is None for q in questions):
         raise CtxlmError("--against compares right answers: give the questions' answers too (--answers FILE)")
     try:
-        answers = {str(r["id"]): r["correct"] for r in json.loads(Path(path).read_text())["records"]}
-    except FileNotFoundError:
-        raise CtxlmError(f"{path}: file not found; give the JSON that `ctxlm complete --out` wrote") from None
-    except (OSError, ValueError, KeyError, TypeError):
+        answers = {str(r["id"]): r["correct"] for r in json.loads(read_text(path))["records"]}
+    except (ValueError, KeyError, TypeError):
         raise CtxlmError(f"{path}: not a `ctxlm complete` result (JSON with records holding id and correct)") from None
     if any(not isinstance(c, bool) for c in answers.values()):
         raise CtxlmError(f"{path}: holds no right or wrong answers; run `ctxlm complete` with the answers for it")
@@ -115,8 +112,8 @@ def mcnemar_p(only_this: int, only_other: int) -> float:
 def compare_answers(records: list[dict], other: dict[str, bool], name: str) -> dict:
     """Question by question against another run's answers (`read_answers`): both right, only this run, only
     the other, neither, and the exact McNemar p-value of the difference."""
-    counts = {"both": 0, "only_this": 0, "only_other": 0, "neither": 0}
+    outcome = {(True, True): "both", (True, False): "only_this", (False, True): "only_other", (False, False): "neither"}
+    counts = dict.fromkeys(outcome.values(), 0)
     for record in records:
-        mine, theirs = record["correct"], other[record["id"]]
-        counts[("both" if theirs else "only_this") if mine else ("only_other" if theirs else "neither")] += 1
+        counts[outcome[record["correct"], other[record["id"]]]] += 1
     return {"against": name, **counts, "mcnemar_p": mcnemar_p(counts["only_this"], counts["only_other"])}
