@@ -303,6 +303,7 @@ def cmd_complete(args) -> int:
     from .run import load
     from .training import checkpoint
     from .training.progress import Progress
+    from .training.trainer import pick_device
 
     questions_file, answers_file = args.questions, args.answers
     if questions_file is None:          # the registry's Kaggle CSV and its answers
@@ -310,7 +311,7 @@ def cmd_complete(args) -> int:
         answers_file = answers_file or locate("msr-completion", "answers", args.data_dir)
     questions = read_msr_completion(questions_file, answers_file)
     other = read_answers(args.against, questions) if args.against else None
-    run = load(args.run)
+    run = load(args.run, pick_device(args.device))
     bar = Progress(len(questions), "complete")
     summary, records = answer_questions(run.model, run.vocab, questions, args.batch_size, bar.update)
     bar.close()
@@ -797,6 +798,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "gets right and give the exact McNemar p-value of the difference")
     p.add_argument("--batch-size", type=option(int, at_least(1)), default=50,
                    help="sentences per forward pass, five per question (default 50)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu",
+                   help="where the model scores (default cpu; auto: a GPU when there is one)")
     common_data(p)
     p.set_defaults(func=cmd_complete)
 

@@ -39,13 +39,15 @@ def sentence_scores(model, vocab, sentences: list[list[str]], batch_size: int = 
     model.eval()
     own = getattr(model, "sentence_log_prob", None)
     batches = SentenceBatches([vocab.encode(s) for s in sentences], batch_size, vocab.eos)
+    device = next(model.parameters(), torch.empty(0)).device     # where the model lives (Kneser-Ney: the CPU)
     scores = torch.empty(len(sentences), dtype=torch.float64)
     for number, rows in enumerate(batches.indices):
         batch = batches.batch(number)
+        inputs, targets = batch.inputs.to(device), batch.targets.to(device)
         if own is not None:
-            values = own(torch.cat([batch.inputs[:, :1], batch.targets], 1))
+            values = own(torch.cat([inputs[:, :1], targets], 1))
         else:
-            values = model.target_log_probs(model(batch.inputs), batch.targets).double().sum(1)
+            values = model.target_log_probs(model(inputs), targets).double().sum(1)
         scores[rows] = values.double().cpu()
         if progress:
             progress(rows)
