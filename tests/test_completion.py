@@ -174,6 +174,14 @@ def test_bad_answer_files_are_one_line(runs, tmp_path, text, needle):
     one_line_error(result, needle)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_device_cuda_without_a_gpu_is_one_line(runs, tmp_path):
+    result = ctxlm("complete", runs["lstm"], "--questions", _write(tmp_path / "q.csv", CSV), "--device", "cuda",
+                   "--out", tmp_path / "o.json")
+    one_line_error(result, "--device cuda: no CUDA device is available here")
+    assert not (tmp_path / "o.json").exists()
+
+
 def test_missing_files_are_one_line(runs, tmp_path):
     one_line_error(ctxlm("complete", runs["ngram"], "--questions", tmp_path / "none.csv"), "none.csv: file not found")
     one_line_error(ctxlm("complete", tmp_path / "norun", "--questions", _write(tmp_path / "q.csv", CSV)), "not a run directory")

@@ -311,7 +311,7 @@ def cmd_complete(args) -> int:
         answers_file = answers_file or locate("msr-completion", "answers", args.data_dir)
     questions = read_msr_completion(questions_file, answers_file)
     other = read_answers(args.against, questions) if args.against else None
-    run = load(args.run, pick_device(args.device))
+    run = load(args.run, pick_device(args.device, "--device"))
     bar = Progress(len(questions), "complete")
     summary, records = answer_questions(run.model, run.vocab, questions, args.batch_size, bar.update)
     bar.close()

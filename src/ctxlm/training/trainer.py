@@ -51,13 +51,14 @@ def prepare_data(config: Config, data_dir=None, vocab: Vocabulary | None = None)
     return Data(vocab, ids, corpus.tags)
 
 
-def pick_device(name: str) -> torch.device:
+def pick_device(name: str, option: str = "train.device") -> torch.device:
+    """auto, cpu or cuda as a device; `option` names the setting in errors."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise CtxlmError("train.device = cuda but no CUDA device is available; use auto or cpu")
+        raise CtxlmError(f"{option} cuda: no CUDA device is available here; use auto or cpu")
     if name not in ("cpu", "cuda"):
-        raise CtxlmError(f"unknown device {name!r} (train.device); choose auto, cpu or cuda")
+        raise CtxlmError(f"unknown device {name!r} ({option}); choose auto, cpu or cuda")
     return torch.device(name)
 
 
