@@ -86,3 +86,13 @@ def test_an_infinite_perplexity_is_plotted_and_written_as_strict_json(tmp_path, 
     write_json(tables, tmp_path / "categories.json")
     read = json.loads((tmp_path / "categories.json").read_text(), parse_constant=lambda c: pytest.fail(c))
     assert [r["ppl"] for r in read["lstm"]] == [40.0, None, None] and read["lstm + cache"][0]["ppl"] is None
+
+
+def test_a_plot_with_every_perplexity_infinite_is_still_written(tmp_path):
+    """A cache with λ = 1 alone (one run): every bar ∞, so nothing gives the log axis its limits."""
+    from ctxlm.analysis.categories import plot_categories
+
+    rows = [{"group": "frequency rank", "category": "1–100", "tokens": 5, "ppl": math.inf},
+            {"group": "special", "category": "<unk>", "tokens": 2, "ppl": math.inf}]
+    plot_categories({"cache": rows}, tmp_path / "categories.png")
+    assert (tmp_path / "categories.png").stat().st_size > 1000

@@ -25,6 +25,8 @@ def plot_categories(tables: dict[str, list[dict]], path: str | Path) -> None:
                             color=bars.patches[0].get_facecolor(), fontweight="bold")
     ax.set_xlim(-0.5, len(names) - 0.5)             # NaN bars do not count towards the limits
     ax.set_yscale("log")
+    if not any(math.isfinite(r["ppl"]) for rows_of_run in tables.values() for r in rows_of_run if r["category"] in names):
+        ax.set_ylim(1, 10)                          # every bar ∞: nothing sets the log axis' limits
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("perplexity (log scale)")
     ax.set_title("perplexity by category of the predicted word")
