@@ -16,16 +16,18 @@ from ..data.vocab import EOS
 
 def _accumulate(model, batches, device, carry: bool) -> dict[str, float]:
     model.eval()
-    total, count, state = 0.0, 0, None
+    state = None
+    total = torch.zeros((), dtype=torch.float64, device=device)     # summed on the device: no sync per chunk
+    count = torch.zeros((), dtype=torch.int64, device=device)
     with torch.no_grad():
         for batch in batches:
             inputs, targets = batch.inputs.to(device), batch.targets.to(device)
             reset = None if batch.reset is None else batch.reset.to(device)
             out = model(inputs, state if carry else None, reset)
-            log_probs = model.target_log_probs(out, targets)
-            total -= float(log_probs.sum(dtype=torch.float64))
-            count += int((targets != IGNORE).sum())
+            total -= model.target_log_probs(out, targets).sum(dtype=torch.float64)
+            count += (targets != IGNORE).sum()
             state = out.state
+    total, count = float(total), int(count)
     return {"nll": total, "tokens": count, "ppl": math.exp(total / count) if count else float("nan")}
 
 
