@@ -289,12 +289,14 @@ def main():
     parser.add_argument("--device", default="cpu", help="cpu or cuda (everything is built on it)")
     args = parser.parse_args()
     torch.set_default_device(args.device)
-    if args.device == "cuda":   # full float32 everywhere: TF32 in cuDNN's LSTM fails the 1e-5 vectorised == stepped check
+    on_gpu = torch.device(args.device).type == "cuda"
+    if on_gpu:                  # full float32 everywhere: TF32 in cuDNN's LSTM fails the 1e-5 vectorised == stepped check
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
     V, B, T = args.vocab, args.batch, args.bptt
     report = {"machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "threads": torch.get_num_threads(),
-              "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu", "tf32": False,
+              "device": torch.cuda.get_device_name() if on_gpu else "cpu",
+              "tf32": torch.backends.cudnn.allow_tf32 or torch.backends.cuda.matmul.allow_tf32 if on_gpu else None,
               "cpu_bf16_units": cpu_bf16_units(),
               "torch": torch.__version__, "vocab": V, "batch": B, "bptt": T}
     if args.section in ("lstm", "all"):

@@ -178,8 +178,20 @@ def test_bad_answer_files_are_one_line(runs, tmp_path, text, needle):
 def test_device_cuda_without_a_gpu_is_one_line(runs, tmp_path):
     result = ctxlm("complete", runs["lstm"], "--questions", _write(tmp_path / "q.csv", CSV), "--device", "cuda",
                    "--out", tmp_path / "o.json")
-    one_line_error(result, "--device cuda: no CUDA device is available here")
+    one_line_error(result, "--device is cuda, but no CUDA device is available here")
     assert not (tmp_path / "o.json").exists()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", ["lstm", "rm", "ngram"])
+def test_scores_on_a_gpu_equal_the_cpu_scores(runs, tmp_path, name):
+    q, a = _write(tmp_path / "q.csv", CSV), _write(tmp_path / "a.csv", ANSWERS)
+    for device in ("cpu", "cuda"):
+        result = ctxlm("complete", runs[name], "--questions", q, "--answers", a, "--device", device, "--out", tmp_path / f"{device}.json")
+        assert result.returncode == 0, result.stderr
+    cpu, cuda = (json.loads((tmp_path / f"{d}.json").read_text())["records"] for d in ("cpu", "cuda"))
+    assert [r["choice"] for r in cuda] == [r["choice"] for r in cpu]
+    assert [r["scores"] for r in cuda] == [pytest.approx(r["scores"], abs=1e-3) for r in cpu]
 
 
 def test_missing_files_are_one_line(runs, tmp_path):

@@ -20,7 +20,8 @@ class Run:
 
 
 def load(run_dir: str | Path, device: str = "cpu") -> Run:
-    """Build the model from the run's config.toml and vocab.txt and load its best weights."""
+    """Build the model from the run's config.toml and vocab.txt and load its best weights, on `device`
+    (count-based models, Kneser-Ney, always on the CPU: their tables are numpy arrays)."""
     run_dir = Path(run_dir)
     if not (run_dir / "config.toml").is_file():
         raise CtxlmError(f"{run_dir}: not a run directory (no config.toml); train one with `ctxlm train`")
@@ -28,5 +29,5 @@ def load(run_dir: str | Path, device: str = "cpu") -> Run:
     vocab = Vocabulary.load(run_dir / "vocab.txt")
     model = build_model(config.model, len(vocab), config.output)
     load_weights(model, run_dir / "model.safetensors", {"model": config.model.name, "vocab": vocab.fingerprint()})
-    model.to(device).eval()
+    model.to("cpu" if getattr(model, "count_based", False) else device).eval()
     return Run(run_dir, config, vocab, model)

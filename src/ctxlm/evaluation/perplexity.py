@@ -17,7 +17,7 @@ from ..data.vocab import EOS
 def _accumulate(model, batches, device, carry: bool) -> dict[str, float]:
     model.eval()
     state = None
-    total = torch.zeros((), dtype=torch.float64, device=device)     # summed on the device: no sync per chunk
+    total = torch.zeros((), dtype=torch.float64, device=device)     # summed on the device, read back once
     count = torch.zeros((), dtype=torch.int64, device=device)
     with torch.no_grad():
         for batch in batches:

@@ -56,7 +56,7 @@ def pick_device(name: str, option: str = "train.device") -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise CtxlmError(f"{option} cuda: no CUDA device is available here; use auto or cpu")
+        raise CtxlmError(f"{option} is cuda, but no CUDA device is available here; use auto or cpu")
     if name not in ("cpu", "cuda"):
         raise CtxlmError(f"unknown device {name!r} ({option}); choose auto, cpu or cuda")
     return torch.device(name)
