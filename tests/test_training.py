@@ -44,6 +44,38 @@ def test_interrupted_and_resumed_run_is_bit_identical(tmp_path, corpus, batching
     assert straight["test"] == resumed["test"]
 
 
+def test_training_time_survives_a_kill_between_checkpoints(tmp_path, corpus, monkeypatch):
+    """A run killed (no chance to save) and resumed from its last periodic checkpoint reports the
+    training time of every batch it kept, as an uninterrupted run does."""
+    import time
+
+    clock = [0.0]
+    monkeypatch.setattr(time, "time", lambda: clock[0])
+
+    def tick(trainer, epoch, batch):           # each batch takes 100 s of the fake clock
+        clock[0] += 100.0
+
+    def killed(trainer, epoch, batch):
+        tick(trainer, epoch, batch)
+        if batch == 5:
+            raise RuntimeError("killed")
+
+    config = tiny_config(corpus)
+    config.train.epochs, config.train.checkpoint_every = 1, 2
+    straight = Trainer(config, tmp_path / "straight", log=lambda *a: None)
+    straight.on_batch = tick
+    expected = straight.fit()["train_wall_s"]
+    assert expected >= 600
+
+    first = Trainer(config, tmp_path / "resumed", log=lambda *a: None)
+    first.on_batch = killed
+    with pytest.raises(RuntimeError):
+        first.fit()
+    resumed = Trainer(None, tmp_path / "resumed", resume=True, log=lambda *a: None)
+    resumed.on_batch = tick
+    assert resumed.fit()["train_wall_s"] == expected     # batch 5 ran twice; the kill lost its 100 s
+
+
 def test_training_lowers_validation_perplexity_and_keeps_the_best(tmp_path, corpus):
     config = tiny_config(corpus, dropout=0.0)
     config.train.epochs, config.train.lr = 6, 0.01

@@ -341,7 +341,7 @@ class Trainer:
             group["lr"] = progress["lr"]
         count = len(batches) if not cfg.train.max_batches else min(len(batches), cfg.train.max_batches)
         bar = Progress(count, f"epoch {epoch}", initial=position)
-        started, tokens_run = time.time(), 0
+        started, tokens_run, elapsed_before = time.time(), 0, progress["elapsed"]
         nll_total = torch.tensor(progress["epoch_nll"], dtype=torch.float64)
         self._position = position
         for number in range(position, count):
@@ -373,9 +373,10 @@ class Trainer:
             if stop:
                 break
             if cfg.train.checkpoint_every and (number + 1) % cfg.train.checkpoint_every == 0 and number + 1 < count:
+                progress["elapsed"] = elapsed_before + time.time() - started    # a resume after a kill keeps it
                 self._save(epoch, number + 1, order, carry, progress)
         bar.close()
-        progress["elapsed"] += time.time() - started
+        progress["elapsed"] = elapsed_before + time.time() - started
         self._epoch_rate = tokens_run / max(time.time() - started, 1e-9)
         return carry
 
