@@ -39,8 +39,8 @@ def sentence_scores(model, vocab, sentences: list[list[str]], batch_size: int = 
     model.eval()
     own = getattr(model, "sentence_log_prob", None)
     batches = SentenceBatches([vocab.encode(s) for s in sentences], batch_size, vocab.eos)
-    weight = None if getattr(model, "count_based", False) else next(model.parameters(), None)
-    device = weight.device if weight is not None else torch.device("cpu")       # Kneser-Ney: numpy tables, the CPU
+    weight = next(model.parameters(), None)          # the batches go where the weights are
+    device = weight.device if weight is not None else torch.device("cpu")       # Kneser-Ney: no weights, numpy tables
     scores = torch.empty(len(sentences), dtype=torch.float64)
     for number, rows in enumerate(batches.indices):
         batch = batches.batch(number)

@@ -364,6 +364,7 @@ class Trainer:
             tokens_run += n
             self._position = number + 1
             progress["epoch_nll"] = float(nll_total)
+            progress["elapsed"] = elapsed_before + time.time() - started    # every checkpoint keeps it
             if bar.count % 10 == 0 or number + 1 == count:
                 mean = progress["epoch_nll"] / max(progress["epoch_tokens"], 1)
                 rate = tokens_run / max(time.time() - started, 1e-9)
@@ -373,10 +374,8 @@ class Trainer:
             if stop:
                 break
             if cfg.train.checkpoint_every and (number + 1) % cfg.train.checkpoint_every == 0 and number + 1 < count:
-                progress["elapsed"] = elapsed_before + time.time() - started    # a resume after a kill keeps it
                 self._save(epoch, number + 1, order, carry, progress)
         bar.close()
-        progress["elapsed"] = elapsed_before + time.time() - started
         self._epoch_rate = tokens_run / max(time.time() - started, 1e-9)
         return carry
 
