@@ -25,7 +25,7 @@ from ctxlm.training.optim import build_optimizer
 from ctxlm.training.trainer import prepare_data, train_step
 
 
-def measure(path: str, batches: int, eval_tokens: int, data_cache: dict) -> dict:
+def measure(path: str, batches: int, eval_tokens: int, data_cache: dict, precision: str = "fp32") -> dict:
     config = load_toml(path)
     key = (config.data.dataset, config.data.max_vocab, config.data.min_count)
     if key not in data_cache:
@@ -51,7 +51,7 @@ def measure(path: str, batches: int, eval_tokens: int, data_cache: dict) -> dict
         if batch.fresh_state:
             carry = batch.state
         _, _, carry = train_step(model, optimizer, batch.inputs, batch.targets, batch.reset, carry, config.train.clip,
-                                 config.train.loss_normalization)
+                                 config.train.loss_normalization, precision)
     per_batch = (time.process_time() - started) / batches
     wall_per_batch = (time.perf_counter() - wall) / batches
     valid = data.ids["valid"][:eval_tokens + 1]
@@ -59,7 +59,7 @@ def measure(path: str, batches: int, eval_tokens: int, data_cache: dict) -> dict
     evaluate_stream(model, valid, config.data.eval_batch_size, config.data.eval_chunk)
     per_token = (time.process_time() - started) / (valid.numel() - 1)
     valid_tokens = data.ids["valid"].numel() - 1
-    return {"preset": path, "model": config.model.name, "parameters": model.parameter_counts()["total"],
+    return {"preset": path, "model": config.model.name, "precision": precision, "parameters": model.parameter_counts()["total"],
             "batches_per_epoch": len(source), "s_per_batch": round(per_batch, 5),
             "wall_train_epoch_min": round(wall_per_batch * len(source) / 60, 2),
             "train_epoch_min": round(per_batch * len(source) / 60, 2),
@@ -73,12 +73,14 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=300, help="timed training batches per preset")
     parser.add_argument("--eval-tokens", type=int, default=10_000, help="valid tokens evaluated for the eval rate")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                        help="training precision of the presets (train.precision; the reference stays fp32)")
     parser.add_argument("--reference", default="configs/daniluk/ptb-lstm.toml", help="stream preset measured alongside")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cache: dict = {}
     rows = [measure(args.reference, args.batches // 3, args.eval_tokens, cache)]
-    rows += [measure(path, args.batches, args.eval_tokens, cache) for path in args.presets]
+    rows += [measure(path, args.batches, args.eval_tokens, cache, args.precision) for path in args.presets]
     reference = rows[0]["epoch_with_valid_min"]
     for row in rows:
         row["ratio_to_reference"] = round(row["epoch_with_valid_min"] / reference, 3)
