@@ -109,11 +109,14 @@ def feedforward_oracle(model, stream, eos=0):
     Position t reads the n tokens ending at t (`<eos>` before the stream's start); each layer is
     written out from SPEC §1.2–1.4: convolutions as sums over the centred, zero-padded window,
     batch norm with its running statistics (evaluation mode), then the hidden layers, highway and
-    softmax. Only the modules' parameters are shared with the model."""
+    softmax; the authors' code's options as docs/feedforward.md writes them. Only the modules'
+    parameters (and the highway's fixed gate offset) are shared with the model."""
     n, rows = model.context_size, []
     for t in range(len(stream)):
         window = [int(stream[i]) if i >= 0 else eos for i in range(t - n + 1, t + 1)]
         embedded = [model.embedding.weight[w] for w in window]
+        if model.positions is not None:        # 0.9 word + 0.1 position embedding
+            embedded = [0.9 * e + 0.1 * p for e, p in zip(embedded, model.positions)]
         if model.branches:
             maps = [_carry_oracle(branch, embedded) if model.carry else _branch_oracle(branch, embedded)
                     for branch in model.branches]
@@ -121,19 +124,22 @@ def feedforward_oracle(model, stream, eos=0):
         else:
             positions = embedded
         f = torch.cat(positions)
+        if model.flat_norm is not None:
+            f = _batch_norm(model.flat_norm, f)
         parts = []
         if len(model.hidden_layers):
             h = f
             for layer in model.hidden_layers:
                 if layer.weight.dim() == 3:         # one mapping layer per branch, reading that branch's n maps
-                    h = torch.cat([w @ torch.cat([m[i] for i in range(n)]) + b
-                                   for w, b, m in zip(layer.weight, layer.bias, maps)])
+                    per_position = f.view(n, len(model.branches), -1)
+                    h = torch.cat([w @ per_position[:, branch].flatten() + b
+                                   for branch, (w, b) in enumerate(zip(layer.weight, layer.bias))])
                 else:
                     h = layer.weight @ h + layer.bias
                 h = torch.tanh(h) if model.activation == "tanh" else torch.relu(h)
             if model.highway is not None:
                 hw = model.highway
-                gate = torch.sigmoid(hw.gate.weight @ h + hw.gate.bias)
+                gate = torch.sigmoid(hw.gate.weight @ h + hw.gate.bias + hw.gate_bias)
                 h = torch.relu(hw.transform.weight @ h + hw.transform.bias) * gate + h * (1 - gate)
             parts.append(h)
         if model.direct:
@@ -170,8 +176,14 @@ def _branch_oracle(branch, x):
             flat = [x[i][c] for c in range(len(x[0])) for i in range(len(x))]
             x = [torch.stack(flat[i * len(x[0]):(i + 1) * len(x[0])]) for i in range(len(x))]
         elif isinstance(module, torch.nn.BatchNorm1d):
-            x = [(v - module.running_mean) / torch.sqrt(module.running_var + module.eps) * module.weight + module.bias
-                 for v in x]
+            x = [_batch_norm(module, v) for v in x]
+        elif isinstance(module, torch.nn.Dropout):         # evaluation mode: the identity
+            continue
         else:
             x = [torch.relu(v) for v in x]
     return x
+
+
+def _batch_norm(norm, v):
+    """Batch norm in evaluation mode: the running statistics, then scale and shift."""
+    return (v - norm.running_mean) / torch.sqrt(norm.running_var + norm.eps) * norm.weight + norm.bias

@@ -30,7 +30,10 @@ MODELS = [("ffnn", dict(context=4, layers=2)),
           ("com", dict(context=4, kernels=3, mapping_per_branch=True, layers=2)),
           ("com", dict(context=3, carry=True, mapping_per_branch=True, batch_norm=False)),
           ("mlpconv", dict(context=4, kernels=6, carry=True, channel_major=True)),
-          ("cnn", dict(context=3, kernels=5, channel_major=True))]
+          ("cnn", dict(context=3, kernels=5, channel_major=True)),
+          ("cnn", dict(context=3, kernels=5, position_embeddings=True, flat_batch_norm=True, gate_bias=-2.0)),
+          ("com", dict(context=4, carry=True, channel_major=True, mapping_per_branch=True, position_embeddings=True,
+                       conv_dropout=0.1, flat_batch_norm=True, gate_bias=-2.0, embedding_init=0.1))]
 IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in kw.items())}" for name, kw in MODELS]
 
 
@@ -115,6 +118,19 @@ def test_bad_options_are_one_clear_error():
                                    ("cnn", dict(carry=True, emb_size=8, kernels=5), "kernels must equal emb_size")]:
         with pytest.raises(CtxlmError, match=message):
             build_model(ModelConfig.of(name=name, **options), V)
+
+
+def test_conv_dropout_drops_convolution_inputs_in_training_only():
+    model = make("cnn", context=4, kernels=6, conv_dropout=0.5, batch_norm=False)
+    ids = stream(8, 6).unsqueeze(0)
+    with torch.no_grad():
+        evaluated = model.log_probs(model(ids))
+        assert torch.equal(model.log_probs(model(ids)), evaluated)
+        model.train()
+        torch.manual_seed(1)
+        first = model.log_probs(model(ids))
+        torch.manual_seed(2)
+        assert not torch.equal(model.log_probs(model(ids)), first)
 
 
 def test_lesion_hides_the_far_positions_only():

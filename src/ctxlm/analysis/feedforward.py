@@ -36,8 +36,9 @@ def require_feedforward(run, what: str, convolutional: bool = False, by_position
 def top_ngrams(model, vocab, ids: torch.Tensor, top: int = 5) -> list[dict]:
     """For every first-layer kernel of every branch, the `top` distinct w-grams of `ids` with the highest
     response: the kernel applied to the w stacked embeddings plus its bias, before batch norm and ReLU
-    (SPEC §5.4.1 REC). N-grams that contain `<eos>` are skipped: they are not text."""
-    embedded = model.embedding.weight.detach()[ids].T.unsqueeze(0)             # [1, emb, N]
+    (SPEC §5.4.1 REC). N-grams that contain `<eos>` are skipped: they are not text. With position
+    embeddings the words' share of the input (0.9 E x) is read, the position's left out."""
+    embedded = model.word_scale * model.embedding.weight.detach()[ids].T.unsqueeze(0)   # [1, emb, N]
     rows = []
     for branch, (width, conv) in enumerate(model.first_convolutions()):
         if ids.numel() < width:

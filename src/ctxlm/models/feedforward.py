@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from ..checks import at_least, setting
+from ..checks import at_least, in_range, setting
 from ..layers.highway import Highway
 from ..layers.output import SoftmaxOutput
 from .base import LanguageModel, ModelOutput, register
@@ -48,6 +48,12 @@ class ConvolutionalOptions:
     mapping_per_branch: bool = False  # several widths: each branch its own mapping layer, outputs concatenated (authors' COM)
     channel_major: bool = False     # read maps back as the authors' code does (channel-major): 1×1 layer and carry mix positions
     highway: bool = True            # a highway layer after the mapping layer (Pham eqs 3.1–3.2)
+    # the rest of the authors' code (docs/feedforward.md), off by default: the text has none of it
+    position_embeddings: bool = False  # input 0.9·word + 0.1·learned position embedding
+    conv_dropout: float = setting(0.0, in_range(0, 1, high_open=True))  # dropout on every convolution's input (code: 0.1)
+    flat_batch_norm: bool = False   # batch norm over the n·k maps of each branch before its mapping layer
+    gate_bias: float = 0.0          # added to the highway gate's pre-activation (code: −2)
+    embedding_init: float = setting(0.0, at_least(0))  # word and position embeddings U(±r); 0 = init_range (code: 0.1)
 
 
 @dataclass
@@ -79,10 +85,12 @@ class FeedForwardLM(LanguageModel):
                 z_ij = ReLU(BN(W_j · [e_{i−(w−1)/2} … e_{i+(w−1)/2}] + b_j))  (zero-padded, stride 1;
                 MLPConv adds a 1×1 convolution → BN → ReLU; ML-CNN stacks blocks; COM concatenates widths;
                 with `carry`, z = ReLU(T ⊙ z + (1 − T) ⊙ e), T = σ(a − 2), a = z before its ReLU;
-                `channel_major` reads each map back as the authors' code does, see ChannelMajor)  (§1.4)
+                `channel_major` reads each map back as the authors' code does, see ChannelMajor;
+                `position_embeddings`: e_i = 0.9 E x_i + 0.1 P_i; `conv_dropout` before every convolution;
+                `flat_batch_norm`: f = BN(f) over its n·F features)                                   (§1.4)
         h_1   = g(W_1 f + b_1), …, h_L = g(W_L h_{L−1} + b_L)   (g = tanh or ReLU; for CNNs h_1 is the
                                                                  "mapping" layer)              (§1.2–1.4)
-        h     = Highway(h_L)  where enabled                                                    (§1.3)
+        h     = Highway(h_L)  where enabled (`gate_bias` added to the gate's pre-activation)    (§1.3)
         p     = softmax(U [h; f] + b)  with direct connections, else softmax(U h + b)          (Bengio eq. 1)
     Dropout acts on f, after every hidden layer and after the highway layer ("between each hidden layer").
     """
@@ -95,7 +103,8 @@ class FeedForwardLM(LanguageModel):
                  dropout: float = 0.0, init_range: float = 0.01, context: int = 16, direct: bool = False,
                  hidden: bool = True, highway: bool = True, kernel_widths: str = "3", kernels: int = 0,
                  conv_layers: int = 1, batch_norm: bool = True, carry: bool = False, mapping_per_branch: bool = False,
-                 channel_major: bool = False):
+                 channel_major: bool = False, position_embeddings: bool = False, conv_dropout: float = 0.0,
+                 flat_batch_norm: bool = False, gate_bias: float = 0.0, embedding_init: float = 0.0):
         super().__init__()
         if context < 1:
             raise ValueError(f"context must be at least 1 word, got {context}")
@@ -106,6 +115,9 @@ class FeedForwardLM(LanguageModel):
         self.context_size, self.direct = context, direct
         self.visible_positions: int | None = None     # lesion analysis: only this many nearest positions are read
         self.embedding = nn.Embedding(vocab_size, emb_size)
+        self.positions = nn.Parameter(torch.empty(context, emb_size)) if position_embeddings else None
+        self.word_scale = 0.9 if position_embeddings else 1.0
+        self.embedding_init, self.conv_dropout = embedding_init, conv_dropout
         self.branches = nn.ModuleList()
         self.widths: tuple[int, ...] = ()
         per_position = emb_size
@@ -119,6 +131,7 @@ class FeedForwardLM(LanguageModel):
             self.branches.extend(self._branch(emb_size, count, w, conv_layers, batch_norm) for w in self.widths)
             per_position = count * len(self.widths)
         self.features_per_position = per_position
+        self.flat_norm = nn.BatchNorm1d(context * per_position) if flat_batch_norm else None
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         groups = len(self.widths) if mapping_per_branch and hidden and len(self.widths) > 1 else 1
         width = hidden_size * groups                                             # H per branch, side by side
@@ -127,13 +140,13 @@ class FeedForwardLM(LanguageModel):
             BranchMappings(groups, context, per_position // groups, hidden_size) if i == 0 and groups > 1
             else nn.Linear(a, b) for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])))
         self.act = torch.tanh if self.activation == "tanh" else torch.relu
-        self.highway = Highway(width) if hidden and highway else None
+        self.highway = Highway(width, gate_bias) if hidden and highway else None
         out_size = (width if hidden else 0) + (context * emb_size if direct else 0)
         self.output = SoftmaxOutput(out_size, vocab_size)
         self.reset_parameters(init_range)
 
     def _branch(self, emb_size: int, kernels: int, width: int, depth: int, batch_norm: bool) -> nn.Sequential:
-        """conv(width) → [BN] → ReLU → [1×1 conv → [BN] → ReLU], `depth` times; keeps n positions.
+        """[dropout] conv(width) → [BN] → ReLU → [[dropout] 1×1 conv → [BN] → ReLU], `depth` times; keeps n positions.
         Batch norm follows every convolution, the 1×1 one included (SPEC §1.4, §6.5 REC 41);
         with `channel_major`, every ReLU is preceded by the authors' channel-major read-back (a permutation,
         so it commutes with the ReLU; putting it first leaves the ReLU last, where `carry` expects it)."""
@@ -144,7 +157,7 @@ class FeedForwardLM(LanguageModel):
                 convolutions.append(nn.Conv1d(kernels, kernels, 1))
         blocks = []
         for convolution in convolutions:
-            blocks += [convolution] + ([nn.BatchNorm1d(kernels)] if batch_norm else [])
+            blocks += ([nn.Dropout(self.conv_dropout)] if self.conv_dropout > 0 else []) + [convolution] + ([nn.BatchNorm1d(kernels)] if batch_norm else [])
             blocks += ([ChannelMajor()] if self.channel_major else []) + [nn.ReLU()]
         return nn.Sequential(*blocks)
 
@@ -159,6 +172,10 @@ class FeedForwardLM(LanguageModel):
         if init_range > 0:
             for parameter in self.parameters():
                 nn.init.uniform_(parameter, -init_range, init_range)
+        if self.embedding_init > 0:
+            for table in (self.embedding.weight, self.positions):
+                if table is not None:
+                    nn.init.uniform_(table, -self.embedding_init, self.embedding_init)
         for norm in (m for m in self.modules() if isinstance(m, nn.BatchNorm1d)):
             norm.reset_parameters()
 
@@ -198,7 +215,11 @@ class FeedForwardLM(LanguageModel):
         windows, state = self.windows(inputs, state, reset)
         batch, length, n = windows.shape
         embedded = self.embedding(windows.flatten(0, 1))                        # [B·T, n, emb]
+        if self.positions is not None:
+            embedded = self.word_scale * embedded + (1 - self.word_scale) * self.positions
         features = self.features(embedded)
+        if self.flat_norm is not None:
+            features = self.flat_norm(features.flatten(1)).view_as(features)
         if self.visible_positions is not None:
             seen = torch.arange(n, device=inputs.device) >= n - self.visible_positions
             features = features * seen.view(1, n, 1)
@@ -232,7 +253,7 @@ class FeedForwardLM(LanguageModel):
 
     def first_convolutions(self) -> list[tuple[int, nn.Conv1d]]:
         """(width, first convolution) of each branch: the kernels that read the embeddings."""
-        return [(w, branch[0]) for w, branch in zip(self.widths, self.branches)]
+        return [(w, next(m for m in branch if isinstance(m, nn.Conv1d))) for w, branch in zip(self.widths, self.branches)]
 
 
 class ChannelMajor(nn.Module):
