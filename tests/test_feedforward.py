@@ -120,17 +120,42 @@ def test_bad_options_are_one_clear_error():
             build_model(ModelConfig.of(name=name, **options), V)
 
 
-def test_conv_dropout_drops_convolution_inputs_in_training_only():
-    model = make("cnn", context=4, kernels=6, conv_dropout=0.5, batch_norm=False)
+def test_conv_dropout_drops_each_convolution_input_in_training_only():
+    """The first convolution reads the embeddings with entries zeroed (the rest scaled by 1/(1 − p)) in
+    training; the authors' carry gate reads them before that dropout; evaluation is deterministic."""
+    model = make("mlpconv", context=4, carry=True, conv_dropout=0.5)
+    seen = []
+    for conv in (m for m in model.modules() if isinstance(m, torch.nn.Conv1d)):
+        conv.register_forward_pre_hook(lambda module, args: seen.append(args[0].clone()))
     ids = stream(8, 6).unsqueeze(0)
     with torch.no_grad():
         evaluated = model.log_probs(model(ids))
+        clean = seen[:]
         assert torch.equal(model.log_probs(model(ids)), evaluated)
         model.train()
+        seen.clear()
         torch.manual_seed(1)
-        first = model.log_probs(model(ids))
-        torch.manual_seed(2)
-        assert not torch.equal(model.log_probs(model(ids)), first)
+        model(ids)
+        dropped, kept = seen[0], clean[0]
+        assert ((dropped == 0) | torch.isclose(dropped, 2 * kept)).all()
+        assert (dropped == 0).any() and (dropped != 0).any()
+        assert len(seen) == 2 and (seen[1] == 0).float().mean() > (clean[1] == 0).float().mean()   # the 1×1 layer's too
+        model.branches[0][0].p = 1 - 1e-9           # the first convolution sees (almost) nothing,
+        words = model.log_probs(model(ids))[0, -1]  # yet the carry still brings the words in
+        changed = ids.clone()
+        changed[0, -1] = (changed[0, -1] + 1) % V
+        assert not torch.allclose(model.log_probs(model(changed))[0, -1], words)
+
+
+def test_embedding_init_and_position_embeddings_start_as_asked():
+    config = ModelConfig.of(name="com", emb_size=8, hidden_size=9, init_range=0.01, position_embeddings=True,
+                            embedding_init=0.1)
+    model = build_model(config, V)
+    for table in (model.embedding.weight, model.positions):
+        assert table.abs().max() <= 0.1 and table.abs().max() > 0.05
+    assert model.hidden_layers[0].weight.abs().max() <= 0.01
+    defaults = build_model(ModelConfig.of(name="cnn", emb_size=8, init_range=0, position_embeddings=True), V)
+    assert defaults.positions.isfinite().all() and 0.5 < float(defaults.positions.std()) < 1.5   # N(0, 1)
 
 
 def test_lesion_hides_the_far_positions_only():

@@ -157,7 +157,8 @@ class FeedForwardLM(LanguageModel):
                 convolutions.append(nn.Conv1d(kernels, kernels, 1))
         blocks = []
         for convolution in convolutions:
-            blocks += ([nn.Dropout(self.conv_dropout)] if self.conv_dropout > 0 else []) + [convolution] + ([nn.BatchNorm1d(kernels)] if batch_norm else [])
+            dropout = [nn.Dropout(self.conv_dropout)] if self.conv_dropout > 0 else []
+            blocks += dropout + [convolution] + ([nn.BatchNorm1d(kernels)] if batch_norm else [])
             blocks += ([ChannelMajor()] if self.channel_major else []) + [nn.ReLU()]
         return nn.Sequential(*blocks)
 
@@ -168,7 +169,9 @@ class FeedForwardLM(LanguageModel):
 
     def reset_parameters(self, init_range: float) -> None:
         """Pham §2.4: every weight U(−r, r); batch norm starts as the identity (scale 1, shift 0).
-        init_range = 0 keeps PyTorch's defaults."""
+        init_range = 0 keeps PyTorch's defaults (position embeddings N(0, 1), as word embeddings)."""
+        if self.positions is not None:
+            nn.init.normal_(self.positions)
         if init_range > 0:
             for parameter in self.parameters():
                 nn.init.uniform_(parameter, -init_range, init_range)
