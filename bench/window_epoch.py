@@ -25,8 +25,9 @@ from ctxlm.training.optim import build_optimizer
 from ctxlm.training.trainer import prepare_data, train_step
 
 
-def measure(path: str, batches: int, eval_tokens: int, data_cache: dict, precision: str = "fp32") -> dict:
+def measure(path: str, batches: int, eval_tokens: int, data_cache: dict, precision: str | None = None) -> dict:
     config = load_toml(path)
+    precision = precision or config.train.precision
     key = (config.data.dataset, config.data.max_vocab, config.data.min_count)
     if key not in data_cache:
         data_cache[key] = prepare_data(config)
@@ -73,8 +74,9 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=300, help="timed training batches per preset")
     parser.add_argument("--eval-tokens", type=int, default=10_000, help="valid tokens evaluated for the eval rate")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
-                        help="training precision of the presets (train.precision; the reference stays fp32)")
+    parser.add_argument("--precision", choices=["fp32", "bf16"],
+                        help="training precision of the presets (default: each preset's train.precision; "
+                             "evaluation and the reference stay as configured)")
     parser.add_argument("--reference", default="configs/daniluk/ptb-lstm.toml", help="stream preset measured alongside")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
