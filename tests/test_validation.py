@@ -206,6 +206,9 @@ KEYS = {
     "model.highway": (bool, None), "model.kernel_widths": (str, None), "model.kernels": (int, lambda v: v >= 0),
     "model.conv_layers": (int, lambda v: v >= 1), "model.batch_norm": (bool, None), "model.carry": (bool, None),
     "model.mapping_per_branch": (bool, None), "model.channel_major": (bool, None),
+    "model.position_embeddings": (bool, None), "model.conv_dropout": (float, lambda v: 0 <= v < 1),
+    "model.flat_batch_norm": (bool, None), "model.gate_bias": (float, None),
+    "model.embedding_init": (float, lambda v: v >= 0),
     "train.optimizer": (str, ("sgd", "adam", "adamw")), "train.lr": (float, lambda v: v > 0),
     "train.weight_decay": (float, lambda v: v >= 0), "train.schedule": (str, ("constant", "decay", "plateau")),
     "train.lr_factor": (float, lambda v: v > 0), "train.decay_start": (int, lambda v: v >= 0),
@@ -229,7 +232,8 @@ OPTIONS_OF = {"lstm": REGULARISED, "gru": REGULARISED, "rnn-tanh": REGULARISED, 
               "bidirectional-rm": {"memory", "temporal", "composition", "forget_bias"}, "memn": {"memory", "temporal"},
               **{name: {"context", "direct", "hidden", "highway"} for name in ("ffnn", "ffnn-baseline")},
               **{name: {"context", "kernel_widths", "kernels", "conv_layers", "batch_norm", "carry",
-                        "mapping_per_branch", "channel_major", "highway"}
+                        "mapping_per_branch", "channel_major", "highway", "position_embeddings", "conv_dropout",
+                        "flat_batch_norm", "gate_bias", "embedding_init"}
                  for name in ("cnn", "mlpconv", "com", "ml-cnn")}}
 FAMILY = {f"model.{option}": name for name, options in reversed(OPTIONS_OF.items()) for option in options}
 WORDS = ["stream", "sentence", "window", "sum", "single", "combined", "gated", "linear", "adam", "adamw", "sgd", "constant", "decay", "plateau", "token",
