@@ -170,11 +170,11 @@ class FeedForwardLM(LanguageModel):
     def reset_parameters(self, init_range: float) -> None:
         """Pham §2.4: every weight U(−r, r); batch norm starts as the identity (scale 1, shift 0).
         init_range = 0 keeps PyTorch's defaults (position embeddings N(0, 1), as word embeddings)."""
-        if self.positions is not None:
-            nn.init.normal_(self.positions)
         if init_range > 0:
             for parameter in self.parameters():
                 nn.init.uniform_(parameter, -init_range, init_range)
+        elif self.positions is not None:
+            nn.init.normal_(self.positions)
         if self.embedding_init > 0:
             for table in (self.embedding.weight, self.positions):
                 if table is not None:
