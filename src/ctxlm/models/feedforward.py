@@ -117,7 +117,6 @@ class FeedForwardLM(LanguageModel):
         self.embedding = nn.Embedding(vocab_size, emb_size)
         self.positions = nn.Parameter(torch.empty(context, emb_size)) if position_embeddings else None
         self.word_scale = 0.9 if position_embeddings else 1.0
-        self.embedding_init, self.conv_dropout = embedding_init, conv_dropout
         self.branches = nn.ModuleList()
         self.widths: tuple[int, ...] = ()
         per_position = emb_size
@@ -128,7 +127,8 @@ class FeedForwardLM(LanguageModel):
             if carry and count != emb_size:
                 raise ValueError(f"carry = true adds the embeddings to each map, so kernels must equal emb_size "
                                  f"({emb_size}) or be 0; got {kernels}")
-            self.branches.extend(self._branch(emb_size, count, w, conv_layers, batch_norm) for w in self.widths)
+            self.branches.extend(self._branch(emb_size, count, w, conv_layers, batch_norm, conv_dropout)
+                                 for w in self.widths)
             per_position = count * len(self.widths)
         self.features_per_position = per_position
         self.flat_norm = nn.BatchNorm1d(context * per_position) if flat_batch_norm else None
@@ -143,9 +143,10 @@ class FeedForwardLM(LanguageModel):
         self.highway = Highway(width, gate_bias) if hidden and highway else None
         out_size = (width if hidden else 0) + (context * emb_size if direct else 0)
         self.output = SoftmaxOutput(out_size, vocab_size)
-        self.reset_parameters(init_range)
+        self.reset_parameters(init_range, embedding_init)
 
-    def _branch(self, emb_size: int, kernels: int, width: int, depth: int, batch_norm: bool) -> nn.Sequential:
+    def _branch(self, emb_size: int, kernels: int, width: int, depth: int, batch_norm: bool,
+                conv_dropout: float) -> nn.Sequential:
         """[dropout] conv(width) → [BN] → ReLU → [[dropout] 1×1 conv → [BN] → ReLU], `depth` times; keeps n positions.
         Batch norm follows every convolution, the 1×1 one included (SPEC §1.4, §6.5 REC 41);
         with `channel_major`, every ReLU is preceded by the authors' channel-major read-back (a permutation,
@@ -157,7 +158,7 @@ class FeedForwardLM(LanguageModel):
                 convolutions.append(nn.Conv1d(kernels, kernels, 1))
         blocks = []
         for convolution in convolutions:
-            dropout = [nn.Dropout(self.conv_dropout)] if self.conv_dropout > 0 else []
+            dropout = [nn.Dropout(conv_dropout)] if conv_dropout > 0 else []
             blocks += dropout + [convolution] + ([nn.BatchNorm1d(kernels)] if batch_norm else [])
             blocks += ([ChannelMajor()] if self.channel_major else []) + [nn.ReLU()]
         return nn.Sequential(*blocks)
@@ -167,7 +168,7 @@ class FeedForwardLM(LanguageModel):
         return cls(vocab_size, config.emb_size, config.hidden_size, config.layers, config.dropout, config.init_range,
                    **asdict(options))
 
-    def reset_parameters(self, init_range: float) -> None:
+    def reset_parameters(self, init_range: float, embedding_init: float = 0.0) -> None:
         """Pham §2.4: every weight U(−r, r); batch norm starts as the identity (scale 1, shift 0).
         init_range = 0 keeps PyTorch's defaults (position embeddings N(0, 1), as word embeddings)."""
         if init_range > 0:
@@ -175,10 +176,10 @@ class FeedForwardLM(LanguageModel):
                 nn.init.uniform_(parameter, -init_range, init_range)
         elif self.positions is not None:
             nn.init.normal_(self.positions)
-        if self.embedding_init > 0:
+        if embedding_init > 0:
             for table in (self.embedding.weight, self.positions):
                 if table is not None:
-                    nn.init.uniform_(table, -self.embedding_init, self.embedding_init)
+                    nn.init.uniform_(table, -embedding_init, embedding_init)
         for norm in (m for m in self.modules() if isinstance(m, nn.BatchNorm1d)):
             norm.reset_parameters()
 
