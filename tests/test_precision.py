@@ -33,6 +33,25 @@ def test_bf16_step_keeps_float32_weights_and_state_and_follows_the_float32_loss(
     train_step(model, optimizer, inputs, targets, None, carry, 5.0, precision="fp32")   # float32 can take over
 
 
+def test_bf16_on_a_cpu_without_bf16_instructions_runs_the_lstm_without_onednn(monkeypatch):
+    """AVX2-only CPUs: oneDNN refuses a bf16 LSTM, so the forward pass runs on PyTorch's own kernels."""
+    from ctxlm.training import precision
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
+    torch.manual_seed(0)
+    model = build_model(ModelConfig.of(name="lstm", emb_size=24, hidden_size=24), 50)
+    inputs, targets = torch.randint(0, 50, (4, 9)), torch.randint(0, 50, (4, 9))
+    with torch.no_grad():
+        reference, _ = model.loss(model(inputs), targets)
+    onednn = torch.backends.mkldnn.enabled
+    optimizer = build_optimizer("adam", model.parameters(), 1e-3, 0.0)
+    with precision.autocast("cpu", "bf16"):
+        assert not torch.backends.mkldnn.enabled and torch.is_autocast_enabled("cpu")
+    assert torch.backends.mkldnn.enabled == onednn and not torch.is_autocast_enabled("cpu")
+    nll, _, _ = train_step(model, optimizer, inputs, targets, None, None, 5.0, precision="bf16")
+    assert float(nll) == pytest.approx(float(reference), rel=0.02)
+    assert torch.backends.mkldnn.enabled == onednn
+
+
 def test_bf16_run_learns_reports_float32_perplexity_and_resumes_in_fp32(tmp_path, corpus):
     config = tiny_config(corpus, dropout=0.0)
     config.train.epochs, config.train.lr, config.train.precision = 3, 0.01, "bf16"

@@ -4,6 +4,11 @@ Under `bf16` the forward pass runs in `torch.autocast` (matrix products and the 
 bfloat16, on CPU AMX units or CUDA tensor cores); the weights, the optimizer state, the gradients
 and the cross-entropy stay float32 (autocast runs `cross_entropy` in float32), and the recurrent
 state carried across chunks is kept in float32.
+
+On a CPU without bf16 instructions (neither AVX-512 BF16 nor AMX, e.g. an AVX2-only machine) oneDNN
+refuses a bf16 LSTM ("could not create a primitive descriptor"), so there the forward pass runs with
+oneDNN switched off: PyTorch's own kernels compute the same autocast graph, correctly but without
+any speed-up over float32 (`cpu_has_bf16` tells which case applies).
 """
 from __future__ import annotations
 
@@ -14,11 +19,35 @@ import torch
 from ..models.base import map_state
 
 
+def cpu_has_bf16() -> bool:
+    """Whether oneDNN runs bf16 natively on this CPU (AVX-512 BF16 or AMX)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+@contextlib.contextmanager
+def _without_onednn():
+    previous = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = previous
+
+
 def autocast(device: torch.device | str, precision: str):
     """The context a forward pass runs in: bf16 autocast, or nothing for fp32."""
     if precision == "fp32":
         return contextlib.nullcontext()
-    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+    kind = torch.device(device).type
+    if kind == "cpu" and not cpu_has_bf16():
+        stack = contextlib.ExitStack()
+        stack.enter_context(_without_onednn())
+        stack.enter_context(torch.autocast(kind, dtype=torch.bfloat16))
+        return stack
+    return torch.autocast(kind, dtype=torch.bfloat16)
 
 
 def float32_state(state):
