@@ -7,8 +7,8 @@ state carried across chunks is kept in float32.
 
 On a CPU without bf16 instructions (neither AVX-512 BF16 nor AMX, e.g. an AVX2-only machine) oneDNN
 refuses a bf16 LSTM ("could not create a primitive descriptor"), so there the forward pass runs with
-oneDNN switched off: PyTorch's own kernels compute the same autocast graph, correctly but without
-any speed-up over float32 (`cpu_has_bf16` tells which case applies).
+oneDNN switched off: PyTorch's own kernels compute the same autocast graph, correctly but many times
+slower than float32 (docs/benchmarks.md; `cpu_has_bf16` tells which case applies).
 """
 from __future__ import annotations
 
