@@ -13,26 +13,34 @@ slower than float32 (docs/benchmarks.md; `cpu_has_bf16` tells which case applies
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 
 from ..models.base import map_state
 
 
+@functools.cache
 def cpu_has_bf16() -> bool:
-    """Whether oneDNN runs bf16 natively on this CPU (AVX-512 BF16 or AMX)."""
+    """Whether oneDNN runs bf16 natively on this CPU (AVX-512 BF16 or AMX); asked once per process."""
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
 
 
+def emulated_bf16(device: torch.device | str, precision: str) -> bool:
+    """Whether bf16 here means a CPU without bf16 instructions: oneDNN off, many times slower than fp32."""
+    return precision == "bf16" and torch.device(device).type == "cpu" and not cpu_has_bf16()
+
+
 @contextlib.contextmanager
-def _without_onednn():
+def _bf16_without_onednn():
     previous = torch.backends.mkldnn.enabled
     torch.backends.mkldnn.enabled = False
     try:
-        yield
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            yield
     finally:
         torch.backends.mkldnn.enabled = previous
 
@@ -41,13 +49,9 @@ def autocast(device: torch.device | str, precision: str):
     """The context a forward pass runs in: bf16 autocast, or nothing for fp32."""
     if precision == "fp32":
         return contextlib.nullcontext()
-    kind = torch.device(device).type
-    if kind == "cpu" and not cpu_has_bf16():
-        stack = contextlib.ExitStack()
-        stack.enter_context(_without_onednn())
-        stack.enter_context(torch.autocast(kind, dtype=torch.bfloat16))
-        return stack
-    return torch.autocast(kind, dtype=torch.bfloat16)
+    if emulated_bf16(device, precision):
+        return _bf16_without_onednn()
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
 
 
 def float32_state(state):

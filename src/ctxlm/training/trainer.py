@@ -27,7 +27,7 @@ from ..models.base import LanguageModel, build_model, detach_state, map_state, r
 from . import checkpoint
 from .distributed import LossStep, World, merge_state, split_state, wrap
 from .optim import build_optimizer, next_lr
-from .precision import autocast, cpu_has_bf16, float32_state
+from .precision import autocast, emulated_bf16, float32_state
 from .progress import Progress
 
 
@@ -302,7 +302,7 @@ class Trainer:
                      f"vocabulary {len(self.data.vocab):,}, {self.data.ids['train'].numel() - 1:,} training tokens, "
                      f"device {self.device}, precision {cfg.train.precision}"
                      + (" (this CPU has no bf16 instructions: emulated, many times slower than fp32 here)"
-                        if cfg.train.precision == "bf16" and self.device.type == "cpu" and not cpu_has_bf16() else "")
+                        if emulated_bf16(self.device, cfg.train.precision) else "")
                      + (f", {self.world.size} processes" if self.world.size > 1 else ""))
         self.step = wrap(self.model, self.world, self.device)
         if cfg.train.compile:
