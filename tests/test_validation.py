@@ -42,6 +42,13 @@ def test_reported_options_give_one_clean_line(runs, command, option, value, allo
     one_line_error(result, f"ctxlm {command}: error: argument {option}: must be {allowed}, got '{value}'")
 
 
+def test_a_double_dash_value_is_checked_like_any_other(runs):
+    """`--opt=--`: Python 3.11's argparse hands the option [] unchecked (the lambada --top crash)."""
+    result = ctxlm("eval", runs["lstm"], "--batch-size=--")
+    assert result.returncode == 2 and result.stdout == ""
+    one_line_error(result, "ctxlm eval: error: argument --batch-size: must be an integer ≥ 1, got '--'")
+
+
 def test_a_real_command_exits_2_with_one_line(runs):
     for args in (["generate", runs["lstm"], "--top-p", "0"], ["eval", runs["lstm"], "--chunk", "0"]):
         done = subprocess.run([sys.executable, "-m", "ctxlm", *map(str, args)], capture_output=True, text=True)

@@ -16,6 +16,12 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, non-zero exit
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+    def _get_values(self, action, arg_strings):
+        # Python < 3.12 drops the value of `--top=--` and gives [] without checking it; check "--" like any value
+        if action.nargs is None and arg_strings == ["--"]:
+            return self._get_value(action, "--")
+        return super()._get_values(action, arg_strings)
+
 
 def _config(args):
     from .config import Config, apply_overrides, load_toml, validate
