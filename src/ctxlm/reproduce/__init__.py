@@ -1,0 +1,1 @@
+"""Reproduction tables as data, `ctxlm reproduce`, records and the results page."""

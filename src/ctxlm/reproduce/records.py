@@ -1,0 +1,145 @@
+"""Records of reproduced rows: `results/TABLE/ROW.json`, small enough to commit, made from a run directory.
+
+A record keeps what the results page needs without the run directory: the per-epoch curve, the final
+figures, parameter counts, commits, hardware, precision, threads, wall time, the command, and a
+fingerprint of the run (the mean training loss of its first batches) that `ctxlm reproduce --check`
+computes again to tell whether today's code still trains the row the same way.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from ..errors import CtxlmError
+from ..jsonio import json_text
+from ..training import checkpoint
+
+FINGERPRINT_BATCHES = 20
+CURVE_KEYS = ("epoch", "lr", "train_ppl", "valid_ppl", "tokens_per_s", "elapsed_s")
+
+
+def hardware(device: str = "cpu") -> str:
+    """The machine in words: the GPU's name, or the CPU's model, cores and bf16 support."""
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name(0)} (CUDA), PyTorch {torch.__version__}"
+    model, flags = platform.processor() or platform.machine(), ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and model in ("", platform.machine(), platform.processor()):
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = line
+    except OSError:
+        pass
+    isa = "AMX" if " amx_bf16" in flags else "AVX-512 BF16" if " avx512_bf16" in flags else \
+        "AVX-512" if " avx512f" in flags else "AVX2" if " avx2" in flags else ""
+    return f"{model}, {os.cpu_count()} cores{', ' + isa if isa else ''}, PyTorch {torch.__version__.split('+')[0]}"
+
+
+def record_path(records: str | Path, table: str, row: str) -> Path:
+    return Path(records) / table / f"{row}.json"
+
+
+def load_record(path: str | Path) -> dict | None:
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CtxlmError(f"{path}: not a readable record ({exc}); restore it with git or delete it") from None
+    if not isinstance(record, dict) or "finished" not in record:
+        raise CtxlmError(f"{path}: not a record (no 'finished' key); restore it with git or delete it")
+    return record
+
+
+def save_record(path: str | Path, record: dict) -> None:
+    checkpoint.atomic_write_text(path, json_text(record, indent=2) + "\n")
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def record_from_run(table: str, row: str, run_dir: Path, command: str, previous: dict | None = None) -> dict | None:
+    """The record of a run directory as it stands (finished when it has results.json); None before epoch 1."""
+    from ..config import load_toml
+
+    if not (run_dir / "config.toml").is_file():
+        return None
+    config = load_toml(run_dir / "config.toml", saved=True)
+    curve = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()] \
+        if (run_dir / "metrics.jsonl").exists() else []
+    results = _read_json(run_dir / "results.json")
+    previous = previous or {}
+    device = (results or {}).get("device") or previous.get("device") or config.train.device
+    record = {
+        "table": table, "row": row, "finished": results is not None,
+        "curve": [{k: point[k] for k in CURVE_KEYS if k in point} for point in curve],
+        "best_epoch": max(curve, key=lambda p: -p["valid_ppl"])["epoch"] if curve else None,
+        "commits": (results or {}).get("commits") or previous.get("commits", []),
+        "hardware": previous.get("hardware") or hardware(device), "device": device,
+        "precision": config.train.precision, "threads": config.train.threads or torch.get_num_threads(),
+        "wall_s": (results or {}).get("train_wall_s", curve[-1]["elapsed_s"] if curve else None),
+        "command": command, "run_dir": str(run_dir),
+    }
+    if results is not None:
+        record.update(best_epoch=results["best_epoch"], parameters=results.get("parameters"),
+                      valid_ppl=results.get("valid", {}).get("ppl"), test_ppl=results.get("test", {}).get("ppl"))
+    if "fingerprint" in previous:
+        record["fingerprint"] = previous["fingerprint"]
+    return record
+
+
+def first_batches(config, data_dir=None, batches: int = FINGERPRINT_BATCHES, device: str = "cpu", threads: int = 1,
+                  precision: str = "fp32") -> dict:
+    """Train the first `batches` batches of `config` from its seed in a scratch folder (by default on the
+    CPU in float32 with one thread); return their mean training loss (as metrics.jsonl rounds it), tokens
+    per second and the training tokens of an epoch.
+
+    The loss is the fingerprint of a row: it equals epoch 1's `train_loss` of `ctxlm train` with
+    `--set train.epochs=1 --set train.max_batches=N --set train.threads=1`, at any commit, so a
+    record made before this function existed can be fingerprinted at its own commit.
+    """
+    from ..training.trainer import Trainer
+
+    config.train.device, config.train.precision, config.train.threads = device, precision, threads
+    config.train.compile, config.train.epochs = False, 1
+    threads = torch.get_num_threads()
+    marks: dict[int, float] = {}
+    with tempfile.TemporaryDirectory(prefix="ctxlm-fingerprint-") as scratch:
+        trainer = Trainer(config, Path(scratch) / "run", data_dir, log=lambda *a, **k: None)
+
+        def on_batch(t, epoch, number):
+            marks[number] = time.perf_counter()
+            if number >= batches:
+                t.request_stop("fingerprint")
+
+        trainer.on_batch = on_batch
+        try:
+            trainer.fit()
+        except KeyboardInterrupt:
+            if trainer.stop_requested != "fingerprint":
+                raise
+        finally:
+            torch.set_num_threads(threads)
+        done = max(marks)
+        if done < batches:      # an epoch shorter than `batches`: the whole epoch, as metrics.jsonl has it
+            loss = json.loads((Path(scratch) / "run" / "metrics.jsonl").read_text().splitlines()[0])["train_loss"]
+            tokens = trainer.data.ids["train"].numel() - 1
+        else:
+            state = checkpoint.load_state(Path(scratch) / "run" / "trainer_state.pt")
+            tokens, loss = state["epoch_tokens"], round(state["epoch_nll"] / max(state["epoch_tokens"], 1), 6)
+    first = min(2, done)       # the first batches warm up allocators and kernels: timed from the third on
+    seconds = marks[done] - marks[first]
+    return {"batches": done, "train_loss": loss, "train_tokens": trainer.data.ids["train"].numel() - 1,
+            "tokens_per_s": round(tokens * (done - first) / done / seconds, 1) if seconds > 0 else None}

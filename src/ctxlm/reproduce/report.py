@@ -1,0 +1,149 @@
+"""What `ctxlm reproduce` prints: the plan (state, cost, command per row) and the report (our figures
+beside the source's, from the records alone), which is also the opening of docs/results.md."""
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from ..errors import CtxlmError
+from ..training import checkpoint
+from . import records
+from .runner import RowRun
+from .tables import METRICS, Table
+
+EVAL_OVERHEAD = 1.1     # validation after each epoch, on top of the training batches (measured: docs/results.md)
+PAGE_BEGIN = "<!-- ctxlm reproduce --report: begin (made from results/ by `ctxlm reproduce --report --page docs/results.md`) -->"
+PAGE_END = "<!-- ctxlm reproduce --report: end -->"
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min"
+
+
+def estimate(run: RowRun, extra: list[str], measure: bool, data_dir=None) -> str:
+    """The remaining cost of a row on this machine, from rates measured on it (its own curve, or a
+    few batches timed now with `measure`)."""
+    from ..models import MODELS
+
+    config = run.config(extra)
+    if getattr(MODELS.get(config.model.name), "count_based", False):
+        return "count-based: seconds to minutes, no epochs"
+    done = [json.loads(line) for line in _own_curve(run)]
+    left = config.train.epochs - len(done)
+    if done:
+        per_epoch = (done[-1]["elapsed_s"] - (done[-2]["elapsed_s"] if len(done) > 1 else 0)) * EVAL_OVERHEAD
+        how = f"{done[-1]['tokens_per_s']:,.0f} tokens/s in its last epoch"
+    elif measure:
+        found = records.first_batches(config, data_dir, batches=12, device=config.train.device,
+                                      threads=config.train.threads, precision=config.train.precision)
+        if not found["tokens_per_s"]:
+            return "unknown: the measurement took no time"
+        per_epoch = found["train_tokens"] / found["tokens_per_s"] * EVAL_OVERHEAD
+        how = f"{found['tokens_per_s']:,.0f} tokens/s measured now"
+    else:
+        return "unknown until measured: add --measure"
+    return f"at most {_hours(left * per_epoch)} ({left} epochs left at {how})"
+
+
+def _own_curve(run: RowRun) -> list[str]:
+    metrics = run.run_dir / "metrics.jsonl"
+    return [line for line in metrics.read_text().splitlines() if line.strip()] if metrics.exists() else []
+
+
+def plan_text(runs: list[RowRun], extra: list[str], measure: bool, data_dir=None) -> str:
+    lines = []
+    for run in runs:
+        if not run.row.runnable:
+            lines.append(f"{run.name}: unavailable ({run.row.unavailable})")
+            continue
+        status = run.status()
+        cost = "" if status == "done" else f"; {estimate(run, extra, measure, data_dir)}"
+        lines.append(f"{run.name}: {status}{cost}")
+        if status != "done":
+            lines.append("    ctxlm " + shlex.join(run.train_argv(extra, data_dir)))
+    return "\n".join(lines)
+
+
+def _figure(value, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def verdict(table: Table, row, record: dict | None) -> str:
+    """Whether our figure reproduces the source's: the band, or the row's own claim (`below`)."""
+    if not row.runnable:
+        return f"not here: {row.unavailable}"
+    if not record:
+        return "not run yet"
+    ours = record.get(table.metric)
+    if not record["finished"] or ours is None:
+        return f"running: {len(record.get('curve', []))} epochs so far"
+    if row.below is not None:
+        return f"{'✓' if ours < row.below else '✗'} claim: below {row.below}"
+    if row.stand_in:
+        return "stand-in: no verdict"
+    theirs = row.source.get(table.metric)
+    if theirs is None:
+        return "no source figure"
+    gap = ours / theirs - 1
+    better = gap < 0 if table.metric == "test_ppl" else gap > 0
+    if abs(gap) <= table.band:
+        return f"✓ within {table.band:.0%}"
+    return f"✗ {gap:+.1%}" + (" (better)" if better else "")
+
+
+def _params(record: dict | None, row) -> str:
+    ours = (record or {}).get("parameters") or {}
+    shown = f"{ours['total'] / 1e6:.2f}M" if ours.get("total") else "–"
+    return shown + (f" ({row.source['params']})" if row.source.get("params") else "")
+
+
+def table_markdown(table: Table, records_dir: Path) -> str:
+    metric = METRICS[table.metric]
+    head = [f"### {table.title}", ""]
+    if table.spec or table.note:
+        head += [" ".join(x for x in (f"({table.spec})" if table.spec else "", table.note) if x), ""]
+    head += [f"| row | ours: {metric} (valid) | source: {metric} (valid) | verdict (band {table.band:.0%}) | params ours "
+             "(source) | best epoch | commit | hardware | training |", "|---|---|---|---|---|---|---|---|---|"]
+    for row in table.rows:
+        record = records.load_record(records.record_path(records_dir, table.id, row.id))
+        r = record or {}
+        valid = r.get("valid_ppl") if table.metric == "test_ppl" else None
+        ours = _figure(r.get(table.metric)) + (f" ({_figure(valid)})" if valid else "")
+        theirs = _figure(row.source.get(table.metric)) + (f" ({_figure(row.source['valid_ppl'])})"
+                                                          if table.metric == "test_ppl" and "valid_ppl" in row.source else "")
+        hardware = (r.get("hardware") or "–").split(",")[0] + (" (imported)" if r.get("imported") else "")
+        commit = (r.get("commits") or ["–"])[-1]
+        wall = _hours(r["wall_s"]) if r.get("wall_s") else "–"
+        label = row.label + (f" [{row.stand_in}]" if row.stand_in else "")
+        head.append(f"| {label} | {ours} | {theirs} | {verdict(table, row, record)} | {_params(record, row)} | "
+                    f"{_figure(r.get('best_epoch'))} | {commit} | {hardware} | {wall} |")
+    return "\n".join(head) + "\n"
+
+
+def report_markdown(tables: list[Table], records_dir: Path) -> str:
+    rows = [(t, r) for t in tables for r in t.rows]
+    runnable = [(t, r) for t, r in rows if r.runnable]
+    measured = [(t, r) for t, r in runnable
+                if (records.load_record(records.record_path(records_dir, t.id, r.id)) or {}).get("finished")]
+    held = [x for x in measured if verdict(*x, records.load_record(records.record_path(records_dir, x[0].id, x[1].id)))
+            .startswith("✓")]
+    summary = (f"{len(rows)} rows in {len(tables)} tables: {len(runnable)} runnable here, {len(measured)} measured, "
+               f"{len(held)} of them reproduced (within the band or the claim holds).")
+    return "\n".join([summary, ""] + [table_markdown(t, records_dir) for t in tables])
+
+
+def write_page(page: Path, report: str) -> None:
+    """Replace the report between the markers of `page` (atomically)."""
+    text = page.read_text(encoding="utf-8")
+    if PAGE_BEGIN not in text or PAGE_END not in text:
+        raise CtxlmError(f"{page}: no report markers; put the lines\n{PAGE_BEGIN}\n{PAGE_END}\nwhere the tables go")
+    before, rest = text.split(PAGE_BEGIN, 1)
+    after = rest.split(PAGE_END, 1)[1]
+    checkpoint.atomic_write_text(page, f"{before}{PAGE_BEGIN}\n{report}{PAGE_END}{after}")
+
+
+def page_report(page: Path) -> str:
+    """The report as the page holds it (what a test compares with `report_markdown`)."""
+    text = page.read_text(encoding="utf-8")
+    return text.split(PAGE_BEGIN, 1)[1].split(PAGE_END, 1)[0].lstrip("\n")

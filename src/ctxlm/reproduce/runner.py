@@ -1,0 +1,228 @@
+"""`ctxlm reproduce`: train the rows of a table that have no finished record, N at a time, resumably.
+
+Each row trains in its own run directory, RUNS/TABLE/ROW, as a child `ctxlm train` process (log beside
+it, RUNS/TABLE/ROW.log), so rows share a GPU or the CPU cores as separate processes. Ctrl-C, SIGTERM or
+`stop_after` sends every child SIGTERM: each saves its state and stops, and the next call resumes it.
+After every child the row's record (records.py) is written from its run directory.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import CtxlmError
+from . import records
+from .tables import Row, Table
+
+
+@dataclass
+class RowRun:
+    table: Table
+    row: Row
+    run_dir: Path
+    record_file: Path
+
+    @property
+    def name(self) -> str:
+        return f"{self.table.id}/{self.row.id}"
+
+    def record(self) -> dict | None:
+        return records.load_record(self.record_file)
+
+    def started(self) -> bool:
+        return (self.run_dir / "trainer_state.pt").exists() or (self.run_dir / "trainer_state.prev.pt").exists() \
+            or (self.run_dir / "config.toml").exists()
+
+    def done(self) -> bool:
+        record = self.record()
+        return bool(record and record["finished"]) or (self.run_dir / "results.json").exists()
+
+    def status(self) -> str:
+        """done / stopped at epoch k / not started / unavailable, from the record and the run directory."""
+        if not self.row.runnable:
+            return "unavailable"
+        if self.done():
+            return "done"
+        epochs = len(_curve(self.run_dir)) if self.started() else len((self.record() or {}).get("curve", []))
+        if self.started():
+            return f"stopped after epoch {epochs}" if epochs else "started (no epoch finished)"
+        return f"not started (record of another machine: {epochs} epochs)" if epochs else "not started"
+
+    def train_argv(self, extra: list[str], data_dir=None) -> list[str]:
+        """The `ctxlm train` arguments that start or continue this row."""
+        if self.started():
+            argv = ["train", "--resume", str(self.run_dir)] + [a for o in extra if o.startswith("train.") for a in ("--set", o)]
+        else:
+            argv = ["train", "--config", _shown(self.row.preset), "--run-dir", str(self.run_dir)]
+            argv += [a for o in self.row.overrides + extra for a in ("--set", o)]
+        return argv + (["--data-dir", str(data_dir)] if data_dir else [])
+
+    def config(self, extra: list[str]):
+        from ..config import apply_overrides, load_toml
+
+        return apply_overrides(load_toml(self.row.preset), self.row.overrides + extra)
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _curve(run_dir: Path) -> list:
+    metrics = run_dir / "metrics.jsonl"
+    return [line for line in metrics.read_text().splitlines() if line.strip()] if metrics.exists() else []
+
+
+def row_runs(tables: list[Table], row_ids: list[str], runs: Path, records_dir: Path) -> list[RowRun]:
+    if row_ids and len(tables) != 1:
+        raise CtxlmError("name one table to pick rows from, e.g. ctxlm reproduce daniluk-4.8 lstm-2layers")
+    return [RowRun(t, r, runs / t.id / r.id, records.record_path(records_dir, t.id, r.id))
+            for t in tables for r in t.select(row_ids)]
+
+
+def thread_setting(extra: list[str], jobs: int) -> list[str]:
+    """Give each of `jobs` CPU processes its share of the cores, unless --set train.threads says otherwise."""
+    if any(o.startswith("train.threads=") for o in extra):
+        return extra
+    return extra + [f"train.threads={max(1, (os.cpu_count() or 1) // jobs)}"]
+
+
+def update_record(run: RowRun, argv: list[str], extra: list[str], data_dir=None, log=print) -> dict | None:
+    """Write the row's record from its run directory; a finished row also gets its fingerprint."""
+    previous = run.record()
+    command = "ctxlm " + shlex.join(argv)
+    if previous and previous.get("command") and run.started() and "--resume" in argv:
+        command = previous["command"]         # the command that started it; resumptions change only train.*
+    record = records.record_from_run(run.table.id, run.row.id, run.run_dir, command, previous)
+    if record is None:
+        return previous
+    record["set"] = [o for o in run.row.overrides + extra]
+    if record["finished"] and "fingerprint" not in record:
+        try:
+            found = records.first_batches(run.config(extra), data_dir)
+            record["fingerprint"] = {"batches": found["batches"], "train_loss": found["train_loss"]}
+        except KeyboardInterrupt:
+            log(f"{run.name}: fingerprint interrupted; the next call computes it")
+    records.save_record(run.record_file, record)
+    return record
+
+
+class Runner:
+    """Start and watch the child processes; stop them all on a signal or at the deadline."""
+
+    def __init__(self, jobs: int, stop_after: float | None, extra: list[str], data_dir=None, log=print):
+        if jobs < 1:
+            raise CtxlmError(f"--jobs {jobs}: run at least one row at a time")
+        self.jobs, self.extra, self.data_dir, self.log = jobs, extra, data_dir, log
+        self.deadline = time.monotonic() + stop_after if stop_after else None
+        self.stopping: str | None = None
+        self.active: dict[subprocess.Popen, tuple[RowRun, list[str], object]] = {}
+
+    def _signal(self, signum, frame) -> None:
+        self.stopping = signal.Signals(signum).name
+
+    def run(self, runs: list[RowRun]) -> int:
+        """Train every runnable row that is not done; 0 when all are done, 130 when stopped early."""
+        for run in runs:
+            if run.row.runnable and run.done() and not (run.record() or {}).get("finished"):
+                update_record(run, run.train_argv(self.extra, self.data_dir), self.extra, self.data_dir, self.log)
+        pending = [r for r in runs if r.row.runnable and not r.done()]
+        for run in runs:
+            if run.row.runnable and run.done():
+                self.log(f"{run.name}: done (record {run.record_file})")
+        handlers = {s: signal.signal(s, self._signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        failed = []
+        try:
+            while pending or self.active:
+                if self.stopping is None and self.deadline is not None and time.monotonic() >= self.deadline:
+                    self.stopping = "--stop-after"
+                if self.stopping:
+                    self._stop_all()
+                while not self.stopping and pending and len(self.active) < self.jobs:
+                    self._start(pending.pop(0))
+                for process in [p for p in self.active if p.poll() is not None]:
+                    if not self._finish(process):
+                        failed.append(process)
+                time.sleep(0.2)
+        finally:
+            for s, h in handlers.items():
+                signal.signal(s, h)
+        if self.stopping:
+            self.log(f"stopped ({self.stopping}): every row is resumable; run the same command to continue")
+            return 130
+        return 1 if failed else 0
+
+    def _start(self, run: RowRun) -> None:
+        argv = run.train_argv(self.extra, self.data_dir)
+        run.run_dir.parent.mkdir(parents=True, exist_ok=True)
+        log_file = open(run.run_dir.with_suffix(".log"), "a", encoding="utf-8")
+        log_file.write(f"\n$ ctxlm {shlex.join(argv)}\n")
+        log_file.flush()
+        process = subprocess.Popen([sys.executable, "-m", "ctxlm", *argv], stdout=log_file, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)   # our signals reach it through us
+        self.active[process] = (run, argv, log_file)
+        self.log(f"{run.name}: {'resumed' if '--resume' in argv else 'started'} (log {run.run_dir.with_suffix('.log')})")
+
+    def _stop_all(self) -> None:
+        for process, (run, _, _) in self.active.items():
+            if process.poll() is None and not getattr(process, "stop_sent", False):
+                process.send_signal(signal.SIGTERM)
+                process.stop_sent = True
+
+    def _finish(self, process: subprocess.Popen) -> bool:
+        run, argv, log_file = self.active.pop(process)
+        log_file.close()
+        record = update_record(run, argv, self.extra, self.data_dir, self.log)
+        if run.done():
+            figure = f"test {record['test_ppl']:.2f}" if record and record.get("test_ppl") else "done"
+            self.log(f"{run.name}: finished, {figure} (record {run.record_file})")
+            return True
+        if process.returncode in (130, -signal.SIGTERM) or getattr(process, "stop_sent", False):
+            self.log(f"{run.name}: stopped, {run.status()}")
+            return True
+        tail = run.run_dir.with_suffix(".log").read_text(encoding="utf-8").strip().splitlines()[-1:]
+        self.log(f"{run.name}: failed (exit {process.returncode}): {tail[0] if tail else 'no output'}")
+        return False
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '45m', '2h', '1h30m' or plain seconds -> seconds."""
+    import re
+
+    parts = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*", text)
+    if not text.strip() or not parts or not any(parts.groups()):
+        raise CtxlmError(f"--stop-after {text!r}: give a duration such as 90s, 45m, 2h or 1h30m")
+    hours, minutes, seconds = (float(g or 0) for g in parts.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
+CHECK_TOLERANCE = 1e-5      # relative: float sums differ this little between CPUs; a changed model far more
+
+
+def check(runs: list[RowRun], data_dir=None, log=print) -> int:
+    """Train each fingerprinted row's first batches again; say which rows today's code no longer follows.
+    Returns the number of rows that drifted."""
+    drifted = 0
+    for run in runs:
+        record = run.record() if run.row.runnable else None
+        if not record or "fingerprint" not in record:
+            continue
+        recorded = record["fingerprint"]
+        found = records.first_batches(run.config(record.get("set", run.row.overrides)), data_dir, recorded["batches"])
+        at = ", ".join(record.get("commits", [])[-1:]) or "?"
+        if abs(found["train_loss"] - recorded["train_loss"]) <= CHECK_TOLERANCE * abs(recorded["train_loss"]):
+            log(f"{run.name}: follows (loss of the first {recorded['batches']} batches {found['train_loss']:.6f}, "
+                f"recorded {recorded['train_loss']:.6f} at {at})")
+        else:
+            drifted += 1
+            log(f"{run.name}: DRIFTED: the first {recorded['batches']} batches give loss {found['train_loss']:.6f}, "
+                f"recorded {recorded['train_loss']:.6f} at {at}; today's code or preset trains this row differently")
+    return drifted

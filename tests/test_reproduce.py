@@ -1,0 +1,243 @@
+"""`ctxlm reproduce`: tables as data, rows trained resumably in child processes, records, the report
+and the results page, the drift check (issue 36)."""
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ctxlm, one_line_error, tiny_config, write_corpus
+from ctxlm.config import apply_overrides, load_toml, validate
+from ctxlm.reproduce import report, runner
+from ctxlm.reproduce.records import first_batches
+from ctxlm.reproduce.tables import load_tables
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE = """title = "A tiny table"
+spec = "no SPEC section"
+metric = "test_ppl"
+band = 0.03
+
+[[row]]
+id = "lstm"
+label = "LSTM"
+preset = "configs/lstm.toml"
+[row.source]
+test_ppl = 30.0
+
+[[row]]
+id = "rnn"
+label = "RNN, more epochs"
+preset = "configs/lstm.toml"
+set = ["model.name=rnn-tanh", "train.epochs={rnn_epochs}"]
+below = 1000.0
+
+[[row]]
+id = "wiki"
+label = "LSTM on a corpus we lack"
+unavailable = "the corpus is not here"
+"""
+
+
+def make_project(folder: Path, rnn_epochs: int = 3) -> Path:
+    """A project folder: a corpus, one preset, a two-row table (and one unavailable row)."""
+    (folder / "configs").mkdir(parents=True)
+    (folder / "reproductions").mkdir()
+    config = tiny_config(write_corpus(folder))
+    config.train.epochs = 2
+    (folder / "configs" / "lstm.toml").write_text(config.to_toml())
+    (folder / "reproductions" / "tiny-1.toml").write_text(TABLE.format(rnn_epochs=rnn_epochs))
+    return folder
+
+
+def folders(project: Path, name: str) -> list[str]:
+    return ["--tables", project / "reproductions", "--records", project / f"{name}-results", "--runs", project / f"{name}-runs"]
+
+
+def reproduce_process(project: Path, name: str, *args) -> subprocess.Popen:
+    command = [sys.executable, "-m", "ctxlm", "reproduce", "tiny-1", *map(str, folders(project, name)),
+               "--set", "train.threads=1", *args]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def records_of(project: Path, name: str) -> dict:
+    found = {}
+    for path in sorted((project / f"{name}-results" / "tiny-1").glob("*.json")):
+        record = json.loads(path.read_text())
+        found[path.stem] = record
+    return found
+
+
+def same_figures(a: dict, b: dict) -> None:
+    """Two records of one row agree on everything the run computed (not on timings or paths)."""
+    strip = lambda curve: [{k: v for k, v in p.items() if k not in ("tokens_per_s", "elapsed_s")} for p in curve]  # noqa: E731
+    assert strip(a["curve"]) == strip(b["curve"])
+    for key in ("finished", "best_epoch", "valid_ppl", "test_ppl", "parameters", "fingerprint"):
+        assert a[key] == b[key], key
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """Both rows trained in one uninterrupted call, one row at a time."""
+    project = make_project(tmp_path_factory.mktemp("project"), rnn_epochs=12)
+    process = reproduce_process(project, "ref", "--jobs", "1")
+    output = process.communicate(timeout=600)[0]
+    assert process.returncode == 0, output
+    return project, records_of(project, "ref"), output
+
+
+def test_a_table_trains_every_row_into_a_record(reference):
+    project, records, output = reference
+    assert set(records) == {"lstm", "rnn"}                       # nothing for the unavailable row
+    for row, epochs in (("lstm", 2), ("rnn", 12)):
+        record = records[row]
+        results = json.loads((project / "ref-runs" / "tiny-1" / row / "results.json").read_text())
+        assert record["finished"] and len(record["curve"]) == epochs
+        assert record["test_ppl"] == results["test"]["ppl"] and record["valid_ppl"] == results["valid"]["ppl"]
+        assert record["parameters"] == results["parameters"] and record["commits"] == results["commits"]
+        assert record["threads"] == 1 and record["precision"] == "fp32" and record["hardware"]
+        assert record["command"].startswith("ctxlm train --config ") and "--set train.threads=1" in record["command"]
+    assert "tiny-1/lstm: finished" in output and "tiny-1/rnn: finished" in output
+
+
+def test_the_fingerprint_is_the_first_batches_loss_of_a_plain_train(reference, tmp_path):
+    project, records, _ = reference
+    fingerprint = records["lstm"]["fingerprint"]
+    result = ctxlm("train", "--config", project / "configs" / "lstm.toml", "--run-dir", tmp_path / "run",
+                   "--set", "train.epochs=1", "--set", f"train.max_batches={fingerprint['batches']}",
+                   "--set", "train.threads=1")
+    assert result.returncode == 0, result.stderr
+    first = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert fingerprint["train_loss"] == first["train_loss"]
+
+
+def test_sigterm_mid_row_resumes_without_retraining_the_finished_row(reference):
+    project, expected, _ = reference
+    process = reproduce_process(project, "cut", "--jobs", "1")
+    rnn_state = project / "cut-runs" / "tiny-1" / "rnn" / "trainer_state.pt"
+    deadline = time.time() + 300
+    while not rnn_state.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    output = process.communicate(timeout=300)[0]
+    assert process.returncode == 130, output
+    assert "every row is resumable" in output
+    cut = records_of(project, "cut")
+    assert cut["lstm"]["finished"] and not cut["rnn"]["finished"]
+    lstm_results = project / "cut-runs" / "tiny-1" / "lstm" / "results.json"
+    before = (lstm_results.stat().st_mtime_ns, (project / "cut-results" / "tiny-1" / "lstm.json").read_bytes())
+
+    again = reproduce_process(project, "cut", "--jobs", "1")
+    output = again.communicate(timeout=600)[0]
+    assert again.returncode == 0, output
+    assert "tiny-1/lstm: done" in output and "tiny-1/rnn: resumed" in output
+    assert (lstm_results.stat().st_mtime_ns, (project / "cut-results" / "tiny-1" / "lstm.json").read_bytes()) == before
+    resumed = records_of(project, "cut")
+    for row in ("lstm", "rnn"):
+        same_figures(resumed[row], expected[row])
+
+
+def test_two_jobs_give_the_records_of_one(reference):
+    project, expected, _ = reference
+    process = reproduce_process(project, "two", "--jobs", "2")
+    output = process.communicate(timeout=600)[0]
+    assert process.returncode == 0, output
+    found = records_of(project, "two")
+    for row in ("lstm", "rnn"):
+        same_figures(found[row], expected[row])
+
+
+def test_the_report_comes_from_the_records_alone(reference, tmp_path):
+    project, records, _ = reference
+    import shutil
+
+    shutil.copytree(project / "reproductions", tmp_path / "reproductions")
+    shutil.copytree(project / "ref-results", tmp_path / "results")       # no run directory, no configs, no corpus
+    result = ctxlm("reproduce", "--report", "--tables", tmp_path / "reproductions", "--records", tmp_path / "results")
+    assert result.returncode == 0, result.stderr
+    lstm_line = next(line for line in result.stdout.splitlines() if line.startswith("| LSTM |"))
+    assert f"{records['lstm']['test_ppl']:.2f}" in lstm_line and "30.00" in lstm_line
+    gap = records["lstm"]["test_ppl"] / 30 - 1
+    assert (f"✗ {gap:+.1%}" if abs(gap) > 0.03 else "✓ within 3%") in lstm_line
+    rnn_line = next(line for line in result.stdout.splitlines() if line.startswith("| RNN, more epochs |"))
+    assert "✓ claim: below 1000.0" in rnn_line
+    assert "not here: the corpus is not here" in result.stdout
+    assert result.stdout.startswith("3 rows in 1 tables: 2 runnable here, 2 measured")
+
+
+def test_the_check_finds_a_row_that_today_trains_differently(reference, tmp_path):
+    project, _, _ = reference
+    args = [*folders(project, "ref"), "--set", "train.threads=1"]
+    result = ctxlm("reproduce", "tiny-1", "lstm", "--check", *args)
+    assert result.returncode == 0 and "tiny-1/lstm: follows" in result.stdout, result.stdout + result.stderr
+    preset = project / "configs" / "lstm.toml"
+    original = preset.read_text()
+    try:
+        preset.write_text(original.replace("init_range = 0.1", "init_range = 0.09"))
+        result = ctxlm("reproduce", "tiny-1", "lstm", "--check", *args)
+    finally:
+        preset.write_text(original)
+    assert result.returncode == 1 and "tiny-1/lstm: DRIFTED" in result.stdout, result.stdout
+
+
+def test_the_plan_shows_state_cost_and_command(reference):
+    project, _, _ = reference
+    result = ctxlm("reproduce", "tiny-1", "--plan", "--measure", *folders(project, "plan"), "--set", "train.threads=1")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("tiny-1/lstm: not started; at most ") and "tokens/s measured now" in lines[0]
+    assert lines[1].strip().startswith("ctxlm train --config ") and "--run-dir" in lines[1]
+    assert "tiny-1/wiki: unavailable (the corpus is not here)" in result.stdout
+    done = ctxlm("reproduce", "tiny-1", "--plan", *folders(project, "ref"))
+    assert "tiny-1/lstm: done" in done.stdout and "tiny-1/rnn: done" in done.stdout
+
+
+def test_a_bad_table_is_one_line_naming_the_file_and_key(tmp_path):
+    (tmp_path / "reproductions").mkdir()
+    bad = tmp_path / "reproductions" / "bad-1.toml"
+    bad.write_text('title = "x"\n[[row]]\nid = "a"\npreset = "configs/a.toml"\nsorce = {test_ppl = 1.0}\n')
+    one_line_error(ctxlm("reproduce", "--plan", "--tables", tmp_path / "reproductions"), "bad-1.toml", "'sorce'")
+    bad.write_text('title = "x"\n[[row]]\nid = "a"\n')
+    one_line_error(ctxlm("reproduce", "--plan", "--tables", tmp_path / "reproductions"), "bad-1.toml", "preset")
+    one_line_error(ctxlm("reproduce", "nope", "--tables", tmp_path / "reproductions"), "no table 'nope'")
+    one_line_error(ctxlm("reproduce", "bad-1", "--stop-after", "soon", "--tables", tmp_path / "reproductions"),
+                   "--stop-after")
+
+
+def test_durations():
+    assert runner.parse_duration("90s") == 90 and runner.parse_duration("45m") == 2700
+    assert runner.parse_duration("1h30m") == 5400 and runner.parse_duration("120") == 120
+
+
+# ---- the project's own tables, records and page
+
+
+def test_every_runnable_row_resolves_to_a_valid_config():
+    for table in load_tables(ROOT / "reproductions"):
+        for row in table.rows:
+            if row.runnable:
+                assert row.preset.is_file(), f"{table.id}/{row.id}: {row.preset}"
+                validate(apply_overrides(load_toml(row.preset), row.overrides))
+
+
+def test_every_record_belongs_to_a_row_of_its_table():
+    tables = {t.id: t for t in load_tables(ROOT / "reproductions")}
+    for path in (ROOT / "results").glob("*/*.json"):
+        record = json.loads(path.read_text())
+        assert record["table"] == path.parent.name and record["row"] == path.stem
+        assert tables[record["table"]].row(record["row"]).runnable
+
+
+def test_the_results_page_opens_with_the_report():
+    tables = load_tables(ROOT / "reproductions")
+    assert report.page_report(ROOT / "docs" / "results.md") == report.report_markdown(tables, ROOT / "results"), \
+        "docs/results.md differs from the records: ctxlm reproduce --report --page docs/results.md"
+
+
+def test_first_batches_stops_where_asked(corpus):
+    config = tiny_config(corpus)
+    found = first_batches(config, batches=3)
+    assert found["batches"] == 3 and found["train_loss"] > 0 and found["tokens_per_s"] > 0
