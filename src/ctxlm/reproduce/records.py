@@ -80,17 +80,20 @@ def record_from_run(table: str, row: str, run_dir: Path, command: str, previous:
     curve = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()] \
         if (run_dir / "metrics.jsonl").exists() else []
     results = _read_json(run_dir / "results.json")
+    curve = [{k: point[k] for k in CURVE_KEYS if k in point} for point in curve]
     previous = previous or {}
+    if previous.get("curve") != curve[:len(previous.get("curve", []))]:
+        previous = {}           # a new run of the row (another machine's record): nothing of the old one holds
     device = (results or {}).get("device") or previous.get("device") or config.train.device
     record = {
         "table": table, "row": row, "finished": results is not None,
-        "curve": [{k: point[k] for k in CURVE_KEYS if k in point} for point in curve],
+        "curve": curve,
         "best_epoch": max(curve, key=lambda p: -p["valid_ppl"])["epoch"] if curve else None,
         "commits": (results or {}).get("commits") or previous.get("commits", []),
-        "hardware": previous.get("hardware") or hardware(device), "device": device,
+        "hardware": _machines(previous.get("hardware"), hardware(device)), "device": device,
         "precision": config.train.precision, "threads": config.train.threads or torch.get_num_threads(),
         "wall_s": (results or {}).get("train_wall_s", curve[-1]["elapsed_s"] if curve else None),
-        "command": command, "run_dir": str(run_dir),
+        "command": command,
     }
     if results is not None:
         record.update(best_epoch=results["best_epoch"], parameters=results.get("parameters"),
@@ -98,6 +101,13 @@ def record_from_run(table: str, row: str, run_dir: Path, command: str, previous:
     if "fingerprint" in previous:
         record["fingerprint"] = previous["fingerprint"]
     return record
+
+
+def _machines(before: str | None, now: str) -> str:
+    """The machines a run trained on, in order ("A; then B" when resumed on another)."""
+    if not before or before.endswith(now):
+        return before or now
+    return f"{before}; then {now}"
 
 
 def first_batches(config, data_dir=None, batches: int = FINGERPRINT_BATCHES, device: str = "cpu", threads: int = 1,

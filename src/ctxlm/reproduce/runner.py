@@ -63,6 +63,13 @@ class RowRun:
             argv += [a for o in self.row.overrides + extra for a in ("--set", o)]
         return argv + (["--data-dir", str(data_dir)] if data_dir else [])
 
+    def command(self, extra: list[str]) -> str:
+        """The command that trains this row, as a record keeps it: paths as from the project folder."""
+        project = self.table.path.resolve().parent.parent
+        argv = ["train", "--config", str(self.row.preset.relative_to(project)),
+                "--run-dir", f"runs/reproduce/{self.table.id}/{self.row.id}"]
+        return "ctxlm " + shlex.join(argv + [a for o in self.row.overrides + extra for a in ("--set", o)])
+
     def config(self, extra: list[str]):
         from ..config import apply_overrides, load_toml
 
@@ -95,13 +102,10 @@ def thread_setting(extra: list[str], jobs: int) -> list[str]:
     return extra + [f"train.threads={max(1, (os.cpu_count() or 1) // jobs)}"]
 
 
-def update_record(run: RowRun, argv: list[str], extra: list[str], data_dir=None, log=print) -> dict | None:
+def update_record(run: RowRun, extra: list[str], data_dir=None, log=print) -> dict | None:
     """Write the row's record from its run directory; a finished row also gets its fingerprint."""
     previous = run.record()
-    command = "ctxlm " + shlex.join(argv)
-    if previous and previous.get("command") and run.started() and "--resume" in argv:
-        command = previous["command"]         # the command that started it; resumptions change only train.*
-    record = records.record_from_run(run.table.id, run.row.id, run.run_dir, command, previous)
+    record = records.record_from_run(run.table.id, run.row.id, run.run_dir, run.command(extra), previous)
     if record is None:
         return previous
     record["set"] = [o for o in run.row.overrides + extra]
@@ -133,7 +137,7 @@ class Runner:
         """Train every runnable row that is not done; 0 when all are done, 130 when stopped early."""
         for run in runs:
             if run.row.runnable and run.done() and not (run.record() or {}).get("finished"):
-                update_record(run, run.train_argv(self.extra, self.data_dir), self.extra, self.data_dir, self.log)
+                update_record(run, self.extra, self.data_dir, self.log)
         pending = [r for r in runs if r.row.runnable and not r.done()]
         for run in runs:
             if run.row.runnable and run.done():
@@ -180,7 +184,7 @@ class Runner:
     def _finish(self, process: subprocess.Popen) -> bool:
         run, argv, log_file = self.active.pop(process)
         log_file.close()
-        record = update_record(run, argv, self.extra, self.data_dir, self.log)
+        record = update_record(run, self.extra, self.data_dir, self.log)
         if run.done():
             figure = f"test {record['test_ppl']:.2f}" if record and record.get("test_ppl") else "done"
             self.log(f"{run.name}: finished, {figure} (record {run.record_file})")
