@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CtxlmError
+from ..training.trainer import git_commit
 from . import records
 from .tables import Row, Table
 
@@ -112,7 +113,7 @@ def update_record(run: RowRun, extra: list[str], data_dir=None, log=print) -> di
     if record["finished"] and "fingerprint" not in record:
         try:
             found = records.first_batches(run.config(extra), data_dir)
-            record["fingerprint"] = {"batches": found["batches"], "train_loss": found["train_loss"]}
+            record["fingerprint"] = {"batches": found["batches"], "train_loss": found["train_loss"], "at": git_commit()}
         except KeyboardInterrupt:
             log(f"{run.name}: fingerprint interrupted; the next call computes it")
     records.save_record(run.record_file, record)
@@ -221,7 +222,7 @@ def check(runs: list[RowRun], data_dir=None, log=print) -> int:
             continue
         recorded = record["fingerprint"]
         found = records.first_batches(run.config(record.get("set", run.row.overrides)), data_dir, recorded["batches"])
-        at = ", ".join(record.get("commits", [])[-1:]) or "?"
+        at = recorded.get("at", "?")
         if abs(found["train_loss"] - recorded["train_loss"]) <= CHECK_TOLERANCE * abs(recorded["train_loss"]):
             log(f"{run.name}: follows (loss of the first {recorded['batches']} batches {found['train_loss']:.6f}, "
                 f"recorded {recorded['train_loss']:.6f} at {at})")
