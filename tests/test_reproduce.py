@@ -190,7 +190,8 @@ def test_the_plan_shows_state_cost_and_command(reference):
     lines = result.stdout.splitlines()
     assert lines[0].startswith("tiny-1/lstm: not started; at most ") and "tokens/s measured now" in lines[0]
     assert lines[1].strip().startswith("ctxlm train --config ") and "--run-dir" in lines[1]
-    assert "tiny-1/wiki: unavailable (the corpus is not here)" in result.stdout
+    assert "tiny-1: 1 row unavailable (the corpus is not here): wiki" in result.stdout
+    assert lines[-1] == "2 runnable rows: 0 done, 0 stopped, 2 not started; 1 unavailable"
     done = ctxlm("reproduce", "tiny-1", "--plan", *folders(project, "ref"))
     assert "tiny-1/lstm: done" in done.stdout and "tiny-1/rnn: done" in done.stdout
 
@@ -221,6 +222,16 @@ def test_every_runnable_row_resolves_to_a_valid_config():
             if row.runnable:
                 assert row.preset.is_file(), f"{table.id}/{row.id}: {row.preset}"
                 validate(apply_overrides(load_toml(row.preset), row.overrides))
+
+
+def test_a_row_that_is_the_same_run_as_another_has_its_preset():
+    tables = {t.id: t for t in load_tables(ROOT / "reproductions")}
+    for table in tables.values():
+        for row in table.rows:
+            if row.same_as:
+                other_table, other_row = row.same_as.split("/")
+                target = tables[other_table].row(other_row)
+                assert (row.preset, row.overrides) == (target.preset, target.overrides), f"{table.id}/{row.id}"
 
 
 def test_every_record_belongs_to_a_row_of_its_table():

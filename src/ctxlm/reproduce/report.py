@@ -52,16 +52,22 @@ def _own_curve(run: RowRun) -> list[str]:
 
 
 def plan_text(runs: list[RowRun], extra: list[str], measure: bool, data_dir=None) -> str:
-    lines = []
+    """A line per row (state and remaining cost, then its command), a line per table's unavailable rows."""
+    lines, unavailable, states = [], {}, []
     for run in runs:
         if not run.row.runnable:
-            lines.append(f"{run.name}: unavailable ({run.row.unavailable})")
+            unavailable.setdefault((run.table.id, run.row.unavailable), []).append(run.row.id)
             continue
         status = run.status()
+        states.append(status.split(" ")[0])
         cost = "" if status == "done" else f"; {estimate(run, extra, measure, data_dir)}"
         lines.append(f"{run.name}: {status}{cost}")
         if status != "done":
             lines.append("    ctxlm " + shlex.join(run.train_argv(extra, data_dir)))
+    for (table, reason), rows in unavailable.items():
+        lines.append(f"{table}: {len(rows)} row{'s' * (len(rows) > 1)} unavailable ({reason}): {', '.join(rows)}")
+    lines.append(f"{len(states)} runnable rows: {states.count('done')} done, {states.count('stopped')} stopped, "
+                 f"{states.count('not')} not started; {sum(map(len, unavailable.values()))} unavailable")
     return "\n".join(lines)
 
 
@@ -106,7 +112,7 @@ def table_markdown(table: Table, records_dir: Path) -> str:
     head += [f"| row | ours: {metric} (valid) | source: {metric} (valid) | verdict (band {table.band:.0%}) | params ours "
              "(source) | best epoch | commit | hardware | training |", "|---|---|---|---|---|---|---|---|---|"]
     for row in table.rows:
-        record = records.load_record(records.record_path(records_dir, table.id, row.id))
+        record = records.load_record(records.record_path(records_dir, *table.record_key(row)))
         r = record or {}
         valid = r.get("valid_ppl") if table.metric == "test_ppl" else None
         ours = _figure(r.get(table.metric)) + (f" ({_figure(valid)})" if valid else "")
@@ -124,10 +130,9 @@ def table_markdown(table: Table, records_dir: Path) -> str:
 def report_markdown(tables: list[Table], records_dir: Path) -> str:
     rows = [(t, r) for t in tables for r in t.rows]
     runnable = [(t, r) for t, r in rows if r.runnable]
-    measured = [(t, r) for t, r in runnable
-                if (records.load_record(records.record_path(records_dir, t.id, r.id)) or {}).get("finished")]
-    held = [x for x in measured if verdict(*x, records.load_record(records.record_path(records_dir, x[0].id, x[1].id)))
-            .startswith("✓")]
+    found = {(t.id, r.id): records.load_record(records.record_path(records_dir, *t.record_key(r))) for t, r in runnable}
+    measured = [(t, r) for t, r in runnable if (found[t.id, r.id] or {}).get("finished")]
+    held = [(t, r) for t, r in measured if verdict(t, r, found[t.id, r.id]).startswith("✓")]
     summary = (f"{len(rows)} rows in {len(tables)} tables: {len(runnable)} runnable here, {len(measured)} measured, "
                f"{len(held)} of them reproduced (within the band or the claim holds).")
     return "\n".join([summary, ""] + [table_markdown(t, records_dir) for t in tables])

@@ -31,7 +31,8 @@ class RowRun:
 
     @property
     def name(self) -> str:
-        return f"{self.table.id}/{self.row.id}"
+        same = f" (= {self.row.same_as})" if self.row.same_as else ""
+        return f"{self.table.id}/{self.row.id}{same}"
 
     def record(self) -> dict | None:
         return records.load_record(self.record_file)
@@ -68,7 +69,7 @@ class RowRun:
         """The command that trains this row, as a record keeps it: paths as from the project folder."""
         project = self.table.path.resolve().parent.parent
         argv = ["train", "--config", str(self.row.preset.relative_to(project)),
-                "--run-dir", f"runs/reproduce/{self.table.id}/{self.row.id}"]
+                "--run-dir", f"runs/reproduce/{'/'.join(self.table.record_key(self.row))}"]
         return "ctxlm " + shlex.join(argv + [a for o in self.row.overrides + extra for a in ("--set", o)])
 
     def config(self, extra: list[str]):
@@ -92,8 +93,14 @@ def _curve(run_dir: Path) -> list:
 def row_runs(tables: list[Table], row_ids: list[str], runs: Path, records_dir: Path) -> list[RowRun]:
     if row_ids and len(tables) != 1:
         raise CtxlmError("name one table to pick rows from, e.g. ctxlm reproduce daniluk-4.8 lstm-2layers")
-    return [RowRun(t, r, runs / t.id / r.id, records.record_path(records_dir, t.id, r.id))
-            for t in tables for r in t.select(row_ids)]
+    found, seen = [], set()
+    for table in tables:
+        for row in table.select(row_ids):
+            key = table.record_key(row)
+            if key not in seen:         # a row that is the same run as another is trained once
+                seen.add(key)
+                found.append(RowRun(table, row, runs.joinpath(*key), records.record_path(records_dir, *key)))
+    return found
 
 
 def thread_setting(extra: list[str], jobs: int) -> list[str]:
@@ -106,7 +113,7 @@ def thread_setting(extra: list[str], jobs: int) -> list[str]:
 def update_record(run: RowRun, extra: list[str], data_dir=None, log=print) -> dict | None:
     """Write the row's record from its run directory; a finished row also gets its fingerprint."""
     previous = run.record()
-    record = records.record_from_run(run.table.id, run.row.id, run.run_dir, run.command(extra), previous)
+    record = records.record_from_run(*run.table.record_key(run.row), run.run_dir, run.command(extra), previous)
     if record is None:
         return previous
     record["set"] = [o for o in run.row.overrides + extra]
@@ -139,7 +146,7 @@ class Runner:
         for run in runs:
             if run.row.runnable and run.done() and not (run.record() or {}).get("finished"):
                 update_record(run, self.extra, self.data_dir, self.log)
-        pending = [r for r in runs if r.row.runnable and not r.done()]
+        pending = sorted((r for r in runs if r.row.runnable and not r.done()), key=lambda r: not r.started())  # begun first
         for run in runs:
             if run.row.runnable and run.done():
                 self.log(f"{run.name}: done (record {run.record_file})")

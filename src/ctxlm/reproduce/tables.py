@@ -11,7 +11,7 @@ from ..errors import CtxlmError
 METRICS = {"test_ppl": "test perplexity", "accuracy": "accuracy (%)"}
 _ID = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 _TABLE_KEYS = {"title", "spec", "metric", "band", "note", "row"}
-_ROW_KEYS = {"id", "label", "preset", "set", "stand_in", "below", "unavailable", "source"}
+_ROW_KEYS = {"id", "label", "preset", "set", "stand_in", "below", "unavailable", "source", "same_as"}
 
 
 @dataclass
@@ -24,6 +24,7 @@ class Row:
     below: float | None = None
     unavailable: str | None = None
     source: dict = field(default_factory=dict)
+    same_as: str | None = None          # "TABLE/ROW": the same run as a row of another table (one run, one record)
 
     @property
     def runnable(self) -> bool:
@@ -40,6 +41,10 @@ class Table:
     note: str
     rows: list[Row]
     path: Path
+
+    def record_key(self, row: Row) -> tuple[str, str]:
+        """(table, row) of the record that holds `row`'s run: its own, or the row it is the same run as."""
+        return tuple(row.same_as.split("/")) if row.same_as else (self.id, row.id)
 
     def row(self, row_id: str) -> Row:
         for row in self.rows:
@@ -74,13 +79,16 @@ def load_table(path: str | Path) -> Table:
         _check_keys(path, where, raw, _ROW_KEYS)
         if not _ID.match(str(raw.get("id", ""))):
             raise CtxlmError(f"{path}: {where} needs an id of lowercase letters, digits, dots and hyphens")
+        if "same_as" in raw and not re.match(r"^[a-z0-9.-]+/[a-z0-9.-]+$", str(raw["same_as"])):
+            raise CtxlmError(f"{path}: row {raw['id']!r}: same_as is \"TABLE/ROW\", e.g. \"daniluk-4.8/lstm\"")
         if ("preset" in raw) == ("unavailable" in raw):
             raise CtxlmError(f"{path}: row {raw['id']!r} needs either a preset or an `unavailable` reason")
         overrides = raw.get("set", [])
         if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
             raise CtxlmError(f"{path}: row {raw['id']!r}: set is a list of \"section.key=value\" strings")
         rows.append(Row(raw["id"], raw.get("label", raw["id"]), project / raw["preset"] if "preset" in raw else None,
-                        overrides, raw.get("stand_in"), raw.get("below"), raw.get("unavailable"), raw.get("source", {})))
+                        overrides, raw.get("stand_in"), raw.get("below"), raw.get("unavailable"), raw.get("source", {}),
+                        raw.get("same_as")))
     ids = [r.id for r in rows]
     if len(set(ids)) != len(ids):
         raise CtxlmError(f"{path}: row {next(i for i in ids if ids.count(i) > 1)!r} appears twice")
