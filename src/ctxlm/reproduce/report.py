@@ -71,8 +71,14 @@ def plan_text(runs: list[RowRun], extra: list[str], measure: bool, data_dir=None
     return "\n".join(lines)
 
 
-def _figure(value, digits: int = 2) -> str:
-    return "–" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+def _figure(value) -> str:
+    """Ours with two decimals; the source's as it prints them (a float keeps its own digits)."""
+    return "–" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def _source(row, table: Table) -> str:
+    shown = str(row.source.get(table.metric, "–"))
+    return shown + (f" ({row.source['valid_ppl']})" if table.metric == "test_ppl" and "valid_ppl" in row.source else "")
 
 
 def verdict(table: Table, row, record: dict | None) -> str:
@@ -104,30 +110,41 @@ def _params(record: dict | None, row) -> str:
     return shown + (f" ({row.source['params']})" if row.source.get("params") else "")
 
 
-def table_markdown(table: Table, records_dir: Path) -> str:
-    metric = METRICS[table.metric]
-    head = [f"### {table.title}", ""]
+def _heading(table: Table) -> list[str]:
+    lines = [f"### {table.title}", ""]
     if table.spec or table.note:
-        head += [" ".join(x for x in (f"({table.spec})" if table.spec else "", table.note) if x), ""]
-    head += [f"| row | ours: {metric} (valid) | source: {metric} (valid) | verdict (band {table.band:.0%}) | params ours "
-             "(source) | best epoch | commit | hardware | training |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [" ".join(x for x in (f"({table.spec})" if table.spec else "", table.note) if x), ""]
+    return lines
+
+
+def table_markdown(table: Table, records_dir: Path) -> str:
+    """One table: our figure, the source's, the verdict, and where ours comes from, row by row."""
+    metric = METRICS[table.metric]
+    if not any(row.runnable for row in table.rows):
+        reasons = sorted({row.unavailable for row in table.rows})
+        lines = _heading(table) + [f"Not here: {'; '.join(reasons)}.", "",
+                                   f"| row | source: {metric} (valid) | params (source) |", "|---|---|---|"]
+        lines += [f"| {row.label} | {_source(row, table)} | {row.source.get('params', '–')} |" for row in table.rows]
+        return "\n".join(lines) + "\n"
+    lines = _heading(table) + [
+        f"| row | ours: {metric} (valid) | source: {metric} (valid) | verdict (band {table.band:.0%}) | params ours "
+        "(source) | best epoch | commit | hardware | training |", "|---|---|---|---|---|---|---|---|---|"]
     for row in table.rows:
         record = records.load_record(records.record_path(records_dir, *table.record_key(row)))
         r = record or {}
         valid = r.get("valid_ppl") if table.metric == "test_ppl" else None
         ours = _figure(r.get(table.metric)) + (f" ({_figure(valid)})" if valid else "")
-        theirs = _figure(row.source.get(table.metric)) + (f" ({_figure(row.source['valid_ppl'])})"
-                                                          if table.metric == "test_ppl" and "valid_ppl" in row.source else "")
         hardware = (r.get("hardware") or "–").split(",")[0] + (" (imported)" if r.get("imported") else "")
         commit = (r.get("commits") or ["–"])[-1]
         wall = _hours(r["wall_s"]) if r.get("wall_s") else "–"
-        label = row.label + (f" [{row.stand_in}]" if row.stand_in else "")
-        head.append(f"| {label} | {ours} | {theirs} | {verdict(table, row, record)} | {_params(record, row)} | "
-                    f"{_figure(r.get('best_epoch'))} | {commit} | {hardware} | {wall} |")
-    return "\n".join(head) + "\n"
+        label = row.label + (f" [{row.stand_in}]" if row.stand_in else "") + (f" (= {row.same_as})" if row.same_as else "")
+        lines.append(f"| {label} | {ours} | {_source(row, table)} | {verdict(table, row, record)} | {_params(record, row)} | "
+                     f"{_figure(r.get('best_epoch'))} | {commit} | {hardware} | {wall} |")
+    return "\n".join(lines) + "\n"
 
 
 def report_markdown(tables: list[Table], records_dir: Path) -> str:
+    """The summary, the tables with rows that run here, then those that need data we do not have."""
     rows = [(t, r) for t in tables for r in t.rows]
     runnable = [(t, r) for t, r in rows if r.runnable]
     found = {(t.id, r.id): records.load_record(records.record_path(records_dir, *t.record_key(r))) for t, r in runnable}
@@ -135,7 +152,14 @@ def report_markdown(tables: list[Table], records_dir: Path) -> str:
     held = [(t, r) for t, r in measured if verdict(t, r, found[t.id, r.id]).startswith("✓")]
     summary = (f"{len(rows)} rows in {len(tables)} tables: {len(runnable)} runnable here, {len(measured)} measured, "
                f"{len(held)} of them reproduced (within the band or the claim holds).")
-    return "\n".join([summary, ""] + [table_markdown(t, records_dir) for t in tables])
+    here = [t for t in tables if any(r.runnable for r in t.rows)]
+    elsewhere = [t for t in tables if t not in here]
+    parts = [summary, ""]
+    if here:
+        parts += ["## Tables with rows that run here", ""] + [table_markdown(t, records_dir) for t in here]
+    if elsewhere:
+        parts += ["## Tables that need data we do not have", ""] + [table_markdown(t, records_dir) for t in elsewhere]
+    return "\n".join(parts)
 
 
 def write_page(page: Path, report: str) -> None:
