@@ -18,7 +18,7 @@ PAGE_END = "<!-- ctxlm reproduce --report: end -->"
 
 
 def _hours(seconds: float) -> str:
-    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
 def estimate(run: RowRun, extra: list[str], measure: bool, data_dir=None) -> str:
@@ -106,7 +106,8 @@ def verdict(table: Table, row, record: dict | None) -> str:
 
 def _params(record: dict | None, row) -> str:
     ours = (record or {}).get("parameters") or {}
-    shown = f"{ours['total'] / 1e6:.2f}M" if ours.get("total") else "–"
+    total = ours.get("total")
+    shown = "–" if not total else f"{total / 1e6:.2f}M" if total >= 1e5 else f"{total:,}"
     return shown + (f" ({row.source['params']})" if row.source.get("params") else "")
 
 

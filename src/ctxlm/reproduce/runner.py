@@ -137,6 +137,7 @@ class Runner:
         self.deadline = time.monotonic() + stop_after if stop_after else None
         self.stopping: str | None = None
         self.active: dict[subprocess.Popen, tuple[RowRun, list[str], object]] = {}
+        self.seen: dict[str, int | None] = {}       # metrics.jsonl's last change per running row
 
     def _signal(self, signum, frame) -> None:
         self.stopping = signal.Signals(signum).name
@@ -163,6 +164,7 @@ class Runner:
                 for process in [p for p in self.active if p.poll() is not None]:
                     if not self._finish(process):
                         failed.append(process)
+                self._record_new_epochs()
                 time.sleep(0.2)
         finally:
             for s, h in handlers.items():
@@ -182,6 +184,16 @@ class Runner:
                                    stdin=subprocess.DEVNULL, start_new_session=True)   # our signals reach it through us
         self.active[process] = (run, argv, log_file)
         self.log(f"{run.name}: {'resumed' if '--resume' in argv else 'started'} (log {run.run_dir.with_suffix('.log')})")
+
+    def _record_new_epochs(self) -> None:
+        """Keep each running row's record up to date after every epoch (the curve survives the run directory)."""
+        for run, _, _ in self.active.values():
+            metrics = run.run_dir / "metrics.jsonl"
+            stamp = metrics.stat().st_mtime_ns if metrics.exists() else None
+            if stamp != self.seen.get(run.name):
+                self.seen[run.name] = stamp
+                if stamp is not None:
+                    update_record(run, self.extra, self.data_dir, self.log)
 
     def _stop_all(self) -> None:
         for process, (run, _, _) in self.active.items():
