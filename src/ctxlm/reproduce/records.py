@@ -89,7 +89,7 @@ def record_from_run(table: str, row: str, run_dir: Path, command: str, previous:
         "table": table, "row": row, "finished": results is not None,
         "curve": curve,
         "best_epoch": max(curve, key=lambda p: -p["valid_ppl"])["epoch"] if curve else None,
-        "commits": (results or {}).get("commits") or previous.get("commits", []),
+        "commits": (results or {}).get("commits") or _state_commits(run_dir) or previous.get("commits", []),
         "hardware": _machines(previous.get("hardware"), hardware(device)), "device": device,
         "precision": config.train.precision, "threads": config.train.threads or torch.get_num_threads(),
         "wall_s": (results or {}).get("train_wall_s", curve[-1]["elapsed_s"] if curve else None),
@@ -108,6 +108,14 @@ def _machines(before: str | None, now: str) -> str:
     if not before or before.endswith(now):
         return before or now
     return f"{before}; then {now}"
+
+
+def _state_commits(run_dir: Path) -> list[str]:
+    """The commits a run still training has run with, from its trainer state."""
+    try:
+        return checkpoint.load_state(run_dir / "trainer_state.pt").get("commits", [])
+    except CtxlmError:
+        return []
 
 
 def first_batches(config, data_dir=None, batches: int = FINGERPRINT_BATCHES, device: str = "cpu", threads: int = 1,
