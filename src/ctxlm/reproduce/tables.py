@@ -67,7 +67,7 @@ def load_table(path: str | Path) -> Table:
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise CtxlmError(f"{path}: not valid TOML ({exc})") from None
     _check_keys(path, "the table", data, _TABLE_KEYS)
     metric = data.get("metric", "test_ppl")
