@@ -56,8 +56,10 @@ def cmd_train(args) -> int:
 
             _print_table(args.resume, estimate_run(saved, args.resume, args.data_dir, again=True))
             return 0
-        trainer = Trainer(config, args.resume, args.data_dir, resume=True)
+        trainer = Trainer(config, args.resume, args.data_dir, resume=True, allow_changed_data=args.allow_changed_data)
     else:
+        if args.allow_changed_data:
+            raise CtxlmError("--allow-changed-data goes with --resume RUN_DIR (a new run records its data)")
         config = _config(args)
         run_dir = args.run_dir or Path("runs") / (Path(args.config).stem if args.config else config.model.name)
         if getattr(MODELS.get(config.model.name), "count_based", False):
@@ -777,6 +779,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override one setting, e.g. --set train.epochs=3")
     p.add_argument("--run-dir", help="where to write the run (default runs/<preset name>); must be new or empty")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run exactly where it stopped")
+    p.add_argument("--allow-changed-data", action="store_true", help="with --resume: go on although the corpus "
+                   "changed since the run recorded its fingerprint (refused otherwise)")
     p.add_argument("--match-params", metavar="MODEL:WxK", help="pick emb/hidden sizes so the model has at most the "
                    "parameters of MODEL with embedding W and hidden K, e.g. lstm:300x300 (Daniluk's budgets)")
     common_data(p)
@@ -1037,8 +1041,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    from .outputs import check_outputs
+
     args = build_parser().parse_args(argv)
     try:
+        check_outputs(args)
         return args.func(args)
     except (CtxlmError, OSError) as exc:     # OSError: a file we were told to read or write (missing, no permission, disk full)
         print("ctxlm: error: " + " ".join(str(exc).split("\n")), file=sys.stderr)
