@@ -11,6 +11,7 @@ import json
 import math
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,8 @@ from pathlib import Path
 import torch
 
 from ..config import Config, load_toml, validate
-from ..data.batching import IGNORE, SentenceBatches, Sentences, StreamBatches, WindowBatches, split_sentences
+from ..data.batching import IGNORE, SentenceBatches, Sentences, StreamBatches, WindowBatches, cap_sentences, \
+    split_sentences
 from ..data.registry import load_corpus
 from ..data.vocab import EOS, Vocabulary
 from ..errors import CtxlmError
@@ -63,10 +65,20 @@ def pick_device(name: str, option: str = "train.device") -> torch.device:
     return torch.device(name)
 
 
+MAX_SENTENCE = 2048      # tokens: a longer "sentence" (a corpus on one line) is cut, or one batch would need gigabytes
+_told: set = set()
+
+
 def sentences_of(ids: torch.Tensor, vocab: Vocabulary, config: Config) -> Sentences:
-    """The sentence regime's units: lines, cut further after any `data.sentence_ends` token."""
+    """The sentence regime's units: lines, cut further after any `data.sentence_ends` token and into pieces
+    of at most MAX_SENTENCE tokens (said once per split on stderr)."""
     extra = tuple(vocab.index[t] for t in config.data.sentence_ends.split() if t in vocab.index)
-    return split_sentences(ids[1:], vocab.eos, extra)
+    sentences, cut, longest = cap_sentences(split_sentences(ids[1:], vocab.eos, extra), MAX_SENTENCE)
+    if cut and (ids.numel(), longest) not in _told:
+        _told.add((ids.numel(), longest))
+        print(f"note: {cut:,} sentence(s) of this data are longer than {MAX_SENTENCE:,} tokens (the longest "
+              f"{longest:,}); sentence batching cuts them into pieces of {MAX_SENTENCE:,}", file=sys.stderr)
+    return sentences
 
 
 def evaluate_split(model: LanguageModel, config: Config, ids: torch.Tensor, vocab: Vocabulary, device) -> dict:
