@@ -98,6 +98,7 @@ def cmd_eval(args) -> int:
         raise CtxlmError("--mix-weight is the weight of the run given with --mix; add --mix OTHER_RUN")
     run = load(args.run)
     _left_to_right(run, "ctxlm eval")
+    names = read_names(args.names, run.vocab) if args.names else None     # up front: a bad file fails at once
     if args.mix:
         return _eval_mixture(run, args)
     model, settings = _with_cache(run, args)
@@ -118,7 +119,7 @@ def cmd_eval(args) -> int:
                 results[split] = evaluate_split(model, run.config, data.ids[split], run.vocab, "cpu")
                 if args.names:
                     results[split]["names"] = names_perplexity(stream_log_probs(model, data.ids[split], run.config.data.eval_chunk),
-                                                               data.ids[split], read_names(args.names, run.vocab))
+                                                               data.ids[split], names)
     for r in results.values():
         r["precision"] = args.precision
         if settings is not None:
@@ -133,6 +134,8 @@ def cmd_eval(args) -> int:
         print(f"{'split':<12}{'tokens':>10}{'nll':>10}{'perplexity':>12}")
         for name, r in results.items():
             print(f"{name:<12}{r['tokens']:>10,}{r['nll'] / r['tokens']:>10.4f}{r['ppl']:>12.2f}")
+            if not math.isfinite(r["ppl"]):
+                print(f"  ({name}: some target has probability 0, e.g. a word outside a model without <unk>)")
             if "names" in r:
                 n = r["names"]
                 print(f"{'  names':<12}{n['tokens']:>10,}{n['nll'] / max(n['tokens'], 1):>10.4f}{n['ppl']:>12.2f}")
@@ -441,6 +444,9 @@ def cmd_import_arpa(args) -> int:
     model, vocab = read_arpa(args.arpa)
     config = apply_overrides(Config(), [*(args.set or []), "model.name=kneser-ney", f"model.order={model.order}"])
     check_config(config)
+    if "<unk>" not in getattr(model, "arpa_words", ("<unk>",)):
+        print(f"warning: {args.arpa} has no <unk> unigram: a word outside its {len(vocab):,} words gets probability 0 "
+              "(perplexity inf); estimate it with <unk> (KenLM does by default)", file=sys.stderr)
     checkpoint.atomic_write_text(run_dir / "config.toml", config.to_toml())
     vocab.save(run_dir / "vocab.txt")
     checkpoint.save_weights(model, run_dir / "model.safetensors", {"model": "kneser-ney", "vocab": vocab.fingerprint()})
@@ -460,8 +466,10 @@ def cmd_attention(args) -> int:
     from .run import load
 
     run = load(args.run)
-    if args.text:
+    if args.text is not None:
         words = args.text.split()
+        if not words:
+            raise CtxlmError("--text has no words; give the text to explain, or leave --text out for --split/--line")
     else:
         import itertools
 
@@ -660,8 +668,9 @@ def cmd_curves(args) -> int:
     for label, run_dir in zip(labels, args.runs):
         rows, test = curves[label], read_test_ppl(run_dir)
         best = best_epoch(rows)
-        print(f"{label}: {len(rows)} epochs in {rows[-1]['elapsed_s'] / 3600:.2f} h, best valid {best['valid_ppl']:.2f} "
-              f"(epoch {best['epoch']})" + (f", test {test:.2f}" if test else ", test not read yet"))
+        print(f"{label}: {len(rows)} epochs in {rows[-1]['elapsed_s'] / 3600:.2f} h, "
+              + (f"best valid {best['valid_ppl']:.2f} (epoch {best['epoch']})" if best else "no finite validation perplexity")
+              + (f", test {test:.2f}" if test else ", test not read yet"))
         print(f"{'epoch':>7}{'lr':>12}{'train ppl':>12}{'valid ppl':>12}{'hours':>8}")
         for r in rows:
             print(f"{r['epoch']:>7}{r['lr']:>12.6g}{r['train_ppl']:>12.2f}{r['valid_ppl']:>12.2f}"

@@ -98,6 +98,7 @@ def check_config(config: Config) -> None:
     with torch.device("meta"):
         model = build_model(config.model, 2)       # bad sizes or model options fail here, not after loading data
     refuse_unread_keys(config.model, model, config.output.layer)
+    refuse_unread_output_keys(config.output)
     if not getattr(model, "left_to_right", True) and config.data.batching != "sentence":
         raise CtxlmError(f"model {config.model.name!r} reads whole sentences (each word given the words after it "
                          "too): it trains with data.batching = \"sentence\" only")
@@ -115,6 +116,22 @@ def capped_threads(asked: int, log=print) -> int:
     if asked > cpus:
         log(f"warning: train.threads = {asked} but this process has {cpus} CPUs; using {cpus}")
     return min(asked, cpus)
+
+
+OUTPUT_KEYS = {"classes": "class", "cutoffs": "adaptive", "div_value": "adaptive", "noise_samples": "nce", "log_z": "nce"}
+
+
+def refuse_unread_output_keys(output) -> None:
+    """An [output] key of another layer than output.layer, set away from its default, would be silently ignored."""
+    from dataclasses import fields
+
+    from ..config import _toml_value
+
+    for f in fields(output):
+        layer = OUTPUT_KEYS.get(f.name)
+        if layer and layer != output.layer and getattr(output, f.name) != f.default:
+            raise CtxlmError(f"output.{f.name} = {_toml_value(getattr(output, f.name))} is read only by output.layer = "
+                             f"\"{layer}\", not \"{output.layer}\": leave it out or choose that layer")
 
 
 def git_commit() -> str:
