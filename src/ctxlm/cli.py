@@ -360,6 +360,7 @@ def cmd_score(args) -> int:
     from .data.corpus import iter_lines
     from .generate import score_tokens
     from .run import load
+    from .training.divergence import exp as safe_exp
 
     run = load(args.run)
     state = None
@@ -371,7 +372,7 @@ def cmd_score(args) -> int:
         print(json_text({"text": line, "tokens": tokens,
                           "unknown": [t not in run.vocab.index for t in tokens],
                           "log_probs": [round(x, 5) for x in log_probs], "total": round(total, 5),
-                          "ppl": round(math.exp(-total / len(tokens)), 4)}))
+                          "ppl": round(safe_exp(-total / len(tokens)), 4)}))
     return 0
 
 
