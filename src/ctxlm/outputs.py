@@ -26,7 +26,12 @@ OUTPUTS = {
 
 
 def check_outputs(args) -> None:
-    """Refuse the output of `args.command` if it is, or lies inside, a path the command reads."""
+    """Refuse the output of `args.command` if it is, or lies inside, a path the command reads; and a
+    --data-dir that is no folder (it would silently fall back to $CTXLM_DATA_DIR)."""
+    data_dir = getattr(args, "data_dir", None)
+    if data_dir and not Path(data_dir).is_dir():
+        raise CtxlmError(f"--data-dir {data_dir}: no such folder; give the folder holding the corpora "
+                         "(or leave --data-dir out to use $CTXLM_DATA_DIR)")
     if args.command not in OUTPUTS:
         return
     attribute, reads = OUTPUTS[args.command]

@@ -68,7 +68,7 @@ def iter_lines(path: str | Path, allow_empty: bool = False) -> Iterator[str]:
             if b"\x00" in raw:
                 raise CtxlmError(f"{name}, line {number}: looks binary (contains NUL bytes); expected plain text, one sentence per line")
             if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
-                raise CtxlmError(f"{name}, line {number}: longer than {MAX_LINE >> 20} MiB without a line break; "
+                raise CtxlmError(f"{name}, line {number}: longer than {MAX_LINE:,} bytes without a line break; "
                                  "expected text with one sentence per line")
             try:
                 line = raw.decode("utf-8")

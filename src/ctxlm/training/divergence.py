@@ -29,10 +29,11 @@ def stop(config, run_dir, where: str, what: str, value: float, best_epoch: int) 
     """The error that ends a diverged run: what happened, the settings to change, what was kept."""
     t = config.train
     clip = f"{t.clip:g}" + (" (off)" if t.clip <= 0 else "")
-    kept = (f"the best weights so far (epoch {best_epoch}) are kept in {run_dir / 'model.safetensors'}" if best_epoch
-            else "no epoch finished, so no weights were kept")
+    kept = (f"the best weights so far (epoch {best_epoch}) stay in {run_dir / 'model.safetensors'}" if best_epoch
+            else "no epoch finished, so there are no weights to keep")
+    if (run_dir / "trainer_state.pt").exists():
+        kept += ", and trainer_state.pt is the last checkpoint before it"
     return Diverged(f"training diverged at {where}: the {what} is {value:.4g} (train.optimizer = {t.optimizer}, "
                     f"train.lr = {t.lr:g}, train.clip = {clip}, model.init_range = {config.model.init_range:g}); "
-                    f"lower train.lr, {'set train.clip (e.g. 0.25)' if t.clip <= 0 else 'lower train.clip'} or "
-                    f"model.init_range and train a new --run-dir; {kept}, and {run_dir / 'trainer_state.pt'} "
-                    "(if any) is the last checkpoint before it")
+                    f"lower the learning rate, {'turn on gradient clipping' if t.clip <= 0 else 'clip more'} or "
+                    f"initialise in a smaller range, in a new --run-dir; {kept}")
