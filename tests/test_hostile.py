@@ -396,7 +396,7 @@ def test_huge_sizes_and_init_range_name_the_option(tmp_path, corpus):
 def test_a_one_word_lambada_passage_is_reported_at_its_line(world):
     (world / "passages.txt").write_text("the cat sat on a mat\n\n\nalone\nthe dog ran\n")
     one_line_error(run_ctxlm("lambada", world / "lstm", world / "passages.txt", "--out", world / "l.jsonl"),
-                   "passages.txt, line 4: a passage of one word")
+                   "passages.txt, line 4: passage 2 has one word")
 
 
 # ------------------------------------------------------------------------------ silently wrong

@@ -164,7 +164,8 @@ def read_lambada(path: str | Path) -> list[list[str]]:
     for number, line in enumerate(read_text(path).splitlines(), 1):
         words = line.split()
         if len(words) == 1:
-            raise CtxlmError(f"{path}, line {number}: a passage of one word; each needs context and a last (target) word")
+            raise CtxlmError(f"{path}, line {number}: passage {len(passages) + 1} has one word; each needs context and "
+                             "a last (target) word")
         if words:
             passages.append(words)
     return passages
