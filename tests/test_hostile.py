@@ -214,7 +214,7 @@ def test_resume_never_restarts_a_run_that_has_weights_but_no_state(world):
     for name in ("trainer_state.pt", "trainer_state.prev.pt"):
         (world / "lstm" / name).unlink(missing_ok=True)
     before = digests(world / "lstm")
-    one_line_error(run_ctxlm("train", "--resume", world / "lstm"), "no trainer state", "new --run-dir")
+    one_line_error(run_ctxlm("train", "--resume", world / "lstm"), "without its trainer state", "new --run-dir")
     assert digests(world / "lstm") == before
 
 

@@ -264,6 +264,7 @@ def cmd_lambada(args) -> int:
     from .data.corpus import read_lambada, read_text
     from .evaluation.lambada import score_passages
     from .run import load
+    from .training import checkpoint
     from .training.progress import Progress
 
     run = load(args.run)
@@ -274,8 +275,7 @@ def cmd_lambada(args) -> int:
     summary, records = score_passages(model, run.vocab, passages, names, args.top, bar)
     bar.close()
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(json_text(r) + "\n" for r in records), encoding="utf-8")
+    checkpoint.atomic_write_text(out, "".join(json_text(r) + "\n" for r in records))
     summary.update(file=args.file, run=args.run, cache=args.cache, names_file=args.names)
     if args.json:
         print(json_text(summary, indent=2))

@@ -4,7 +4,7 @@
   and `--resume` from before they look at the folder until they end. The OS drops it when its process
   dies, so a lock left by a killed process never blocks; RUN/.ctxlm.lock.holder names the holder.
 - `resume_state`: trainer_state.pt, else trainer_state.prev.pt when that one is missing or unreadable;
-  a folder that holds a state nobody can read, or weights without any state, is never started again.
+  a folder that holds a state nobody can read, or a finished run without any state, is never started again.
 - `data_fingerprint`: sha256 of each split's token ids, recorded in the trainer state and checked on resume.
 """
 from __future__ import annotations
@@ -93,11 +93,12 @@ def resume_state(run_dir: Path, log) -> dict | None:
         state = checkpoint.load_state(previous)
         log(f"{current} is missing; continuing from {previous.name} (epoch {state['epoch']}, batch {state['position']})")
         return state
-    finished = [p.name for p in (run_dir / "model.safetensors", run_dir / "results.json") if p.exists()]
-    if finished:
-        raise CtxlmError(f"--resume {run_dir}: it holds {' and '.join(finished)} but no trainer state "
-                         "(trainer_state.pt and trainer_state.prev.pt are gone), so it cannot continue, and starting "
-                         "again would replace them; train into a new --run-dir")
+    # No state at all: killed before its first checkpoint (perhaps just after epoch 1's weights): start again.
+    # But a finished run's weights are final: never replace them.
+    if (run_dir / "results.json").exists():
+        raise CtxlmError(f"--resume {run_dir}: a finished run (results.json) without its trainer state "
+                         "(trainer_state.pt and trainer_state.prev.pt are gone), so it cannot continue, and "
+                         "starting again would replace its weights; train into a new --run-dir")
     return None
 
 

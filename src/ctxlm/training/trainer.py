@@ -207,10 +207,11 @@ class Trainer:
             raise
 
     def _setup(self, config: Config, data_dir, resume: bool, allow_changed_data: bool) -> None:
+        existing = content(self.run_dir)       # also deletes what writes interrupted by a kill left
         if resume:      # no state at all (killed before its first checkpoint): start again, with its config
             self.resume_state = resume_state(self.run_dir, self.log)
         else:
-            if content(self.run_dir):
+            if existing:
                 raise CtxlmError(f"run directory {self.run_dir} is not empty; continue it with --resume or pick another --run-dir")
             self.resume_state = None
         self.config = config
