@@ -25,13 +25,15 @@ from ..data.registry import load_corpus
 from ..data.vocab import EOS, Vocabulary
 from ..errors import CtxlmError
 from ..evaluation.perplexity import evaluate_sentences, evaluate_stream
+from ..layers.output import refuse_unread_output_keys
 from ..models.base import LanguageModel, build_model, detach_state, map_state, refuse_unread_keys
 from . import checkpoint, divergence
 from .distributed import LossStep, World, merge_state, split_state, wrap
 from .optim import build_optimizer, next_lr
-from .precision import autocast, emulated_bf16, float32_state
+from .precision import emulated_bf16
 from .progress import Progress
 from .rundir import RunLock, check_same_data, content, data_fingerprint, resume_state
+from .step import capped_threads, compiled, loss_denominator, train_step  # noqa: F401 (also imported from here)
 
 
 @dataclass
@@ -108,32 +110,6 @@ def check_config(config: Config) -> None:
     build_optimizer(config.train.optimizer, [torch.zeros(1, requires_grad=True)], config.train.lr, config.train.weight_decay)
 
 
-def capped_threads(asked: int, log=print) -> int:
-    """train.threads, at most the CPUs this process may use (more only slow it down, or crash PyTorch)."""
-    import os
-
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if asked > cpus:
-        log(f"warning: train.threads = {asked} but this process has {cpus} CPUs; using {cpus}")
-    return min(asked, cpus)
-
-
-OUTPUT_KEYS = {"classes": "class", "cutoffs": "adaptive", "div_value": "adaptive", "noise_samples": "nce", "log_z": "nce"}
-
-
-def refuse_unread_output_keys(output) -> None:
-    """An [output] key of another layer than output.layer, set away from its default, would be silently ignored."""
-    from dataclasses import fields
-
-    from ..config import _toml_value
-
-    for f in fields(output):
-        layer = OUTPUT_KEYS.get(f.name)
-        if layer and layer != output.layer and getattr(output, f.name) != f.default:
-            raise CtxlmError(f"output.{f.name} = {_toml_value(getattr(output, f.name))} is read only by output.layer = "
-                             f"\"{layer}\", not \"{output.layer}\": leave it out or choose that layer")
-
-
 def git_commit() -> str:
     """The commit of ctxlm's own source tree (an editable install), else the package version."""
     from .. import __version__
@@ -144,49 +120,6 @@ def git_commit() -> str:
         return out.stdout.strip() or __version__
     except (OSError, subprocess.SubprocessError):
         return __version__
-
-
-def loss_denominator(normalization: str, rows: int, count: int) -> float:
-    """What the summed NLL is divided by: targets ("token"), rows ("sequence") or nothing ("sum")."""
-    return {"token": max(count, 1), "sequence": rows, "sum": 1}[normalization]
-
-
-def train_step(model, optimizer, inputs, targets, reset, carry, clip: float, normalization: str = "token",
-               precision: str = "fp32", step=None, denominator: float | None = None):
-    """One truncated-BPTT update; returns (summed NLL, target count, detached state).
-
-    The gradient is that of the mean NLL per target ("token"), of the summed NLL divided by the batch
-    size ("sequence": Zaremba / Salton, "gradients normalised by mini-batch size", SPEC §6.3 REC 23), or
-    of the summed NLL itself ("sum": Pham's Torch criterion, SPEC §2.4).
-    `precision = "bf16"` runs the forward pass and the loss under bf16 autocast (training/precision.py).
-    `step` is the model and its loss as one module (training/distributed.py: LossStep), wrapped in
-    DistributedDataParallel and/or torch.compile; data-parallel, `denominator` is the global batch's
-    normaliser divided by the number of processes.
-    """
-    with autocast(inputs.device, precision):
-        if step is None:
-            out = model(inputs, carry, reset)
-            nll, count = model.loss(out, targets)
-            state = out.state
-        else:
-            nll, count, state = step(inputs, targets, reset, carry)
-    if denominator is None:
-        denominator = loss_denominator(normalization, inputs.size(0), count)
-    optimizer.zero_grad(set_to_none=True)
-    (nll / denominator).backward()
-    if clip > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-    optimizer.step()
-    return nll.detach(), count, float32_state(detach_state(state))
-
-
-def compiled(step: torch.nn.Module) -> torch.nn.Module:
-    """torch.compile of forward + loss (train.compile); a frame that fails to compile runs eagerly, so
-    compiling never breaks a run. Whether it pays is measured in docs/benchmarks.md."""
-    import torch._dynamo
-
-    torch._dynamo.config.suppress_errors = True
-    return torch.compile(step)
 
 
 class Trainer:
