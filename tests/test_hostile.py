@@ -210,7 +210,7 @@ def test_resume_with_an_unreadable_state_uses_prev_and_keeps_the_bad_file_aside(
     assert (run / "trainer_state.unreadable.pt").stat().st_size == 1000
 
 
-def test_resume_never_restarts_a_run_that_has_weights_but_no_state(world):
+def test_resume_never_restarts_a_finished_run_without_state(world):
     for name in ("trainer_state.pt", "trainer_state.prev.pt"):
         (world / "lstm" / name).unlink(missing_ok=True)
     before = digests(world / "lstm")
