@@ -17,6 +17,7 @@ def run(*args, cwd=None):
 
 def test_missing_dataset_says_where_it_looked_and_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.delenv("CTXLM_DATA_DIR", raising=False)
+    (tmp_path / "nowhere").mkdir()          # an empty folder (one that does not exist is refused at once: test_hostile.py)
     result = run("train", "--set", "data.dataset=ptb", "--data-dir", tmp_path / "nowhere", "--run-dir", tmp_path / "r")
     one_line_error(result, "ptb.train.txt not found", str(tmp_path / "nowhere"), "To get it")
 
@@ -89,8 +90,13 @@ def test_truncated_checkpoint_keeps_the_previous_one(tmp_path, corpus):
     previous_bytes = previous.read_bytes()
     state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
     truncated = state.read_bytes()
-    one_line_error(run("train", "--resume", tmp_path / "a"), "truncated or corrupt", "trainer_state.prev.pt")
-    assert state.read_bytes() == truncated and previous.read_bytes() == previous_bytes
+    previous.write_bytes(previous_bytes[:1000])            # both unusable: one line, nothing changed
+    one_line_error(run("train", "--resume", tmp_path / "a"), "trainer_state.prev.pt: truncated or corrupt")
+    assert state.read_bytes() == truncated and previous.read_bytes() == previous_bytes[:1000]
+    previous.write_bytes(previous_bytes)                    # the previous one intact: resumed from it (issue 38)
+    resumed = run("train", "--resume", tmp_path / "a")
+    assert resumed.returncode == 0 and "continuing from trainer_state.prev.pt" in resumed.stdout, resumed.stderr
+    assert (tmp_path / "a" / "trainer_state.unreadable.pt").read_bytes() == truncated
     weights = tmp_path / "a" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
     one_line_error(run("eval", tmp_path / "a"), "truncated weights file")

@@ -81,9 +81,9 @@ PROBABILITY = in_range(0, 1, low_open=True)     # (0, 1]
 SEED = in_range(0, INT64[1])
 
 
-def _typed(kind: type, value: Any) -> Any:
-    """A TOML value of the right type, or a string to parse; anything else raises ValueError."""
-    if isinstance(value, str) and kind is not str:
+def _typed(kind: type, value: Any, strict: bool = False) -> Any:
+    """A TOML value of the right type, or (unless `strict`) a string to parse; anything else raises ValueError."""
+    if isinstance(value, str) and kind is not str and not strict:
         text = value.strip()
         if kind is bool:
             lowered = text.lower()
@@ -100,15 +100,17 @@ def _typed(kind: type, value: Any) -> Any:
     return value
 
 
-def convert(kind: type, allowed: Allowed, value: Any) -> Any:
-    """`value` as `kind` if `allowed` admits it, else ValueError("must be <what is allowed>, got <value>")."""
+def convert(kind: type, allowed: Allowed, value: Any, strict: bool = False) -> Any:
+    """`value` as `kind` if `allowed` admits it, else ValueError("must be <what is allowed>, got <value>").
+    `strict` (TOML files): a string is no number or truth value."""
     try:
-        result = _typed(kind, value)
+        result = _typed(kind, value, strict)
     except (TypeError, ValueError, OverflowError):
         result = None
     if result is None or not allowed.admits(result):
         too_big = kind is int and isinstance(result, int) and not INT64[0] <= result <= INT64[1]
-        raise ValueError(f"must be {allowed.describe(kind)}{' that fits in 64 bits' if too_big else ''}, got {value!r}")
+        quoted = " (a quoted string: write it without quotes)" if strict and isinstance(value, str) and kind is not str else ""
+        raise ValueError(f"must be {allowed.describe(kind)}{' that fits in 64 bits' if too_big else ''}, got {value!r}{quoted}")
     return result
 
 

@@ -56,8 +56,10 @@ def cmd_train(args) -> int:
 
             _print_table(args.resume, estimate_run(saved, args.resume, args.data_dir, again=True))
             return 0
-        trainer = Trainer(config, args.resume, args.data_dir, resume=True)
+        trainer = Trainer(config, args.resume, args.data_dir, resume=True, allow_changed_data=args.allow_changed_data)
     else:
+        if args.allow_changed_data:
+            raise CtxlmError("--allow-changed-data goes with --resume RUN_DIR (a new run records its data)")
         config = _config(args)
         run_dir = args.run_dir or Path("runs") / (Path(args.config).stem if args.config else config.model.name)
         if getattr(MODELS.get(config.model.name), "count_based", False):
@@ -96,6 +98,7 @@ def cmd_eval(args) -> int:
         raise CtxlmError("--mix-weight is the weight of the run given with --mix; add --mix OTHER_RUN")
     run = load(args.run)
     _left_to_right(run, "ctxlm eval")
+    names = read_names(args.names, run.vocab) if args.names else None     # up front: a bad file fails at once
     if args.mix:
         return _eval_mixture(run, args)
     model, settings = _with_cache(run, args)
@@ -116,7 +119,7 @@ def cmd_eval(args) -> int:
                 results[split] = evaluate_split(model, run.config, data.ids[split], run.vocab, "cpu")
                 if args.names:
                     results[split]["names"] = names_perplexity(stream_log_probs(model, data.ids[split], run.config.data.eval_chunk),
-                                                               data.ids[split], read_names(args.names, run.vocab))
+                                                               data.ids[split], names)
     for r in results.values():
         r["precision"] = args.precision
         if settings is not None:
@@ -131,6 +134,8 @@ def cmd_eval(args) -> int:
         print(f"{'split':<12}{'tokens':>10}{'nll':>10}{'perplexity':>12}")
         for name, r in results.items():
             print(f"{name:<12}{r['tokens']:>10,}{r['nll'] / r['tokens']:>10.4f}{r['ppl']:>12.2f}")
+            if not math.isfinite(r["ppl"]):
+                print(f"  ({name}: some target has probability 0, e.g. a word outside a model without <unk>)")
             if "names" in r:
                 n = r["names"]
                 print(f"{'  names':<12}{n['tokens']:>10,}{n['nll'] / max(n['tokens'], 1):>10.4f}{n['ppl']:>12.2f}")
@@ -259,6 +264,7 @@ def cmd_lambada(args) -> int:
     from .data.corpus import read_lambada, read_text
     from .evaluation.lambada import score_passages
     from .run import load
+    from .training import checkpoint
     from .training.progress import Progress
 
     run = load(args.run)
@@ -269,8 +275,7 @@ def cmd_lambada(args) -> int:
     summary, records = score_passages(model, run.vocab, passages, names, args.top, bar)
     bar.close()
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(json_text(r) + "\n" for r in records), encoding="utf-8")
+    checkpoint.atomic_write_text(out, "".join(json_text(r) + "\n" for r in records))
     summary.update(file=args.file, run=args.run, cache=args.cache, names_file=args.names)
     if args.json:
         print(json_text(summary, indent=2))
@@ -355,6 +360,7 @@ def cmd_score(args) -> int:
     from .data.corpus import iter_lines
     from .generate import score_tokens
     from .run import load
+    from .training.divergence import exp as safe_exp
 
     run = load(args.run)
     state = None
@@ -366,7 +372,7 @@ def cmd_score(args) -> int:
         print(json_text({"text": line, "tokens": tokens,
                           "unknown": [t not in run.vocab.index for t in tokens],
                           "log_probs": [round(x, 5) for x in log_probs], "total": round(total, 5),
-                          "ppl": round(math.exp(-total / len(tokens)), 4)}))
+                          "ppl": round(safe_exp(-total / len(tokens)), 4)}))
     return 0
 
 
@@ -439,6 +445,9 @@ def cmd_import_arpa(args) -> int:
     model, vocab = read_arpa(args.arpa)
     config = apply_overrides(Config(), [*(args.set or []), "model.name=kneser-ney", f"model.order={model.order}"])
     check_config(config)
+    if "<unk>" not in getattr(model, "arpa_words", ("<unk>",)):
+        print(f"warning: {args.arpa} has no <unk> unigram: a word outside its {len(vocab):,} words gets probability 0 "
+              "(perplexity inf); estimate it with <unk> (KenLM does by default)", file=sys.stderr)
     checkpoint.atomic_write_text(run_dir / "config.toml", config.to_toml())
     vocab.save(run_dir / "vocab.txt")
     checkpoint.save_weights(model, run_dir / "model.safetensors", {"model": "kneser-ney", "vocab": vocab.fingerprint()})
@@ -458,8 +467,10 @@ def cmd_attention(args) -> int:
     from .run import load
 
     run = load(args.run)
-    if args.text:
+    if args.text is not None:
         words = args.text.split()
+        if not words:
+            raise CtxlmError("--text has no words; give the text to explain, or leave --text out for --split/--line")
     else:
         import itertools
 
@@ -658,8 +669,9 @@ def cmd_curves(args) -> int:
     for label, run_dir in zip(labels, args.runs):
         rows, test = curves[label], read_test_ppl(run_dir)
         best = best_epoch(rows)
-        print(f"{label}: {len(rows)} epochs in {rows[-1]['elapsed_s'] / 3600:.2f} h, best valid {best['valid_ppl']:.2f} "
-              f"(epoch {best['epoch']})" + (f", test {test:.2f}" if test else ", test not read yet"))
+        print(f"{label}: {len(rows)} epochs in {rows[-1]['elapsed_s'] / 3600:.2f} h, "
+              + (f"best valid {best['valid_ppl']:.2f} (epoch {best['epoch']})" if best else "no finite validation perplexity")
+              + (f", test {test:.2f}" if test else ", test not read yet"))
         print(f"{'epoch':>7}{'lr':>12}{'train ppl':>12}{'valid ppl':>12}{'hours':>8}")
         for r in rows:
             print(f"{r['epoch']:>7}{r['lr']:>12.6g}{r['train_ppl']:>12.2f}{r['valid_ppl']:>12.2f}"
@@ -777,6 +789,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override one setting, e.g. --set train.epochs=3")
     p.add_argument("--run-dir", help="where to write the run (default runs/<preset name>); must be new or empty")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run exactly where it stopped")
+    p.add_argument("--allow-changed-data", action="store_true", help="with --resume: go on although the corpus "
+                   "changed since the run recorded its fingerprint (refused otherwise)")
     p.add_argument("--match-params", metavar="MODEL:WxK", help="pick emb/hidden sizes so the model has at most the "
                    "parameters of MODEL with embedding W and hidden K, e.g. lstm:300x300 (Daniluk's budgets)")
     common_data(p)
@@ -1037,8 +1051,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    from .outputs import check_outputs
+
     args = build_parser().parse_args(argv)
     try:
+        check_outputs(args)
         return args.func(args)
     except (CtxlmError, OSError) as exc:     # OSError: a file we were told to read or write (missing, no permission, disk full)
         print("ctxlm: error: " + " ".join(str(exc).split("\n")), file=sys.stderr)

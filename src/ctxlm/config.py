@@ -164,7 +164,7 @@ def _toml_value(value: Any) -> str:
 _KINDS = {"int": int, "float": float, "bool": bool, "str": str}
 
 
-def apply(config: Config, section: str, key: str, value: Any, source: str) -> None:
+def apply(config: Config, section: str, key: str, value: Any, source: str, strict: bool = False) -> None:
     """Set config.section.key = value, checked against the field's type and allowed values; unknown names are errors.
 
     A [model] key is one every family shares or an option of the family `model.name` chooses. Choosing
@@ -183,7 +183,7 @@ def apply(config: Config, section: str, key: str, value: Any, source: str) -> No
     choosing_family = isinstance(target, ModelConfig) and key == "name"
     allowed = one_of(*_model_names()) if choosing_family else known[key].metadata.get("allowed", ANY)
     try:
-        converted = convert(_KINDS[known[key].type], allowed, value)
+        converted = convert(_KINDS[known[key].type], allowed, value, strict)
     except ValueError as exc:
         raise CtxlmError(f"{source}: {section}.{key} {exc}") from None
     if choosing_family:
@@ -247,7 +247,7 @@ def _load(path: Path, config: Config, chain: tuple[Path, ...], saved: bool = Fal
         for key, value in sorted(values.items(), key=lambda item: item[0] != "name"):   # the family first
             if saved and section == "model" and key in _other_families_options(config.model):
                 continue
-            apply(config, section, key, value, str(path))
+            apply(config, section, key, value, str(path), strict=True)      # TOML has types: "200" is no integer
     return config
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from ..errors import CtxlmError
@@ -24,6 +25,10 @@ def read_curve(run_dir: str | Path) -> list[dict]:
             row = None
         if not isinstance(row, dict) or any(key not in row for key in REQUIRED):
             raise CtxlmError(f"{path} line {number}: not an epoch record with {', '.join(REQUIRED)}")
+        if any(isinstance(row[k], bool) or not isinstance(row[k], (int, float)) and not (row[k] is None and "ppl" in k)
+               for k in REQUIRED):
+            raise CtxlmError(f"{path} line {number}: {', '.join(REQUIRED)} must be numbers")
+        row.update({k: math.nan for k in ("train_ppl", "valid_ppl") if row[k] is None})      # null: not a number
         rows.append(row)
     if not rows:
         raise CtxlmError(f"{path}: empty (no epoch has finished yet)")
@@ -41,9 +46,11 @@ def read_test_ppl(run_dir: str | Path) -> float | None:
         raise CtxlmError(f"{path}: not the JSON object `ctxlm train` writes; delete it or train again") from None
 
 
-def best_epoch(rows: list[dict]) -> dict:
-    """The epoch whose weights the run keeps: the lowest validation perplexity (the first such epoch)."""
-    return min(rows, key=lambda r: (r["valid_ppl"], r["epoch"]))
+def best_epoch(rows: list[dict]) -> dict | None:
+    """The epoch whose weights the run keeps: the lowest finite validation perplexity (the first such
+    epoch), as the trainer chooses; None if no epoch has one."""
+    finite = [r for r in rows if isinstance(r["valid_ppl"], (int, float)) and math.isfinite(r["valid_ppl"])]
+    return min(finite, key=lambda r: (r["valid_ppl"], r["epoch"])) if finite else None
 
 
 def plot_curves(curves: dict[str, list[dict]], path: str | Path) -> None:
@@ -58,6 +65,8 @@ def plot_curves(curves: dict[str, list[dict]], path: str | Path) -> None:
         ax.plot(epochs, [r["valid_ppl"] for r in rows], color=colour, marker=".", label=f"{label} valid")
         ax.plot(epochs, [r["train_ppl"] for r in rows], color=colour, linestyle="--", alpha=0.5, label=f"{label} train")
         best = best_epoch(rows)
+        if best is None:
+            continue
         ax.plot([best["epoch"]], [best["valid_ppl"]], "o", color=colour, markersize=9, markerfacecolor="none")
         ax.annotate(f"{best['valid_ppl']:.2f}", (best["epoch"], best["valid_ppl"]), textcoords="offset points",
                     xytext=(0, -14), ha="center", fontsize=8, color=colour)

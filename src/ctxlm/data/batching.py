@@ -136,6 +136,21 @@ def split_sentences(ids: torch.Tensor, eos: int, extra_ends: tuple[int, ...] = (
     return Sentences(ids, starts, ends - starts)
 
 
+def cap_sentences(sentences: Sentences, cap: int) -> tuple[Sentences, int, int]:
+    """Cut every sentence longer than `cap` tokens into pieces of `cap` (the last one shorter); targets are
+    unchanged. Returns the sentences, how many were cut, and the longest length before cutting."""
+    lengths = sentences.lengths
+    longest = int(lengths.max()) if lengths.numel() else 0
+    if longest <= cap:
+        return sentences, 0, longest
+    pieces = (lengths + cap - 1) // cap
+    first = torch.repeat_interleave(torch.cumsum(pieces, 0) - pieces, pieces)
+    offset = (torch.arange(int(pieces.sum())) - first) * cap
+    starts = torch.repeat_interleave(sentences.starts, pieces) + offset
+    new_lengths = torch.minimum(torch.repeat_interleave(lengths, pieces) - offset, torch.tensor(cap))
+    return Sentences(sentences.ids, starts, new_lengths), int((lengths > cap).sum()), longest
+
+
 class SentenceBatches:
     """Regime B: each sentence on its own (input `<eos>` + sentence[:-1], target sentence), bucketed by length.
 

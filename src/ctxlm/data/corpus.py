@@ -35,7 +35,8 @@ def read_text(path: str | Path, encoding: str = "utf-8") -> str:
     if b"\x00" in raw[:65536]:
         raise CtxlmError(f"{path}: looks binary (contains NUL bytes); expected plain text, one sentence per line")
     try:
-        return raw.decode(encoding)
+        text = raw.decode(encoding)
+        return text[1:] if text.startswith("\ufeff") else text      # a byte-order mark is not part of the first word
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise CtxlmError(f"{path}, line {line}: not valid {encoding} text; convert the file to UTF-8") from None
@@ -53,21 +54,28 @@ def lines_to_tokens(text: str) -> list[str]:
 def iter_lines(path: str | Path, allow_empty: bool = False) -> Iterator[str]:
     """The lines of a UTF-8 text file without their "\\n", read as a stream (gzip transparent, "-" = standard input).
 
-    Memory is bounded by the longest line. NUL bytes, undecodable text, a corrupt gzip stream and (unless
-    `allow_empty`) a file without a single word are clear errors naming the file and line.
+    A byte-order mark at the start and a "\r" before each "\n" (CRLF) are dropped. A line is read at most
+    MAX_LINE bytes at a time, so memory stays bounded (/dev/zero, a stream without newlines). NUL bytes,
+    undecodable text, a line longer than MAX_LINE, a corrupt gzip stream and (unless `allow_empty`) a file
+    without a single word are clear errors naming the file and line.
     """
     name = "standard input" if str(path) == "-" else str(path)
     words = False
     with _open_binary(path) as handle:
         for number, raw in enumerate(_raw_lines(handle, name), 1):
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
             if b"\x00" in raw:
                 raise CtxlmError(f"{name}, line {number}: looks binary (contains NUL bytes); expected plain text, one sentence per line")
+            if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
+                raise CtxlmError(f"{name}, line {number}: longer than {MAX_LINE:,} bytes without a line break; "
+                                 "expected text with one sentence per line")
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:
                 raise CtxlmError(f"{name}, line {number}: not valid utf-8 text; convert the file to UTF-8") from None
             words = words or bool(line.split())
-            yield line[:-1] if line.endswith("\n") else line
+            yield line[:-2] if line.endswith("\r\n") else line[:-1] if line.endswith("\n") else line
     if not words and not allow_empty:
         raise CtxlmError(f"{name}: file is empty (no words); a corpus needs at least one line of text")
 
@@ -83,12 +91,21 @@ def _open_binary(path: str | Path):
         raise CtxlmError(f"{path}: is a directory, expected a text file") from None
 
 
+MAX_LINE = 64 << 20      # bytes of one line held at once
+
+
+def _bounded(handle) -> Iterator[bytes]:
+    """Lines of at most MAX_LINE + 1 bytes (a longer one is cut there and refused by the caller)."""
+    while line := handle.readline(MAX_LINE + 1):
+        yield line
+
+
 def _raw_lines(handle, name: str) -> Iterator[bytes]:
     if handle.peek(2)[:2] != b"\x1f\x8b":
-        yield from handle
+        yield from _bounded(handle)
         return
     try:
-        yield from gzip.GzipFile(fileobj=handle)
+        yield from _bounded(gzip.GzipFile(fileobj=handle))
     except (OSError, EOFError, zlib.error) as exc:
         raise CtxlmError(f"{name}: corrupt gzip file ({exc}); download it again") from None
 
@@ -141,8 +158,17 @@ def read_brown(tgz_path: str | Path) -> TaggedCorpus:
 
 
 def read_lambada(path: str | Path) -> list[list[str]]:
-    """LAMBADA: one passage per line; the target is the passage's last word."""
-    return [line.split() for line in read_text(path).splitlines() if line.strip()]
+    """LAMBADA: one passage per line (blank lines skipped); the target is the passage's last word.
+    A passage of one word is an error naming its line."""
+    passages = []
+    for number, line in enumerate(read_text(path).splitlines(), 1):
+        words = line.split()
+        if len(words) == 1:
+            raise CtxlmError(f"{path}, line {number}: passage {len(passages) + 1} has one word; each needs context and "
+                             "a last (target) word")
+        if words:
+            passages.append(words)
+    return passages
 
 
 BLANK = "_____"

@@ -105,6 +105,9 @@ DATASETS: dict[str, DatasetSpec] = {
 def search_roots(data_dir: str | Path | None = None) -> list[Path]:
     roots = []
     if data_dir:
+        if not Path(data_dir).is_dir():
+            raise CtxlmError(f"--data-dir {data_dir}: no such folder; give the folder holding the corpora "
+                             "(or leave --data-dir out to use $CTXLM_DATA_DIR)")
         roots.append(Path(data_dir))
     if os.environ.get("CTXLM_DATA_DIR"):
         roots.append(Path(os.environ["CTXLM_DATA_DIR"]))

@@ -7,10 +7,10 @@ tokens × hidden size floats (PTB valid, 300 units: 89 MB).
 """
 from __future__ import annotations
 
-import math
 
 import torch
 
+from ..training.divergence import exp as safe_exp
 from ..data.batching import IGNORE
 from ..models.cache import cache_lambda, cache_step, cache_target_probs, mix
 from ..training.progress import Progress
@@ -42,8 +42,8 @@ def cache_grid(model, ids: torch.Tensor, windows=WINDOWS, thetas=THETAS, lambdas
             cache_p, has = torch.cat(cache_p, 1), torch.cat(has, 1)
             for lam in lambdas:
                 nll = -float(mix(model_lp, cache_p, has * lam)[counted].double().sum())
-                grid.append({"window": window, "theta": theta, "lambda": lam, "ppl": math.exp(nll / tokens)})
+                grid.append({"window": window, "theta": theta, "lambda": lam, "ppl": safe_exp(nll / tokens)})
             bar.update()
     bar.close()
-    return {"tokens": tokens, "model_ppl": math.exp(-float(model_lp[counted].double().sum()) / tokens),
+    return {"tokens": tokens, "model_ppl": safe_exp(-float(model_lp[counted].double().sum()) / tokens),
             "grid": grid, "best": min(grid, key=lambda r: r["ppl"])}

@@ -7,11 +7,11 @@ reading the whole split as one stream (batch 1), so every target has its normal 
 """
 from __future__ import annotations
 
-import math
 import re
 
 import torch
 
+from ..training.divergence import exp as safe_exp
 from .perplexity import stream_outputs
 
 # Brown tag (after stripping -TL/-HL/-NC/FW- and taking the first part of a contraction) -> category
@@ -62,5 +62,5 @@ def category_perplexities(log_probs: torch.Tensor, ids: torch.Tensor, vocab, tag
         count = int(mask.sum())
         nll = -float(log_probs[mask].sum())
         rows.append({"group": group, "category": name, "tokens": count,
-                     "ppl": math.exp(nll / count) if count else float("nan")})
+                     "ppl": safe_exp(nll / count) if count else float("nan")})
     return rows

@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from ..training.divergence import exp as safe_exp
 from ..errors import CtxlmError
 from .categories import stream_log_probs
 
@@ -60,4 +61,4 @@ def best_weight(a: torch.Tensor, b: torch.Tensor, iterations: int = 500, toleran
 def perplexity(log_probs: torch.Tensor) -> dict:
     nll = -float(log_probs.sum())
     count = log_probs.numel()
-    return {"nll": nll, "tokens": count, "ppl": math.exp(nll / count) if count else float("nan")}
+    return {"nll": nll, "tokens": count, "ppl": safe_exp(nll / count) if count else float("nan")}

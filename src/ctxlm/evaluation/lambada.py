@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from ..training.divergence import exp as safe_exp
 from ..data.corpus import gutenberg_sentences
 from ..data.vocab import EOS, UNK
 from ..errors import CtxlmError
@@ -59,7 +60,7 @@ def score_passages(model, vocab, passages: list[list[str]], names: frozenset[str
         if progress:
             progress.update()
     summary = {"passages": len(records), **_figures(records),
-               "passage_ppl": math.exp(-total_lp / total_tokens) if total_tokens else float("nan"),
+               "passage_ppl": safe_exp(-total_lp / total_tokens) if total_tokens else float("nan"),
                "unknown_targets": sum(not r["known_target"] for r in records),
                "baseline_random_word": _mean(r["random_word"] for r in records)}
     if names:
@@ -76,7 +77,7 @@ def _mean(values) -> float:
 
 def _figures(records: list[dict]) -> dict:
     return {"accuracy": _mean(r["correct"] for r in records),
-            "target_ppl": math.exp(-_mean(r["target_log_prob"] for r in records)) if records else float("nan")}
+            "target_ppl": safe_exp(-_mean(r["target_log_prob"] for r in records)) if records else float("nan")}
 
 
 _CASED_WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")

@@ -1,11 +1,11 @@
 """Names perplexity (SPEC §1.19, §0.2 rule 6): perplexity over the target tokens that are names."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import torch
 
+from ..training.divergence import exp as safe_exp
 from ..errors import CtxlmError
 
 
@@ -27,4 +27,4 @@ def names_perplexity(log_probs: torch.Tensor, ids: torch.Tensor, is_name: torch.
     mask = is_name[ids[1:]]
     count = int(mask.sum())
     nll = -float(log_probs[mask].sum())
-    return {"tokens": count, "nll": nll, "ppl": math.exp(nll / count) if count else float("nan")}
+    return {"tokens": count, "nll": nll, "ppl": safe_exp(nll / count) if count else float("nan")}

@@ -3,12 +3,12 @@ padding never; sums are accumulated in float64 across batches, never averaged pe
 from __future__ import annotations
 
 import itertools
-import math
 import tempfile
 from pathlib import Path
 
 import torch
 
+from ..training.divergence import exp as safe_exp
 from ..data.batching import IGNORE, SentenceBatches, SpooledStreamBatches, StreamBatches, spool_ids
 from ..data.corpus import iter_tokens
 from ..data.vocab import EOS
@@ -28,7 +28,7 @@ def _accumulate(model, batches, device, carry: bool) -> dict[str, float]:
             count += (targets != IGNORE).sum()
             state = out.state
     total, count = float(total), int(count)
-    return {"nll": total, "tokens": count, "ppl": math.exp(total / count) if count else float("nan")}
+    return {"nll": total, "tokens": count, "ppl": safe_exp(total / count) if count else float("nan")}
 
 
 def evaluate_stream(model, ids: torch.Tensor, batch_size: int = 1, chunk: int = 1000, doc_starts=None,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from ..training.divergence import exp as safe_exp
 from ..data.vocab import EOS
 from ..errors import CtxlmError
 from ..models.cache import CacheSettings, NeuralCache
@@ -111,7 +112,7 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
             result["log_probs"] += [round(x, 6) for x in own.flatten().tolist()]
             result["rank"] += ((log_probs > own).sum(1, dtype=torch.int32) + 1).tolist()
             best = log_probs.topk(min(top_k, log_probs.size(1)))
-            result["top"] += [[[vocab.words[i], _round_down(math.exp(lp))] for lp, i in zip(row_lp, row_i)]
+            result["top"] += [[[vocab.words[i], _round_down(safe_exp(lp))] for lp, i in zip(row_lp, row_i)]
                               for row_lp, row_i in zip(best.values.tolist(), best.indices.tolist())]
         else:
             result["log_probs"] += [round(x, 6) for x in model.target_log_probs(out, targets)[0].tolist()]
@@ -123,7 +124,7 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
     unknown = [t not in vocab.index for t in tokens]
     return {"model": run.config.model.name, "vocab_size": len(vocab), "tokens": len(tokens),
             "unknown": unknown, "unknown_count": sum(unknown), "total_log_prob": round(total, 4),
-            "ppl": round(math.exp(-total / len(tokens)), 4), **result,
+            "ppl": round(safe_exp(-total / len(tokens)), 4), **result,
             "seconds": round(time.perf_counter() - started, 4)}
 
 

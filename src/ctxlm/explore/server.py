@@ -104,12 +104,18 @@ class Handler(BaseHTTPRequestHandler):
             raise RequestError(f"the request body ended after {len(body):,} of {int(length):,} bytes")
         if not body.strip():
             raise RequestError("the request body is empty; send JSON such as {\"text\": \"the cat sat\"}")
+        too_deep = False
         try:
             request = json.loads(body.decode("utf-8"))
         except UnicodeDecodeError as exc:
             raise RequestError(f"the request body is not valid UTF-8 (byte {exc.start}); send UTF-8 text") from None
         except json.JSONDecodeError as exc:
             raise RequestError(f"the request body is not valid JSON: {exc}") from None
+        except RecursionError:               # too deep for the parser itself
+            too_deep = True
+        if too_deep or _depth(request) > MAX_DEPTH:
+            raise RequestError(f"the request's JSON is nested more than {MAX_DEPTH} levels deep; send a flat "
+                               "object such as {\"text\": \"the cat sat\"}")
         self._json(score(self.server.runs, request))
 
     def _json(self, data, status: int = 200):
@@ -129,6 +135,17 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format, *args):
         if self.server.verbose:
             super().log_message(format, *args)
+
+
+MAX_DEPTH = 32      # the API's requests are two levels deep
+
+
+def _depth(value, level: int = 1) -> int:
+    """How deeply `value` nests lists and objects, counted up to just past MAX_DEPTH."""
+    if level > MAX_DEPTH or not isinstance(value, (list, dict)):
+        return level - (not isinstance(value, (list, dict)))
+    items = value.values() if isinstance(value, dict) else value
+    return max((_depth(v, level + 1) for v in items), default=level)
 
 
 def serve(paths, host: str = "127.0.0.1", port: int = 8765, cache: bool = False) -> None:

@@ -271,3 +271,20 @@ class AdaptiveOutput(nn.Module):
     def loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
         """(exact summed NLL over non-padding targets, their count)."""
         return -self.target_log_probs(hidden, targets).sum(), int((targets != IGNORE).sum())
+
+
+OUTPUT_KEYS = {"classes": "class", "cutoffs": "adaptive", "div_value": "adaptive", "noise_samples": "nce", "log_z": "nce"}
+
+
+def refuse_unread_output_keys(output) -> None:
+    """An [output] key of another layer than output.layer, set away from its default, would be silently ignored."""
+    from dataclasses import fields
+
+    from ..config import _toml_value
+    from ..errors import CtxlmError
+
+    for f in fields(output):
+        layer = OUTPUT_KEYS.get(f.name)
+        if layer and layer != output.layer and getattr(output, f.name) != f.default:
+            raise CtxlmError(f"output.{f.name} = {_toml_value(getattr(output, f.name))} is read only by output.layer = "
+                             f"\"{layer}\", not \"{output.layer}\": leave it out or choose that layer")

@@ -121,6 +121,7 @@ def read_arpa(path: str | Path) -> tuple[KneserNeyLM, Vocabulary]:
         raise CtxlmError(f"{path}: no </s> unigram; an ARPA model gives the end of a sentence a probability")
     vocab = Vocabulary([EOS, UNK] + [w for w in unigram_words if w not in (EOS, "<s>", UNK)])
     model = KneserNeyLM(len(vocab), order=len(expected), eos=vocab.eos)
+    model.arpa_words = frozenset(unigram_words)         # for the import's warning when <unk> is missing
     word_id = {w: i for i, w in enumerate(vocab.words)}
     word_id["<s>"] = model.bos
     tables = []

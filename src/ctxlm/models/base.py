@@ -29,6 +29,9 @@ def build_model(config, vocab_size: int, output=None, counts: torch.Tensor | Non
         raise CtxlmError(f"unknown model {config.name!r} (model.name); known models: {', '.join(sorted(MODELS))}")
     if config.init_range < 0:
         raise CtxlmError(f"model.init_range must be ≥ 0 (0 = PyTorch's default initialisation), got {config.init_range}")
+    if config.init_range > torch.finfo(torch.float32).max:
+        raise CtxlmError(f"model.init_range = {config.init_range:g} is beyond the largest float32 ({torch.finfo(torch.float32).max:.3g}), "
+                         "the weights' type; use a small range such as 0.1")
     try:
         model = MODELS[config.name].from_config(config, config.options, vocab_size)
         if output is not None and output.layer != "softmax":
@@ -37,7 +40,10 @@ def build_model(config, vocab_size: int, output=None, counts: torch.Tensor | Non
     except ValueError as exc:
         raise CtxlmError(f"model {config.name!r}: {exc}") from None
     except (RuntimeError, TypeError, OverflowError) as exc:     # sizes torch cannot hold or memory cannot fit
-        raise CtxlmError(f"model {config.name!r} with vocabulary {vocab_size:,}: {str(exc).splitlines()[0]}") from None
+        vocabulary = f", vocabulary {vocab_size:,}" if vocab_size > 2 else ""       # 2: a placeholder, before the data is read
+        raise CtxlmError(f"model {config.name!r} (model.emb_size = {config.emb_size:,}, model.hidden_size = "
+                         f"{config.hidden_size:,}{vocabulary}) cannot be built: {str(exc).splitlines()[0]}; "
+                         "lower the sizes") from None
 
 
 def refuse_unread_keys(config, model: "LanguageModel", output_layer: str) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from ..data.batching import IGNORE
+from ..errors import CtxlmError
 from ..layers.history import masked_softmax
 from .base import LanguageModel, ModelOutput
 
@@ -36,8 +37,19 @@ class CacheSettings:
         path = Path(run_dir) / "cache.json"
         if not path.is_file():
             return None
-        best = json.loads(path.read_text())["best"]
-        return cls(best["window"], best["theta"], best["lambda"])
+        try:
+            best = json.loads(path.read_text(encoding="utf-8"))["best"]
+            settings = cls(*(best[key] for key in ("window", "theta", "lambda")))
+            kinds = ((settings.window, int), (settings.theta, (int, float)), (settings.lam, (int, float)))
+            if any(isinstance(v, bool) or not isinstance(v, k) for v, k in kinds):
+                raise TypeError("window must be an integer, theta and lambda numbers")
+            settings.check()
+        except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError, RecursionError) as exc:
+            what = f"no key {exc}" if isinstance(exc, KeyError) else str(exc).split("\n")[0]
+            raise CtxlmError(f"{path}: not a cache setting written by `ctxlm tune-cache` ({what}); it needs "
+                             "\"best\": {\"window\": …, \"theta\": …, \"lambda\": …}: run `ctxlm tune-cache "
+                             f"{Path(run_dir)}` again or delete the file") from None
+        return settings
 
     def check(self) -> None:
         if self.window < 1:

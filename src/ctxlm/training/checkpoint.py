@@ -27,10 +27,15 @@ def _atomic(path: str | Path, write) -> None:
     handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(handle)
     try:
-        write(tmp)
-        os.chmod(tmp, 0o644)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
+        try:
+            write(tmp)
+            os.chmod(tmp, 0o644)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+        except (OSError, SafetensorError, RuntimeError) as exc:   # a full disk: ENOSPC, or the writer's own error
+            reason = os.strerror(exc.errno) if getattr(exc, "errno", None) else " ".join(str(exc).split())[:160]
+            raise CtxlmError(f"{path}: could not be written ({reason}); is the disk full? The file it would "
+                             "replace is unchanged; free some space and run the command again") from None
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

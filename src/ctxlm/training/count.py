@@ -10,15 +10,25 @@ from ..config import Config
 from ..errors import CtxlmError
 from ..models.base import build_model
 from . import checkpoint
+from .rundir import RunLock, content
 from .trainer import check_config, evaluate_split, git_commit, prepare_data
 
 
 def estimate_run(config: Config, run_dir: str | Path, data_dir=None, log=print, again: bool = False) -> dict:
     """Estimate into a new run directory, or `again` into an existing one (`--resume` after a kill)."""
     run_dir = Path(run_dir)
-    if checkpoint.clear_temporaries(run_dir) and not again:
-        raise CtxlmError(f"run directory {run_dir} is not empty; pick another --run-dir")
     check_config(config)
+    created = not run_dir.exists()
+    lock = RunLock(run_dir).acquire()
+    try:
+        if content(run_dir) and not again:
+            raise CtxlmError(f"run directory {run_dir} is not empty; pick another --run-dir")
+        return _estimate(config, run_dir, data_dir, log)
+    finally:
+        lock.release(remove_if_empty=created)
+
+
+def _estimate(config: Config, run_dir: Path, data_dir, log) -> dict:
     data = prepare_data(config, data_dir)
     model = build_model(config.model, len(data.vocab), config.output)
     started = time.time()

@@ -11,6 +11,7 @@ import json
 import math
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,17 +19,21 @@ from pathlib import Path
 import torch
 
 from ..config import Config, load_toml, validate
-from ..data.batching import IGNORE, SentenceBatches, Sentences, StreamBatches, WindowBatches, split_sentences
+from ..data.batching import IGNORE, SentenceBatches, Sentences, StreamBatches, WindowBatches, cap_sentences, \
+    split_sentences
 from ..data.registry import load_corpus
 from ..data.vocab import EOS, Vocabulary
 from ..errors import CtxlmError
 from ..evaluation.perplexity import evaluate_sentences, evaluate_stream
+from ..layers.output import refuse_unread_output_keys
 from ..models.base import LanguageModel, build_model, detach_state, map_state, refuse_unread_keys
-from . import checkpoint
+from . import checkpoint, divergence
 from .distributed import LossStep, World, merge_state, split_state, wrap
 from .optim import build_optimizer, next_lr
-from .precision import autocast, emulated_bf16, float32_state
+from .precision import emulated_bf16
 from .progress import Progress
+from .rundir import RunLock, check_same_data, content, data_fingerprint, resume_state
+from .step import capped_threads, compiled, loss_denominator, train_step  # noqa: F401 (also imported from here)
 
 
 @dataclass
@@ -62,10 +67,20 @@ def pick_device(name: str, option: str = "train.device") -> torch.device:
     return torch.device(name)
 
 
+MAX_SENTENCE = 2048      # tokens: a longer "sentence" (a corpus on one line) is cut, or one batch would need gigabytes
+_told: set = set()
+
+
 def sentences_of(ids: torch.Tensor, vocab: Vocabulary, config: Config) -> Sentences:
-    """The sentence regime's units: lines, cut further after any `data.sentence_ends` token."""
+    """The sentence regime's units: lines, cut further after any `data.sentence_ends` token and into pieces
+    of at most MAX_SENTENCE tokens (said once per split on stderr)."""
     extra = tuple(vocab.index[t] for t in config.data.sentence_ends.split() if t in vocab.index)
-    return split_sentences(ids[1:], vocab.eos, extra)
+    sentences, cut, longest = cap_sentences(split_sentences(ids[1:], vocab.eos, extra), MAX_SENTENCE)
+    if cut and (ids.numel(), longest) not in _told:
+        _told.add((ids.numel(), longest))
+        print(f"note: {cut:,} sentence(s) of this data are longer than {MAX_SENTENCE:,} tokens (the longest "
+              f"{longest:,}); sentence batching cuts them into pieces of {MAX_SENTENCE:,}", file=sys.stderr)
+    return sentences
 
 
 def evaluate_split(model: LanguageModel, config: Config, ids: torch.Tensor, vocab: Vocabulary, device) -> dict:
@@ -85,6 +100,7 @@ def check_config(config: Config) -> None:
     with torch.device("meta"):
         model = build_model(config.model, 2)       # bad sizes or model options fail here, not after loading data
     refuse_unread_keys(config.model, model, config.output.layer)
+    refuse_unread_output_keys(config.output)
     if not getattr(model, "left_to_right", True) and config.data.batching != "sentence":
         raise CtxlmError(f"model {config.model.name!r} reads whole sentences (each word given the words after it "
                          "too): it trains with data.batching = \"sentence\" only")
@@ -106,65 +122,32 @@ def git_commit() -> str:
         return __version__
 
 
-def loss_denominator(normalization: str, rows: int, count: int) -> float:
-    """What the summed NLL is divided by: targets ("token"), rows ("sequence") or nothing ("sum")."""
-    return {"token": max(count, 1), "sequence": rows, "sum": 1}[normalization]
-
-
-def train_step(model, optimizer, inputs, targets, reset, carry, clip: float, normalization: str = "token",
-               precision: str = "fp32", step=None, denominator: float | None = None):
-    """One truncated-BPTT update; returns (summed NLL, target count, detached state).
-
-    The gradient is that of the mean NLL per target ("token"), of the summed NLL divided by the batch
-    size ("sequence": Zaremba / Salton, "gradients normalised by mini-batch size", SPEC §6.3 REC 23), or
-    of the summed NLL itself ("sum": Pham's Torch criterion, SPEC §2.4).
-    `precision = "bf16"` runs the forward pass and the loss under bf16 autocast (training/precision.py).
-    `step` is the model and its loss as one module (training/distributed.py: LossStep), wrapped in
-    DistributedDataParallel and/or torch.compile; data-parallel, `denominator` is the global batch's
-    normaliser divided by the number of processes.
-    """
-    with autocast(inputs.device, precision):
-        if step is None:
-            out = model(inputs, carry, reset)
-            nll, count = model.loss(out, targets)
-            state = out.state
-        else:
-            nll, count, state = step(inputs, targets, reset, carry)
-    if denominator is None:
-        denominator = loss_denominator(normalization, inputs.size(0), count)
-    optimizer.zero_grad(set_to_none=True)
-    (nll / denominator).backward()
-    if clip > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-    optimizer.step()
-    return nll.detach(), count, float32_state(detach_state(state))
-
-
-def compiled(step: torch.nn.Module) -> torch.nn.Module:
-    """torch.compile of forward + loss (train.compile); a frame that fails to compile runs eagerly, so
-    compiling never breaks a run. Whether it pays is measured in docs/benchmarks.md."""
-    import torch._dynamo
-
-    torch._dynamo.config.suppress_errors = True
-    return torch.compile(step)
-
-
 class Trainer:
     """Train one run directory; `fit()` returns the final results (best model on valid and test)."""
 
-    def __init__(self, config: Config, run_dir: str | Path, data_dir=None, resume: bool = False, log=print):
+    def __init__(self, config: Config, run_dir: str | Path, data_dir=None, resume: bool = False, log=print,
+                 allow_changed_data: bool = False):
         self.run_dir, self.log = Path(run_dir), log
-        state_file = self.run_dir / "trainer_state.pt"
-        existing = checkpoint.clear_temporaries(self.run_dir)
-        if resume:      # killed before its first checkpoint: start again from the beginning, with its config
-            self.resume_state = checkpoint.load_state(state_file) if state_file.exists() else None
+        if resume:
             config = self._merge_resume_config(config)
+        check_config(config)                # before any folder is made
+        created = not self.run_dir.exists()
+        self.lock = RunLock(self.run_dir).acquire()       # one writer: held until fit() ends
+        try:
+            self._setup(config, data_dir, resume, allow_changed_data)
+        except BaseException:
+            self.lock.release(remove_if_empty=created)
+            raise
+
+    def _setup(self, config: Config, data_dir, resume: bool, allow_changed_data: bool) -> None:
+        existing = content(self.run_dir)       # also deletes what writes interrupted by a kill left
+        if resume:      # no state at all (killed before its first checkpoint): start again, with its config
+            self.resume_state = resume_state(self.run_dir, self.log)
         else:
             if existing:
                 raise CtxlmError(f"run directory {self.run_dir} is not empty; continue it with --resume or pick another --run-dir")
             self.resume_state = None
         self.config = config
-        check_config(config)
         self.device = pick_device(config.train.device)
         self.world = World.from_env(self.device.type)      # torchrun: one process per device
         if self.world.size > 1:
@@ -176,9 +159,12 @@ class Trainer:
             if not self.world.main:
                 self.log = lambda *args, **kwargs: None
         if config.train.threads:
-            torch.set_num_threads(config.train.threads)
+            torch.set_num_threads(capped_threads(config.train.threads, self.log))
         vocab = Vocabulary.load(self.run_dir / "vocab.txt") if resume and (self.run_dir / "vocab.txt").exists() else None
         self.data = prepare_data(config, data_dir, vocab)
+        self.fingerprint = data_fingerprint(self.data.ids)
+        if self.resume_state is not None:
+            check_same_data(self.resume_state.get("data"), self.fingerprint, self.run_dir, config, allow_changed_data, self.log)
         torch.manual_seed(config.train.seed)
         counts = torch.bincount(self.data.ids["train"], minlength=len(self.data.vocab))   # class bins, NCE noise
         self.model = build_model(config.model, len(self.data.vocab), config.output, counts).to(self.device)
@@ -225,6 +211,7 @@ class Trainer:
             "format": 1, "identity": self.identity, "epoch": epoch, "position": position, "order": order,
             "model": checkpoint.unique_state_dict(self.model), "optimizer": self.optimizer.state_dict(),
             "carry": carry, "rng": rng[0], "generator": self.generator.get_state(), "world_size": self.world.size,
+            "data": self.fingerprint,
         }
         if self.world.size > 1:
             state["rng_ranks"] = rng
@@ -279,6 +266,13 @@ class Trainer:
             self.stop_requested = "stop in another process"
 
     def fit(self) -> dict:
+        """Train to the end (or to a stop, raised as KeyboardInterrupt) and return the results; lets go of the folder."""
+        try:
+            return self._fit()
+        finally:
+            self.lock.release()
+
+    def _fit(self) -> dict:
         cfg, run_dir = self.config, self.run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
         self.generator = torch.Generator().manual_seed(cfg.train.seed)
@@ -362,6 +356,10 @@ class Trainer:
                 if stop and not self.stop_requested:
                     self.stop_requested = "stop in another process"
             nll_total += nll.double().cpu()
+            if divergence.diverged(float(nll) / max(n, 1)):
+                bar.close()
+                raise divergence.stop(cfg, self.run_dir, f"epoch {epoch}, batch {number + 1}", "training loss per token",
+                                      float(nll) / max(n, 1), progress["best_epoch"])
             progress["epoch_tokens"] += n
             tokens_run += n
             self._position = number + 1
@@ -370,7 +368,7 @@ class Trainer:
             if bar.count % 10 == 0 or number + 1 == count:
                 mean = progress["epoch_nll"] / max(progress["epoch_tokens"], 1)
                 rate = tokens_run / max(time.time() - started, 1e-9)
-                bar.update(loss=f"{mean:.3f}", ppl=f"{math.exp(mean):.1f}", tok_s=f"{rate:,.0f}")
+                bar.update(loss=f"{mean:.3f}", ppl=f"{divergence.exp(mean):.1f}", tok_s=f"{rate:,.0f}")
             else:
                 bar.update()
             if stop:
@@ -406,6 +404,9 @@ class Trainer:
         valid = evaluate_split(self.model, cfg, self.data.ids["valid"], vocab, self.device) if world.main else {"ppl": 0.0}
         valid["ppl"] = world.broadcast(valid["ppl"])       # rank 0's score decides for every process
         train_loss = progress["epoch_nll"] / max(progress["epoch_tokens"], 1)
+        if divergence.diverged(math.log(valid["ppl"]) if valid["ppl"] > 0 else valid["ppl"]):
+            raise divergence.stop(cfg, self.run_dir, f"the end of epoch {epoch}", "validation perplexity", valid["ppl"],
+                                  progress["best_epoch"])
         improved = valid["ppl"] < progress["best_valid"]
         if improved:
             progress.update(best_valid=valid["ppl"], best_epoch=epoch, bad_epochs=0)
@@ -420,7 +421,7 @@ class Trainer:
                 checkpoint.load_weights(self.model, self.run_dir / "model.safetensors", self.identity)
             world.broadcast_module(self.model)
         record = {"epoch": epoch, "lr": progress["lr"], "train_loss": round(train_loss, 6),
-                  "train_ppl": round(math.exp(train_loss), 4), "valid_ppl": round(valid["ppl"], 4),
+                  "train_ppl": round(divergence.exp(train_loss), 4), "valid_ppl": round(valid["ppl"], 4),
                   "best": improved, "tokens_per_s": round(self._epoch_rate, 1), "elapsed_s": round(progress["elapsed"], 1)}
         progress["history"].append(record)
         self._write_metrics(progress["history"])
@@ -460,8 +461,14 @@ class Trainer:
         results = {"best_epoch": progress["best_epoch"], "train_wall_s": round(progress["elapsed"], 1),
                    "parameters": self.model.parameter_counts(), "commits": progress["commits"], "device": str(self.device),
                    "train_tokens": self.data.ids["train"].numel() - 1, "vocabulary": len(vocab)}
-        for split in ("valid", "test"):
-            if split in self.data.ids:
-                results[split] = evaluate_split(self.model, self.config, self.data.ids[split], vocab, self.device)
+        try:
+            for split in ("valid", "test"):
+                if split in self.data.ids:
+                    results[split] = evaluate_split(self.model, self.config, self.data.ids[split], vocab, self.device)
+        except KeyboardInterrupt:
+            self.log(f"interrupted during the final evaluation: training is complete and saved (best weights "
+                     f"{self.run_dir / 'model.safetensors'}, epoch {progress['best_epoch']}); only results.json is "
+                     f"missing: ctxlm train --resume {self.run_dir} evaluates again and writes it")
+            raise
         checkpoint.atomic_write_text(self.run_dir / "results.json", json.dumps(results, indent=2) + "\n")
         return results

@@ -1,0 +1,72 @@
+"""Where a command may write: one table of every command's output path and the inputs it reads.
+
+An output that is one of the command's inputs (the same file, also through a link), or that lies
+inside a folder it reads (a run directory, a folder of texts), is refused with one line before any
+work is done, so `ctxlm export-arpa RUN RUN/model.safetensors` cannot replace the run's weights.
+Writing over an unrelated existing file stays allowed.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import CtxlmError
+
+# command (or `analyze`'s analyses): (attribute of the output path, attributes of the paths it reads)
+OUTPUTS = {
+    "export-arpa": ("output", ("run",)),
+    "import-arpa": ("run_dir", ("arpa",)),
+    "complete": ("out", ("run", "questions", "answers", "against")),
+    "lambada": ("out", ("run", "file", "names")),
+    "names": ("out", ("files",)),
+    "attention": ("out", ("run",)),
+    "analyze": ("out", ("run", "runs")),
+    "curves": ("out", ("runs",)),
+}
+
+
+def check_outputs(args) -> None:
+    """Refuse the output of `args.command` if it is, or lies inside, a path the command reads; and a
+    --data-dir that is no folder (it would silently fall back to $CTXLM_DATA_DIR)."""
+    data_dir = getattr(args, "data_dir", None)
+    if data_dir and not Path(data_dir).is_dir():
+        raise CtxlmError(f"--data-dir {data_dir}: no such folder; give the folder holding the corpora "
+                         "(or leave --data-dir out to use $CTXLM_DATA_DIR)")
+    if args.command not in OUTPUTS:
+        return
+    attribute, reads = OUTPUTS[args.command]
+    output = getattr(args, attribute, None)
+    if output is None:
+        return
+    inputs = []
+    for name in reads:
+        value = getattr(args, name, None)
+        inputs += value if isinstance(value, list) else [value]
+    option = "--out" if attribute == "out" else attribute.upper()
+    check_output(output, option, [p for p in inputs if p is not None and str(p) != "-"])
+
+
+def check_output(output, option: str, inputs) -> Path:
+    """`output` as a Path, or a CtxlmError naming `option` if it would write over or into one of `inputs`."""
+    out = Path(output)
+    target = _resolved(out)
+    for given in inputs:
+        path = Path(given)
+        if _same_file(out, path):
+            raise CtxlmError(f"{option} {output}: that is {given}, an input of this command; writing there would "
+                             f"destroy it: choose another {option}")
+        if path.is_dir() and (target == _resolved(path) or _resolved(path) in target.parents):
+            raise CtxlmError(f"{option} {output}: inside {given}, which this command reads; writing there could "
+                             f"replace its files: choose an {option} outside it")
+    return out
+
+
+def _resolved(path: Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)           # also hard links and symbolic links
+    except OSError:                             # one of them does not exist (yet)
+        return _resolved(a) == _resolved(b)

@@ -1,0 +1,457 @@
+"""Issue 38: what a hostile new user found. Each case ends in one clear line and a non-zero exit, or in
+the right result; nothing a command reads is changed (the data-loss cases compare the inputs byte for byte)."""
+import hashlib
+import http.client
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import SafetensorError
+
+import ctxlm
+from ctxlm.errors import CtxlmError
+from ctxlm.training import checkpoint
+from ctxlm.training.divergence import Diverged, exp
+from ctxlm.training.trainer import Trainer
+
+from conftest import ctxlm as run_ctxlm
+from conftest import one_line_error, tiny_config, write_corpus
+
+QUIET = dict(log=lambda *a, **k: None)
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def digests(root: Path) -> dict[str, str]:
+    """sha256 of every file under `root` but a run directory's lock files (not content)."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and not p.name.startswith(".ctxlm.lock")}
+
+
+def same_weights(a: Path, b: Path) -> bool:
+    """Equal tensors and metadata (safetensors writes its metadata in no fixed order)."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    x, y = load_file(a), load_file(b)
+    metadata = [safe_open(str(p), "pt").metadata() for p in (a, b)]
+    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x) and metadata[0] == metadata[1]
+
+
+def toml(config, path: Path) -> Path:
+    path.write_text(config.to_toml())
+    return path
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """A corpus, a one-epoch LSTM run and a Kneser-Ney trigram run (copied before any test may change them)."""
+    from ctxlm.training.count import estimate_run
+
+    root = tmp_path_factory.mktemp("hostile")
+    (root / "corpus").mkdir()
+    corpus = write_corpus(root / "corpus")
+    config = tiny_config(corpus)
+    config.train.epochs = 1
+    Trainer(config, root / "lstm", **QUIET).fit()
+    estimate_run(tiny_config(corpus, name="kneser-ney", order=3), root / "ngram", **QUIET)
+    return root
+
+
+@pytest.fixture
+def world(made, tmp_path):
+    """A private copy of the corpus and runs, with a questions file and LAMBADA passages beside them."""
+    for name in ("corpus", "lstm", "ngram"):
+        shutil.copytree(made / name, tmp_path / name)
+    for name in ("lstm", "ngram"):          # the runs' configs name the copied corpus
+        config = tmp_path / name / "config.toml"
+        config.write_text(config.read_text().replace(str(made / "corpus"), str(tmp_path / "corpus")))
+    (tmp_path / "questions.csv").write_text("id,question,a),b),c),d),e)\n1,the cat _____ on a mat,sat,ran,flew,dog,red\n")
+    (tmp_path / "passages.txt").write_text("the cat sat on a mat\nthe dog ran to big red house\n")
+    return tmp_path
+
+
+# ------------------------------------------------------------------------------ data lost: outputs never clobber inputs
+CLOBBER = {
+    "export-arpa onto the run's weights": lambda w: ["export-arpa", w / "ngram", w / "ngram" / "model.safetensors"],
+    "export-arpa into the run": lambda w: ["export-arpa", w / "ngram", w / "ngram" / "new.arpa"],
+    "complete --out onto the weights": lambda w: ["complete", w / "lstm", "--questions", w / "questions.csv",
+                                                 "--out", w / "lstm" / "model.safetensors"],
+    "complete --out onto the questions": lambda w: ["complete", w / "lstm", "--questions", w / "questions.csv",
+                                                   "--out", w / "questions.csv"],
+    "names --out onto its corpus": lambda w: ["names", w / "corpus" / "train.txt", "--out", w / "corpus" / "train.txt"],
+    "names --out into a folder it reads": lambda w: ["names", w / "corpus", "--out", w / "corpus" / "names.txt"],
+    "names --out onto a hard link of its corpus": lambda w: ["names", w / "corpus" / "train.txt", "--out", w / "link.txt"],
+    "lambada --out onto the passages": lambda w: ["lambada", w / "lstm", w / "passages.txt", "--out", w / "passages.txt"],
+    "curves --out into the run": lambda w: ["curves", w / "lstm", "--out", w / "lstm"],
+    "import-arpa into the ARPA file": lambda w: ["import-arpa", w / "m.arpa", w / "m.arpa"],
+}
+
+
+@pytest.mark.parametrize("case", CLOBBER)
+def test_an_output_that_is_an_input_is_refused_and_the_inputs_stay(world, case):
+    os.link(world / "corpus" / "train.txt", world / "link.txt")
+    (world / "m.arpa").write_text("not read\n")
+    before = digests(world)
+    line = one_line_error(run_ctxlm(*CLOBBER[case](world)))
+    assert "input of this command" in line or "which this command reads" in line, line
+    assert digests(world) == before
+
+
+def test_writing_over_an_unrelated_existing_output_stays_allowed(world):
+    (world / "old.txt").write_text("old\n")
+    result = run_ctxlm("names", world / "corpus" / "train.txt", "--out", world / "old.txt", "--min-count", "1")
+    assert result.returncode == 0, result.stderr
+    assert (world / "old.txt").read_text() != "old\n"
+
+
+# ------------------------------------------------------------------------------ data lost: one writer per run directory
+def test_a_second_training_into_a_directory_in_use_is_refused_and_the_first_equals_a_solo_run(tmp_path, corpus):
+    config = tiny_config(corpus)
+    preset, run, attempts = toml(config, tmp_path / "c.toml"), tmp_path / "run", []
+
+    def second(trainer, epoch, batch):          # while the first trains: a new run and a --resume into its folder
+        if (epoch, batch) == (1, 2):
+            attempts.append(run_ctxlm("train", "--config", preset, "--run-dir", run))
+            attempts.append(run_ctxlm("train", "--resume", run))
+
+    first = Trainer(config, run, **QUIET)
+    first.on_batch = second
+    results = first.fit()
+    for attempt in attempts:
+        one_line_error(attempt, "being written by another ctxlm", f"process {os.getpid()}")
+    assert len(attempts) == 2
+    solo = Trainer(config, tmp_path / "solo", **QUIET).fit()
+    assert results["test"] == solo["test"] and results["valid"] == solo["valid"]
+    assert same_weights(run / "model.safetensors", tmp_path / "solo" / "model.safetensors")
+    assert run_ctxlm("train", "--resume", run).returncode == 0       # free again once it ended
+
+
+def _ctxlm_process(*args) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.Popen([sys.executable, "-m", "ctxlm", *map(str, args)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_two_simultaneous_training_processes_one_proceeds(tmp_path, corpus):
+    """Two `ctxlm train` processes into one new folder: exactly one trains; its run equals a solo run."""
+    config = tiny_config(corpus)
+    config.train.epochs, config.train.threads = 4, 1
+    preset = toml(config, tmp_path / "c.toml")
+    a = _ctxlm_process("train", "--config", preset, "--run-dir", tmp_path / "run")
+    deadline = time.time() + 60
+    while not (tmp_path / "run" / ".ctxlm.lock.holder").exists() and a.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    b = run_ctxlm("train", "--config", preset, "--run-dir", tmp_path / "run")       # the second, while a trains
+    a_out, a_err = a.communicate(timeout=120)
+    assert a.returncode == 0, a_err
+    one_line_error(b, "being written by another ctxlm", f"process {a.pid}")
+    solo = run_ctxlm("train", "--config", preset, "--run-dir", tmp_path / "solo")
+    assert solo.returncode == 0, solo.stderr
+    results = [json.loads((tmp_path / d / "results.json").read_text()) for d in ("run", "solo")]
+    assert [{k: r[k] for k in ("best_epoch", "valid", "test")} for r in results][0] == \
+           {k: results[1][k] for k in ("best_epoch", "valid", "test")}
+    assert same_weights(tmp_path / "run" / "model.safetensors", tmp_path / "solo" / "model.safetensors")
+
+
+def test_a_lock_left_by_a_killed_process_never_blocks(tmp_path, corpus):
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from ctxlm.training.rundir import RunLock; "
+                               f"RunLock({str(tmp_path / 'run')!r}).acquire(); print('held', flush=True); time.sleep(600)"],
+                              env={**os.environ, "PYTHONPATH": SRC}, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    assert (tmp_path / "run" / ".ctxlm.lock").exists()
+    Trainer(tiny_config(corpus), tmp_path / "run", **QUIET).fit()      # the folder holds only the lock's files: empty
+
+
+# ------------------------------------------------------------------------------ data lost: resume never discards progress
+def _interrupted(tmp_path, corpus, name="resumed"):
+    config = tiny_config(corpus)
+    config.train.checkpoint_every = 3
+    first = Trainer(config, tmp_path / name, **QUIET)
+    first.on_batch = lambda t, epoch, batch: t.request_stop("test") if (epoch, batch) == (2, 5) else None
+    with pytest.raises(KeyboardInterrupt):
+        first.fit()
+    return config
+
+
+def test_resume_without_trainer_state_continues_from_prev_and_equals_an_uninterrupted_run(tmp_path, corpus):
+    config = _interrupted(tmp_path, corpus)
+    run = tmp_path / "resumed"
+    prev = run / "trainer_state.prev.pt"
+    assert checkpoint.load_state(prev)["position"] == 3          # the checkpoint before the stop at batch 5
+    (run / "trainer_state.pt").unlink()
+    lines = []
+    resumed = Trainer(None, run, resume=True, log=lines.append).fit()
+    assert any("trainer_state.pt is missing; continuing from trainer_state.prev.pt (epoch 2, batch 3)" in l for l in lines)
+    straight = Trainer(config, tmp_path / "straight", **QUIET).fit()
+    assert resumed["test"] == straight["test"]
+    a, b = (checkpoint.load_state(d / "trainer_state.pt")["model"] for d in (run, tmp_path / "straight"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_resume_with_an_unreadable_state_uses_prev_and_keeps_the_bad_file_aside(tmp_path, corpus):
+    _interrupted(tmp_path, corpus)
+    run = tmp_path / "resumed"
+    state = run / "trainer_state.pt"
+    state.write_bytes(state.read_bytes()[:1000])
+    result = run_ctxlm("train", "--resume", run)
+    assert result.returncode == 0, result.stderr
+    assert "continuing from trainer_state.prev.pt" in result.stdout
+    assert (run / "trainer_state.unreadable.pt").stat().st_size == 1000
+
+
+def test_resume_never_restarts_a_finished_run_without_state(world):
+    for name in ("trainer_state.pt", "trainer_state.prev.pt"):
+        (world / "lstm" / name).unlink(missing_ok=True)
+    before = digests(world / "lstm")
+    one_line_error(run_ctxlm("train", "--resume", world / "lstm"), "without its trainer state", "new --run-dir")
+    assert digests(world / "lstm") == before
+
+
+def test_resume_refuses_a_changed_corpus_unless_asked(world):
+    with open(world / "corpus" / "train.txt", "a") as f:
+        f.write("the big red bird flew over the house\n")
+    before = digests(world / "lstm")
+    one_line_error(run_ctxlm("train", "--resume", world / "lstm", "--set", "train.epochs=2"),
+                   "the data changed", "train (", "--allow-changed-data")
+    assert digests(world / "lstm") == before
+    result = run_ctxlm("train", "--resume", world / "lstm", "--set", "train.epochs=2", "--allow-changed-data")
+    assert result.returncode == 0 and "going on with the new data" in result.stdout
+    one_line_error(run_ctxlm("train", "--config", world / "lstm" / "config.toml", "--allow-changed-data"),
+                   "--allow-changed-data goes with --resume")
+
+
+# ------------------------------------------------------------------------------ divergence is a clear stop
+@pytest.mark.parametrize("settings", [["train.optimizer=sgd", "train.lr=1000"], ["train.lr=1e30"], ["model.init_range=1e30"]])
+def test_a_diverging_run_stops_with_one_line_naming_the_settings(tmp_path, corpus, settings):
+    preset = toml(tiny_config(corpus), tmp_path / "c.toml")
+    result = run_ctxlm("train", "--config", preset, "--run-dir", tmp_path / "run", *[a for s in settings for a in ("--set", s)])
+    one_line_error(result, "training diverged at epoch 1", "train.lr = ", "train.clip = ", "lower the learning rate")
+
+
+def test_divergence_keeps_the_last_good_weights(tmp_path, corpus):
+    """SGD at rate 1000 from epoch 2 on: a clear stop, and epoch 1's weights still load and score."""
+    config = tiny_config(corpus)
+    config.train.optimizer, config.train.lr, config.train.epochs = "sgd", 1.0, 3
+
+    def explode(trainer, epoch, batch):
+        if epoch == 2:
+            for group in trainer.optimizer.param_groups:
+                group["lr"] = 1000.0
+
+    trainer = Trainer(config, tmp_path / "run", **QUIET)
+    trainer.on_batch = explode
+    with pytest.raises(Diverged, match=r"epoch 2, batch \d+.*epoch 1\) stay in .*model.safetensors"):
+        trainer.fit()
+    assert ctxlm.load(tmp_path / "run").model is not None
+    result = run_ctxlm("eval", tmp_path / "run", "--json")
+    assert result.returncode == 0 and math.isfinite(json.loads(result.stdout)["valid"]["ppl"])
+    result = run_ctxlm("train", "--config", toml(config, tmp_path / "c.toml"), "--run-dir", tmp_path / "run")
+    one_line_error(result, "not empty")                  # and nothing replaces it
+
+
+def test_an_infinite_validation_loss_is_a_divergence_not_a_missing_file(tmp_path, corpus, monkeypatch):
+    from ctxlm.training import trainer as module
+
+    monkeypatch.setattr(module, "evaluate_split", lambda *a, **k: {"ppl": math.inf, "nll": math.inf, "tokens": 1})
+    with pytest.raises(Diverged, match="the validation perplexity is inf"):
+        Trainer(tiny_config(corpus), tmp_path / "run", **QUIET).fit()
+
+
+def test_display_numbers_never_overflow():
+    assert exp(1e6) == math.inf and exp(0.0) == 1.0 and math.isnan(exp(math.nan))
+
+
+# ------------------------------------------------------------------------------ tracebacks
+@pytest.mark.parametrize("text, key", [("{not json", "cache.json"), ("[]", "cache.json"), ('{"best": 3}', "cache.json"),
+                                        ('{"best": {"window": 10, "theta": 0.3}}', "no key 'lambda'"),
+                                        ('{"best": {"window": "10", "theta": 0.3, "lambda": 0.1}}', "window must be an integer"),
+                                        ('{"best": {"window": 10, "theta": 0.3, "lambda": 7}}', "lambda must be in [0, 1]")])
+def test_a_corrupt_cache_json_is_one_line_naming_it(world, text, key):
+    (world / "lstm" / "cache.json").write_text(text)
+    one_line_error(run_ctxlm("eval", world / "lstm", "--cache"), "cache.json", key, "tune-cache")
+    one_line_error(run_ctxlm("lambada", world / "lstm", world / "passages.txt", "--cache", "--out", world / "l.jsonl"), key)
+    from ctxlm.explore.scoring import load_runs
+
+    with pytest.raises(CtxlmError, match="cache.json"):
+        load_runs([world / "lstm"], cache=True)
+
+
+def test_a_full_disk_while_saving_weights_is_one_line_and_keeps_the_old_file(world, monkeypatch):
+    def full(tensors, path, metadata=None):
+        Path(path).write_bytes(b"half")
+        raise SafetensorError("Error while serializing: IoError(No space left on device (os error 28))")
+
+    monkeypatch.setattr(checkpoint, "save_file", full)
+    before = digests(world)
+    arpa = world / "m.arpa"
+    assert run_ctxlm("export-arpa", world / "ngram", arpa).returncode == 0
+    one_line_error(run_ctxlm("import-arpa", arpa, world / "imported"), "model.safetensors: could not be written",
+                   "No space left on device", "disk full")
+    assert {k: v for k, v in digests(world).items() if k in before} == before
+    assert not [p for p in world.rglob("*.tmp")]
+
+
+def test_sentence_batching_cuts_one_huge_line_and_says_so(tmp_path):
+    words = "the cat sat on a mat while dog ran".split()
+    paths = {}
+    for split, n in (("train", 5000), ("valid", 300), ("test", 300)):
+        paths[split] = str(tmp_path / f"{split}.txt")
+        Path(paths[split]).write_text(" ".join(words[i % len(words)] for i in range(n)) + "\n")
+    config = tiny_config(paths)
+    config.data.batching, config.train.epochs = "sentence", 1
+    result = run_ctxlm("train", "--config", toml(config, tmp_path / "c.toml"), "--run-dir", tmp_path / "run")
+    assert result.returncode == 0, result.stderr
+    assert "longer than 2,048 tokens (the longest 5,001); sentence batching cuts them" in result.stderr
+
+
+def test_explore_refuses_deeply_nested_json_with_400(world):
+    from ctxlm.explore.scoring import load_runs
+    from ctxlm.explore.server import ExploreServer
+
+    server = ExploreServer(load_runs([world / "lstm"]), "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for body in ("[" * 100_000 + "]" * 100_000, json.dumps({"text": "the cat", "x": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]})):
+            connection = http.client.HTTPConnection(*server.server_address[:2], timeout=60)
+            connection.request("POST", "/api/score", body=body, headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            answer = json.loads(response.read())
+            connection.close()
+            assert response.status == 400 and "nested more than 32 levels" in answer["error"]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# ------------------------------------------------------------------------------ no message at all
+def test_threads_are_capped_at_the_cpu_count_with_a_warning(tmp_path, corpus):
+    config = tiny_config(corpus)
+    config.train.epochs = 1
+    result = run_ctxlm("train", "--config", toml(config, tmp_path / "c.toml"), "--run-dir", tmp_path / "run",
+                       "--set", "train.threads=100000")
+    assert result.returncode == 0, result.stderr
+    assert "warning: train.threads = 100000 but this process has" in result.stdout
+    torch.set_num_threads(1)
+
+
+def test_eval_of_dev_zero_is_one_line(world):
+    one_line_error(run_ctxlm("eval", world / "lstm", "--file", "/dev/zero"), "/dev/zero, line 1", "NUL bytes")
+
+
+def test_reading_a_line_is_bounded(world, monkeypatch):
+    from ctxlm.data import corpus
+
+    monkeypatch.setattr(corpus, "MAX_LINE", 1000)
+    one_line_error(run_ctxlm("score", world / "lstm", stdin=b"the cat " * 500), "standard input, line 1",
+                   "longer than 1,000 bytes")
+    (world / "long.txt").write_bytes(b"the cat\n" + b"a" * 5000)
+    one_line_error(run_ctxlm("eval", world / "lstm", "--file", world / "long.txt"), "long.txt, line 2")
+
+
+def test_ctrl_c_during_the_final_evaluation_says_what_was_saved(tmp_path, corpus, monkeypatch):
+    from ctxlm.training import trainer as module
+
+    real, calls = module.evaluate_split, []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:             # epoch 1's validation, then the final one
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    config = tiny_config(corpus)
+    config.train.epochs = 1
+    monkeypatch.setattr(module, "evaluate_split", interrupted)
+    result = run_ctxlm("train", "--config", toml(config, tmp_path / "c.toml"), "--run-dir", tmp_path / "run")
+    assert result.returncode == 130
+    assert "interrupted during the final evaluation: training is complete and saved" in result.stdout
+    assert f"ctxlm train --resume {tmp_path / 'run'}" in result.stdout
+    monkeypatch.setattr(module, "evaluate_split", real)
+    assert run_ctxlm("train", "--resume", tmp_path / "run").returncode == 0
+    assert (tmp_path / "run" / "results.json").exists()
+
+
+# ------------------------------------------------------------------------------ misleading
+def test_huge_sizes_and_init_range_name_the_option(tmp_path, corpus):
+    preset = toml(tiny_config(corpus), tmp_path / "c.toml")
+    line = one_line_error(run_ctxlm("train", "--config", preset, "--run-dir", tmp_path / "a", "--set", "model.hidden_size=1000000000"),
+                          "model.hidden_size = 1,000,000,000", "lower the sizes")
+    assert "vocabulary 2" not in line
+    one_line_error(run_ctxlm("train", "--config", preset, "--run-dir", tmp_path / "b", "--set", "model.init_range=1e39"),
+                   "model.init_range = 1e+39", "float32")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_one_word_lambada_passage_is_reported_at_its_line(world):
+    (world / "passages.txt").write_text("the cat sat on a mat\n\n\nalone\nthe dog ran\n")
+    one_line_error(run_ctxlm("lambada", world / "lstm", world / "passages.txt", "--out", world / "l.jsonl"),
+                   "passages.txt, line 4: passage 2 has one word")
+
+
+# ------------------------------------------------------------------------------ silently wrong
+def test_a_byte_order_mark_and_crlf_change_nothing(world):
+    text = (world / "corpus" / "valid.txt").read_text()
+    (world / "bom.txt").write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode())
+    plain, marked = (json.loads(run_ctxlm("eval", world / "lstm", "--file", f, "--json").stdout)
+                     for f in (world / "corpus" / "valid.txt", world / "bom.txt"))
+    assert plain[str(world / "corpus" / "valid.txt")]["nll"] == marked[str(world / "bom.txt")]["nll"]
+    from ctxlm.data.corpus import read_text
+
+    assert read_text(world / "bom.txt").split()[0] == text.split()[0]
+
+
+def test_an_arpa_without_unk_is_said_at_import_and_at_eval(world):
+    (world / "m.arpa").write_text("\\data\\\nngram 1=4\n\n\\1-grams:\n-0.5\t</s>\n-99\t<s>\t-0.3\n-0.6\tthe\t-0.2\n"
+                                  "-0.6\tcat\t-0.2\n\n\\end\\\n")
+    result = run_ctxlm("import-arpa", world / "m.arpa", world / "imported")
+    assert result.returncode == 0 and "has no <unk> unigram" in result.stderr
+    result = run_ctxlm("eval", world / "imported", "--file", world / "passages.txt")
+    assert result.returncode == 0 and "some target has probability 0" in result.stdout
+
+
+def test_a_missing_data_dir_is_an_error(world):
+    one_line_error(run_ctxlm("eval", world / "lstm", "--data-dir", world / "nowhere"), "--data-dir", "no such folder")
+
+
+def test_attention_with_empty_text_is_refused(world):
+    one_line_error(run_ctxlm("attention", world / "lstm", "--text", "", "--out", world / "a"), "--text has no words")
+
+
+def test_typed_toml_and_unread_output_keys(tmp_path, corpus):
+    preset = tmp_path / "c.toml"
+    preset.write_text(tiny_config(corpus).to_toml().replace("hidden_size = 16", 'hidden_size = "16"'))
+    one_line_error(run_ctxlm("train", "--config", preset, "--run-dir", tmp_path / "a"), "model.hidden_size", "without quotes")
+    preset = toml(tiny_config(corpus), tmp_path / "d.toml")
+    one_line_error(run_ctxlm("train", "--config", preset, "--run-dir", tmp_path / "b", "--set", "output.cutoffs=5,10"),
+                   'output.cutoffs = "5,10" is read only by output.layer = "adaptive"')
+
+
+def test_curves_never_star_a_non_finite_epoch(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"epoch": 1, "lr": 1, "train_ppl": 50.0, "valid_ppl": float("nan"), "elapsed_s": 1},
+            {"epoch": 2, "lr": 1, "train_ppl": 40.0, "valid_ppl": 60.0, "elapsed_s": 2},
+            {"epoch": 3, "lr": 1, "train_ppl": None, "valid_ppl": None, "elapsed_s": 3}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = run_ctxlm("curves", run, "--out", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    starred = [line for line in result.stdout.splitlines() if line.endswith(" *")]
+    assert len(starred) == 1 and starred[0].split()[0] == "2" and "best valid 60.00 (epoch 2)" in result.stdout
+
+
+def test_eval_names_missing_fails_before_any_work(world, monkeypatch):
+    from ctxlm.training import trainer as module
+
+    monkeypatch.setattr(module, "prepare_data", lambda *a, **k: pytest.fail("read the data before the names file"))
+    one_line_error(run_ctxlm("eval", world / "lstm", "--names", world / "missing.txt"), "--names", "missing.txt")
