@@ -96,6 +96,7 @@ OPTIONS = [
     ("prepare", "--valid-sentences", int, lambda v: v >= 1),
     ("prepare", "--seed", int, lambda v: v >= 0),
     ("complete", "--batch-size", int, lambda v: v >= 1),
+    ("reproduce", "--jobs", int, lambda v: v >= 1),
 ]
 WORK = {"--max-tokens": 200, "--num": 5, "--port": -1, "--valid-sentences": 3}    # valid values above these are only parsed, not run
 
@@ -152,7 +153,15 @@ def _command(command, option, runs, out, holmes=None):
             "analyze": ["analyze", "attention-by-position", runs["attention"], "--out", out],
             "prepare": ["prepare", "holmes", "--data-dir", holmes, "--out", out, "--force", "--valid-sentences", "3"],
             "complete": ["complete", runs["ngram"], "--questions", _questions(out), "--out", out / "completion.json"],
+            "reproduce": ["reproduce", "--plan", "--tables", _tables(out)],
             }[command.split()[0]]
+
+
+def _tables(out) -> Path:
+    """A tables folder with one table whose only row cannot run (so --plan has nothing to measure)."""
+    (out / "reproductions").mkdir(parents=True, exist_ok=True)
+    (out / "reproductions" / "t-1.toml").write_text('title = "t"\n[[row]]\nid = "a"\nunavailable = "no data"\n')
+    return out / "reproductions"
 
 
 def _questions(out) -> Path:
