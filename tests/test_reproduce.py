@@ -140,6 +140,15 @@ def test_sigterm_mid_row_resumes_without_retraining_the_finished_row(reference):
         same_figures(resumed[row], expected[row])
 
 
+def test_stop_after_stops_the_running_row_and_starts_no_other(reference):
+    project, _, _ = reference
+    process = reproduce_process(project, "brief", "--jobs", "1", "--stop-after", "1s")
+    output = process.communicate(timeout=300)[0]
+    assert process.returncode == 130, output
+    assert "tiny-1/lstm: started" in output and "tiny-1/rnn" not in output
+    assert not (project / "brief-runs" / "tiny-1" / "rnn").exists()
+
+
 def test_two_jobs_give_the_records_of_one(reference):
     project, expected, _ = reference
     process = reproduce_process(project, "two", "--jobs", "2")

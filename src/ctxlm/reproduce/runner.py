@@ -154,7 +154,7 @@ class Runner:
         handlers = {s: signal.signal(s, self._signal) for s in (signal.SIGINT, signal.SIGTERM)}
         failed = []
         try:
-            while pending or self.active:
+            while self.active or (pending and not self.stopping):
                 if self.stopping is None and self.deadline is not None and time.monotonic() >= self.deadline:
                     self.stopping = "--stop-after"
                 if self.stopping:
