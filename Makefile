@@ -20,6 +20,8 @@ demo: $(BIN)/ctxlm
 	$(BIN)/ctxlm train --config configs/demo.toml --run-dir runs/demo
 
 test: $(BIN)/ctxlm
+	$(BIN)/ruff check src tests bench
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -m "not slow"
 
 test-all: $(BIN)/ctxlm

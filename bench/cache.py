@@ -46,7 +46,7 @@ def probe(variant: str, tokens: int, window: int) -> None:
     evaluate_stream(cached if variant == "cache" else plain, stream, 1, 1000)
     try:
         status = open("/proc/self/status").read()
-        print(int(next(l for l in status.splitlines() if l.startswith("VmHWM")).split()[1]) / 1024)
+        print(int(next(line for line in status.splitlines() if line.startswith("VmHWM")).split()[1]) / 1024)
     except (OSError, StopIteration):
         print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 

@@ -29,7 +29,8 @@ import torch
 
 from ctxlm.config import ModelConfig
 from ctxlm.layers.history import masked_softmax
-from ctxlm.models import build_model, lstmn as lstmn_module
+from ctxlm.models import build_model
+from ctxlm.models import lstmn as lstmn_module
 from ctxlm.training.optim import build_optimizer
 from throughput import interleaved, ours_eval, ours_train, step_by_step_train
 

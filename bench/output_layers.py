@@ -27,7 +27,7 @@ from torch import nn
 
 from ctxlm.config import OutputConfig
 from ctxlm.data.batching import StreamBatches
-from ctxlm.data.registry import load_corpus
+from ctxlm.data.load import load_corpus
 from ctxlm.data.vocab import EOS, Vocabulary
 from ctxlm.evaluation import evaluate_stream
 from ctxlm.layers.output import LAYERS, build_output
@@ -37,7 +37,6 @@ from ctxlm.training.trainer import train_step
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from throughput import interleaved, synchronize, timed  # noqa: E402
-
 
 
 class LSTMLM(LanguageModel):

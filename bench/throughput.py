@@ -30,8 +30,8 @@ from ctxlm.config import ModelConfig
 from ctxlm.evaluation import evaluate_stream
 from ctxlm.layers.history import empty_memory, masked_softmax
 from ctxlm.models import build_model
-from ctxlm.training.optim import build_optimizer
 from ctxlm.training.distributed import LossStep
+from ctxlm.training.optim import build_optimizer
 from ctxlm.training.trainer import compiled, train_step
 
 # SPEC Table 4.8 sizes (name, w, k, window a or N)
@@ -178,7 +178,7 @@ def attention_section(args, V, B, T) -> dict:
 def cpu_bf16_units() -> str:
     """What bf16 matrix hardware this CPU exposes: AMX tiles, AVX-512 BF16 dot products, or none."""
     try:
-        flags = set(next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split())
+        flags = set(next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split())
     except (OSError, StopIteration):
         return "unknown"
     return "amx_bf16" if "amx_bf16" in flags else "avx512_bf16 (no AMX)" if "avx512_bf16" in flags else "none"

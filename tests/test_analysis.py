@@ -5,9 +5,8 @@ import sys
 
 import pytest
 
-from ctxlm.training.trainer import Trainer
-
 from conftest import tiny_config
+from ctxlm.training.trainer import Trainer
 
 
 @pytest.mark.parametrize("name, extra", [("attention", {"window": 3}), ("attentive-lm", {"layers": 1}),

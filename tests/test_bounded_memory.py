@@ -9,14 +9,14 @@ import tracemalloc
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ctxlm
+from conftest import WORDS, examples
 from ctxlm.cli import main
 from ctxlm.data.batching import SpooledStreamBatches, StreamBatches, spool_ids
 from ctxlm.evaluation import evaluate_file
-
-from conftest import WORDS, examples
 
 
 @pytest.mark.fuzz

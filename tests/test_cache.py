@@ -107,9 +107,8 @@ def test_tune_cache_records_the_best_setting_and_eval_reproduces_it(tmp_path, co
     import subprocess
     import sys
 
-    from ctxlm.training.trainer import Trainer
-
     from conftest import tiny_config
+    from ctxlm.training.trainer import Trainer
 
     config = tiny_config(corpus, dropout=0.0)
     Trainer(config, tmp_path / "run", log=lambda *a: None).fit()

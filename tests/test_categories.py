@@ -39,9 +39,8 @@ def test_category_perplexities_by_hand():
 
 
 def test_categories_command_compares_runs(tmp_path, corpus):
-    from ctxlm.training.trainer import Trainer
-
     from conftest import tiny_config
+    from ctxlm.training.trainer import Trainer
 
     for name in ("lstm", "gru"):
         Trainer(tiny_config(corpus, name=name), tmp_path / name, log=lambda *a: None).fit()

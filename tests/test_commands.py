@@ -8,11 +8,10 @@ import time
 
 import pytest
 
+from conftest import ctxlm, one_line_error, tiny_config, write_corpus
 from ctxlm.data.registry import DataFile, fetch
 from ctxlm.errors import CtxlmError
 from ctxlm.training.trainer import Trainer
-
-from conftest import ctxlm, one_line_error, tiny_config, write_corpus
 
 CLI = [sys.executable, "-m", "ctxlm"]
 

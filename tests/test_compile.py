@@ -3,9 +3,8 @@ import json
 
 import pytest
 
-from ctxlm.training.trainer import Trainer
-
 from conftest import tiny_config
+from ctxlm.training.trainer import Trainer
 
 
 @pytest.mark.slow
@@ -15,7 +14,7 @@ def test_compiled_training_matches_eager(tmp_path, corpus):
     Trainer(config, tmp_path / "eager", log=lambda *a: None).fit()
     config.train.compile = True
     Trainer(config, tmp_path / "compiled", log=lambda *a: None).fit()
-    eager, compiled = ([json.loads(l) for l in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
+    eager, compiled = ([json.loads(line) for line in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
                        for d in ("eager", "compiled"))
     assert compiled[0]["train_loss"] == pytest.approx(eager[0]["train_loss"], rel=1e-4)
     assert compiled[0]["valid_ppl"] == pytest.approx(eager[0]["valid_ppl"], rel=1e-4)

@@ -5,13 +5,17 @@ import math
 import pytest
 import torch
 
+from conftest import DATA_DIR, FixedDistribution, ctxlm, needs_data, one_line_error
 from ctxlm.data.corpus import CompletionQuestion, read_msr_completion
 from ctxlm.data.vocab import Vocabulary
 from ctxlm.errors import CtxlmError
-from ctxlm.evaluation.completion import answer_questions, candidate_sentences, mcnemar_p, sentence_scores
+from ctxlm.evaluation.completion import (
+    answer_questions,
+    candidate_sentences,
+    mcnemar_p,
+    sentence_scores,
+)
 from ctxlm.generate import score_tokens
-
-from conftest import DATA_DIR, FixedDistribution, ctxlm, needs_data, one_line_error
 
 CSV = ("id,question,a),b),c),d),e)\n"
        "7,The cat _____ on a mat.,sat,ran,dog,the,on\n"

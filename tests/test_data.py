@@ -3,12 +3,12 @@ import gzip
 
 import pytest
 
+from conftest import DATA_DIR, needs_data
 from ctxlm.data.corpus import lines_to_tokens, read_text
-from ctxlm.data.registry import load_corpus, locate
+from ctxlm.data.load import load_corpus
+from ctxlm.data.registry import locate
 from ctxlm.data.vocab import EOS, UNK, Vocabulary
 from ctxlm.errors import CtxlmError
-
-from conftest import DATA_DIR, needs_data
 
 
 def test_lines_get_eos_and_empty_lines_count():

@@ -6,9 +6,8 @@ import sys
 import pytest
 import torch
 
-from ctxlm.training.trainer import Trainer
-
 from conftest import tiny_config
+from ctxlm.training.trainer import Trainer
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]

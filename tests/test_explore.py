@@ -15,14 +15,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
+from conftest import WORDS, tiny_config, write_corpus
 from ctxlm import cli
 from ctxlm.analysis.attention import explain
 from ctxlm.explore.scoring import MAX_SLOTS, MAX_TOKENS, load_runs, score_run, tokenize
 from ctxlm.explore.server import MAX_BODY, ExploreServer, Handler
 from ctxlm.training.count import estimate_run
 from ctxlm.training.trainer import Trainer
-
-from conftest import WORDS, tiny_config, write_corpus
 
 MODELS = {"lstm": {}, "attention": {"name": "attention", "window": 3},
           "salton": {"name": "attentive-lm", "layers": 1, "dropout": 0.0}, "kn": {"name": "kneser-ney", "order": 3}}

@@ -190,10 +190,9 @@ def test_pham_presets_have_the_tables_parameter_counts(preset, expected, overrid
 
 # ------------------------------------------------------------------ the commands on a tiny trained run
 def test_eval_score_generate_and_explore_work_for_a_window_run(runs):
+    from conftest import ctxlm
     from ctxlm.explore.scoring import score_run
     from ctxlm.run import load
-
-    from conftest import ctxlm
 
     evaluated = json.loads(ctxlm("eval", runs["cnn"], "--split", "valid", "--json").stdout)["valid"]
     results = json.loads((runs["cnn"] / "results.json").read_text())
@@ -280,11 +279,10 @@ def test_position_analyses_refuse_channel_major_maps():
 
 
 def test_mixture_of_two_runs_is_exact_and_its_weight_is_chosen_on_valid(runs):
+    from conftest import ctxlm, one_line_error
     from ctxlm.evaluation.interpolation import best_weight, mixed, split_log_probs
     from ctxlm.run import load
     from ctxlm.training.trainer import prepare_data
-
-    from conftest import ctxlm, one_line_error
 
     result = json.loads(ctxlm("eval", runs["cnn"], "--mix", runs["ngram"], "--json").stdout)
     a, b = load(runs["cnn"]), load(runs["ngram"])

@@ -15,13 +15,14 @@ from unittest import mock
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
-
-import ctxlm
-from ctxlm.evaluation import evaluate_stream
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from safetensors.torch import load_file
 
-from conftest import WORDS, ctxlm as run_ctxlm, examples, one_line_error
+import ctxlm
+from conftest import WORDS, examples, one_line_error
+from conftest import ctxlm as run_ctxlm
+from ctxlm.evaluation import evaluate_stream
 
 # ---------------------------------------------------------------------------------------------- corpus files
 SPACES = [" ", "  ", "\t", "\r", "\x0b", "\x0c", "\x1c", "\x85", "\u00a0", "\u2003", "\u2028", "\u3000"]

@@ -6,14 +6,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import DATA_DIR, ctxlm, needs_data, one_line_error
 from ctxlm.config import Config
 from ctxlm.data import holmes
-from ctxlm.data.corpus import gutenberg_body, msr_tokens, read_gutenberg, split_sentences_text
-from ctxlm.data.registry import load_corpus
+from ctxlm.data.corpus import (
+    gutenberg_body,
+    msr_tokens,
+    read_gutenberg,
+    split_sentences_text,
+)
+from ctxlm.data.load import load_corpus
 from ctxlm.data.vocab import EOS, Vocabulary
 from ctxlm.errors import CtxlmError
-
-from conftest import DATA_DIR, ctxlm, needs_data, one_line_error
 
 LICENCE_WORDS = {"gutenberg", "etext", "ebook", "licence", "small", "print", "volunteer", "section", "redistributing"}
 

@@ -18,13 +18,12 @@ import torch
 from safetensors import SafetensorError
 
 import ctxlm
+from conftest import ctxlm as run_ctxlm
+from conftest import one_line_error, tiny_config, write_corpus
 from ctxlm.errors import CtxlmError
 from ctxlm.training import checkpoint
 from ctxlm.training.divergence import Diverged, exp
 from ctxlm.training.trainer import Trainer
-
-from conftest import ctxlm as run_ctxlm
-from conftest import one_line_error, tiny_config, write_corpus
 
 QUIET = dict(log=lambda *a, **k: None)
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -192,7 +191,7 @@ def test_resume_without_trainer_state_continues_from_prev_and_equals_an_uninterr
     (run / "trainer_state.pt").unlink()
     lines = []
     resumed = Trainer(None, run, resume=True, log=lines.append).fit()
-    assert any("trainer_state.pt is missing; continuing from trainer_state.prev.pt (epoch 2, batch 3)" in l for l in lines)
+    assert any("trainer_state.pt is missing; continuing from trainer_state.prev.pt (epoch 2, batch 3)" in line for line in lines)
     straight = Trainer(config, tmp_path / "straight", **QUIET).fit()
     assert resumed["test"] == straight["test"]
     a, b = (checkpoint.load_state(d / "trainer_state.pt")["model"] for d in (run, tmp_path / "straight"))

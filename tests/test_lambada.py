@@ -8,10 +8,9 @@ import sys
 import pytest
 import torch
 
+from conftest import FixedDistribution
 from ctxlm.data.vocab import Vocabulary
 from ctxlm.evaluation.lambada import capitalised_words, score_passages
-
-from conftest import FixedDistribution
 
 
 def test_two_passages_by_hand():
@@ -70,9 +69,8 @@ def test_capitalised_words_skip_sentence_starts(tmp_path):
 
 
 def test_lambada_command_on_a_trained_run(tmp_path, corpus):
-    from ctxlm.training.trainer import Trainer
-
     from conftest import tiny_config
+    from ctxlm.training.trainer import Trainer
 
     Trainer(tiny_config(corpus), tmp_path / "run", log=lambda *a: None).fit()
     passages = tmp_path / "passages.txt"

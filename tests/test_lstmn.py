@@ -6,7 +6,6 @@ from ctxlm.config import ModelConfig, load_toml
 from ctxlm.models import build_model
 from ctxlm.models.base import refuse_unread_keys
 from ctxlm.training.distributed import merge_state
-
 from test_presets import CONFIGS, counts
 
 V = 23

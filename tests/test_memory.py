@@ -8,6 +8,8 @@ import pytest
 import torch
 
 import ctxlm
+from conftest import ctxlm as ctxlm_command
+from conftest import one_line_error, tiny_config, write_corpus
 from ctxlm.analysis import memory as analysis_memory
 from ctxlm.analysis.memory import memory_records, pair_frequencies
 from ctxlm.config import ModelConfig, load_toml
@@ -15,8 +17,6 @@ from ctxlm.data.batching import IGNORE
 from ctxlm.errors import CtxlmError
 from ctxlm.models import build_model, memory
 from ctxlm.training.trainer import Trainer, prepare_data
-
-from conftest import ctxlm as ctxlm_command, one_line_error, tiny_config, write_corpus
 from memory_oracles import bidirectional_oracle, memory_oracle
 
 V = 23

@@ -7,8 +7,8 @@ import torch
 from ctxlm.config import ModelConfig
 from ctxlm.data.vocab import Vocabulary
 from ctxlm.errors import CtxlmError
-from ctxlm.models import build_model
 from ctxlm.evaluation.names import names_perplexity
+from ctxlm.models import build_model
 
 WORDS = ["<eos>", "<unk>", "the", "said", "holmes", "watson", "a", "lestrade", "door", "was"]
 NAMES = ["holmes", "watson", "lestrade"]
@@ -86,7 +86,8 @@ def test_a_missing_names_list_is_a_clear_error(tmp_path):
 
 
 def test_trained_run_keeps_its_names_and_eval_reports_names_perplexity(tmp_path, corpus):
-    from conftest import WORDS as CORPUS_WORDS, ctxlm, tiny_config
+    from conftest import WORDS as CORPUS_WORDS
+    from conftest import ctxlm, tiny_config
     from ctxlm.run import load
     from ctxlm.training.trainer import Trainer
 

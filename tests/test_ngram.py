@@ -7,12 +7,11 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import DATA_DIR, needs_data
+from ctxlm.data.vocab import Vocabulary
 from ctxlm.evaluation import evaluate_stream
 from ctxlm.models.arpa import read_arpa, write_arpa
 from ctxlm.models.ngram import KneserNeyLM, discounts_from_counts
-from ctxlm.data.vocab import Vocabulary
-
-from conftest import DATA_DIR, needs_data
 
 EOS, BOS = 0, "<s>"
 

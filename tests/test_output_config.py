@@ -4,11 +4,10 @@ import json
 import pytest
 import torch
 
+from conftest import ctxlm, tiny_config
 from ctxlm.config import Config, ModelConfig, OutputConfig, apply_overrides
 from ctxlm.errors import CtxlmError
 from ctxlm.models import MODELS, build_model
-
-from conftest import ctxlm, tiny_config
 
 V = 40
 FAMILIES = {"lstm": {}, "gru": {}, "rnn-tanh": {}, "rnn-relu": {}, "attention": {"window": 3}, "key-value": {"window": 2},

@@ -9,7 +9,12 @@ from conftest import DATA_DIR, needs_data
 from ctxlm.config import OutputConfig
 from ctxlm.data.batching import IGNORE, StreamBatches
 from ctxlm.evaluation import evaluate_stream
-from ctxlm.layers.output import NCEOutput, build_output, frequency_classes, parse_cutoffs
+from ctxlm.layers.output import (
+    NCEOutput,
+    build_output,
+    frequency_classes,
+    parse_cutoffs,
+)
 from ctxlm.models.base import LanguageModel, ModelOutput
 from ctxlm.training import checkpoint
 from ctxlm.training.optim import build_optimizer
@@ -211,7 +216,7 @@ def test_layers_run_on_cuda(name):
 @pytest.fixture(scope="module")
 def ptb_slice():
     """The first 40,000 tokens of PTB train (vocabulary and counts from them) and 5,000 of valid."""
-    from ctxlm.data.registry import load_corpus
+    from ctxlm.data.load import load_corpus
     from ctxlm.data.vocab import EOS, Vocabulary
 
     corpus = load_corpus("ptb", DATA_DIR)

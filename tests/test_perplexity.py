@@ -4,13 +4,12 @@ import math
 import pytest
 import torch
 
+from conftest import FixedDistribution
+from ctxlm.config import ModelConfig
 from ctxlm.data.batching import IGNORE, SentenceBatches, StreamBatches, split_sentences
+from ctxlm.errors import CtxlmError
 from ctxlm.evaluation import evaluate_sentences, evaluate_stream
 from ctxlm.models import build_model
-from ctxlm.config import ModelConfig
-from ctxlm.errors import CtxlmError
-
-from conftest import FixedDistribution
 
 
 def test_worked_example_from_pham_table_2_1():

@@ -6,12 +6,11 @@ import sys
 import pytest
 import torch
 
+from conftest import tiny_config
 from ctxlm.config import ModelConfig
 from ctxlm.models import build_model
 from ctxlm.training.optim import build_optimizer
 from ctxlm.training.trainer import Trainer, train_step
-
-from conftest import tiny_config
 
 FAMILIES = ["lstm", "gru", "attention", "key-value", "key-value-predict", "rnn-ngram", "attentive-lm", "lstmn"]
 

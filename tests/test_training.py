@@ -3,12 +3,11 @@ import json
 
 import pytest
 import torch
-
-from ctxlm.run import load
-from ctxlm.training.trainer import Trainer
 from safetensors.torch import load_file
 
 from conftest import tiny_config
+from ctxlm.run import load
+from ctxlm.training.trainer import Trainer
 
 
 def metrics(run_dir):

@@ -11,17 +11,17 @@ import math
 import subprocess
 import sys
 import tempfile
-import tomllib
 from pathlib import Path
 
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+import tomllib
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
+from conftest import ctxlm, examples, one_line_error
 from ctxlm.cli import build_parser
 from ctxlm.config import Config, apply_overrides, load_toml, shared_fields
 from ctxlm.errors import CtxlmError
-
-from conftest import ctxlm, examples, one_line_error
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 INT64 = 2**63

@@ -4,16 +4,15 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
+from conftest import ctxlm, one_line_error, tiny_config
 from ctxlm.config import ModelConfig
 from ctxlm.data.batching import IGNORE, WindowBatches
 from ctxlm.evaluation.perplexity import evaluate_stream
 from ctxlm.models import build_model
 from ctxlm.training.trainer import Trainer, train_step
 from oracles import feedforward_oracle
-from safetensors.torch import load_file
-
-from conftest import one_line_error, ctxlm, tiny_config
 
 EOS = 0
 

@@ -1,4 +1,6 @@
 """ctxlm: word-level language models that look back at their context."""
+from importlib.metadata import version
+
 from .config import Config, load_toml
 from .data.vocab import Vocabulary
 from .errors import CtxlmError
@@ -7,7 +9,7 @@ from .models import build_model
 from .run import Run, load
 from .training.trainer import Trainer
 
-__version__ = "0.1.0"
+__version__ = version("ctxlm")
 
 
 def train(config: Config, run_dir, data_dir=None, resume: bool = False) -> dict:

@@ -127,3 +127,11 @@ def option(kind: type, allowed: Allowed = ANY):
 def setting(default: Any, allowed: Allowed = ANY):
     """A config dataclass field with its allowed values (checked by config.apply and config.validate)."""
     return field(default=default, metadata={"allowed": allowed})
+
+
+def safe_exp(x: float) -> float:
+    """math.exp that gives inf where it would overflow (display and perplexities never raise)."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf

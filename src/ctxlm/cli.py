@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .checks import PROBABILITY, SEED, at_least, in_range, option
 from .errors import CtxlmError
+from .io import atomic_write_text
 from .jsonio import json_text
 
 
@@ -52,7 +53,9 @@ def cmd_train(args) -> int:
         saved = load_toml(saved_path, saved=True) if saved_path.is_file() else None
         config = apply_overrides(saved, args.set) if saved and args.set else None
         if saved and getattr(MODELS.get(saved.model.name), "count_based", False):
-            from .training.count import estimate_run       # seconds long and deterministic: estimated again
+            from .training.count import (
+                estimate_run,  # seconds long and deterministic: estimated again
+            )
 
             _print_table(args.resume, estimate_run(saved, args.resume, args.data_dir, again=True))
             return 0
@@ -87,9 +90,10 @@ def _print_table(run_dir, results) -> None:
 
 
 def cmd_eval(args) -> int:
+    from .data.vocab import read_names
     from .evaluation import evaluate_file
     from .evaluation.categories import stream_log_probs
-    from .evaluation.names import names_perplexity, read_names
+    from .evaluation.names import names_perplexity
     from .run import load
     from .training.precision import autocast
     from .training.trainer import evaluate_split
@@ -145,7 +149,13 @@ def cmd_eval(args) -> int:
 def _eval_mixture(run, args) -> int:
     """`ctxlm eval RUN --mix OTHER`: p = (1 − λ) p_RUN + λ p_OTHER on the dataset's splits, λ given or
     chosen by maximum likelihood on valid (evaluation/interpolation.py)."""
-    from .evaluation.interpolation import best_weight, check_mixable, mixed, perplexity, split_log_probs
+    from .evaluation.interpolation import (
+        best_weight,
+        check_mixable,
+        mixed,
+        perplexity,
+        split_log_probs,
+    )
     from .run import load
     from .training.trainer import prepare_data
 
@@ -223,7 +233,6 @@ def cmd_tune_cache(args) -> int:
     from .evaluation.cache import cache_grid
     from .models.cache import CacheSettings
     from .run import load
-    from .training import checkpoint
     from .training.trainer import git_commit
 
     def numbers(option, text, kind):
@@ -246,7 +255,7 @@ def cmd_tune_cache(args) -> int:
     data = _split_data(run, args, args.split)
     result = cache_grid(run.model, data.ids[args.split], windows, thetas, lambdas, run.config.data.eval_chunk)
     result.update(split=args.split, commit=git_commit())
-    checkpoint.atomic_write_text(Path(args.run) / "cache.json", json_text(result, indent=1) + "\n")
+    atomic_write_text(Path(args.run) / "cache.json", json_text(result, indent=1) + "\n")
     plot_cache_grid(result, Path(args.run) / "cache_grid.png")
     best = result["best"]
     print(f"{args.split} perplexity without cache {result['model_ppl']:.2f}; best with cache {best['ppl']:.2f} "
@@ -263,9 +272,8 @@ def cmd_tune_cache(args) -> int:
 def cmd_lambada(args) -> int:
     from .data.corpus import read_lambada, read_text
     from .evaluation.lambada import score_passages
+    from .io import Progress
     from .run import load
-    from .training import checkpoint
-    from .training.progress import Progress
 
     run = load(args.run)
     model, _ = _with_cache(run, args)
@@ -275,7 +283,7 @@ def cmd_lambada(args) -> int:
     summary, records = score_passages(model, run.vocab, passages, names, args.top, bar)
     bar.close()
     out = Path(args.out)
-    checkpoint.atomic_write_text(out, "".join(json_text(r) + "\n" for r in records))
+    atomic_write_text(out, "".join(json_text(r) + "\n" for r in records))
     summary.update(file=args.file, run=args.run, cache=args.cache, names_file=args.names)
     if args.json:
         print(json_text(summary, indent=2))
@@ -311,9 +319,8 @@ def cmd_complete(args) -> int:
     from .data.corpus import read_msr_completion
     from .data.registry import locate
     from .evaluation.completion import answer_questions, compare_answers, read_answers
+    from .io import Progress
     from .run import load
-    from .training import checkpoint
-    from .training.progress import Progress
     from .training.trainer import pick_device
 
     questions_file, answers_file = args.questions, args.answers
@@ -330,7 +337,7 @@ def cmd_complete(args) -> int:
                    answers_file=str(answers_file) if answers_file else None)
     if other is not None:
         summary["comparison"] = compare_answers(records, other, str(args.against))
-    checkpoint.atomic_write_text(args.out, json_text({**summary, "records": records}, indent=1) + "\n")
+    atomic_write_text(args.out, json_text({**summary, "records": records}, indent=1) + "\n")
     print(f"{questions_file}: {summary['questions']:,} questions, {summary['unknown_candidates']:,} candidates outside "
           f"the vocabulary of {args.run} ({summary['seconds']:.0f} s)")
     if summary["answered"]:
@@ -347,20 +354,19 @@ def cmd_complete(args) -> int:
 
 def cmd_names(args) -> int:
     from .evaluation.lambada import capitalised_words
-    from .training import checkpoint
 
     paths = [p for given in args.files for p in (sorted(Path(given).glob("*")) if Path(given).is_dir() else [Path(given)])]
     words = capitalised_words(paths, args.min_count, args.share)
-    checkpoint.atomic_write_text(args.out, "".join(w + "\n" for w in words))
+    atomic_write_text(args.out, "".join(w + "\n" for w in words))
     print(f"{len(words):,} capitalised word types from {len(paths):,} files written to {args.out}")
     return 0
 
 
 def cmd_score(args) -> int:
+    from .checks import safe_exp
     from .data.corpus import iter_lines
     from .generate import score_tokens
     from .run import load
-    from .training.divergence import exp as safe_exp
 
     run = load(args.run)
     state = None
@@ -448,7 +454,7 @@ def cmd_import_arpa(args) -> int:
     if "<unk>" not in getattr(model, "arpa_words", ("<unk>",)):
         print(f"warning: {args.arpa} has no <unk> unigram: a word outside its {len(vocab):,} words gets probability 0 "
               "(perplexity inf); estimate it with <unk> (KenLM does by default)", file=sys.stderr)
-    checkpoint.atomic_write_text(run_dir / "config.toml", config.to_toml())
+    atomic_write_text(run_dir / "config.toml", config.to_toml())
     vocab.save(run_dir / "vocab.txt")
     checkpoint.save_weights(model, run_dir / "model.safetensors", {"model": "kneser-ney", "vocab": vocab.fingerprint()})
     print(f"imported a {model.order}-gram model with {len(vocab):,} words into {run_dir}")
@@ -463,7 +469,12 @@ def cmd_explore(args) -> int:
 
 
 def cmd_attention(args) -> int:
-    from .analysis.attention import explain, plot_heatmap, plot_top_predictions, write_json
+    from .analysis.attention import (
+        explain,
+        plot_heatmap,
+        plot_top_predictions,
+        write_json,
+    )
     from .run import load
 
     run = load(args.run)
@@ -474,7 +485,7 @@ def cmd_attention(args) -> int:
     else:
         import itertools
 
-        from .data.registry import load_corpus
+        from .data.load import load_corpus
         from .data.vocab import EOS
 
         d = run.config.data
@@ -514,7 +525,6 @@ def cmd_analyze_memory(args) -> int:
     from .analysis import memory
     from .analysis.attention import write_json
     from .run import load
-    from .training import checkpoint
 
     run = load(args.run)
     memory.require_memory(run)
@@ -529,7 +539,7 @@ def cmd_analyze_memory(args) -> int:
         write_json({"run": str(args.run), "split": args.split, label: result}, out / f"memory_{label}.json")
     memory.plot_positions(positions, name, out / "memory_positions.png")
     memory.plot_samples(sampled, name, out / "memory_samples.png")
-    checkpoint.atomic_write_text(out / "memory_cooccurrence.md", memory.cooccurrence_markdown(
+    atomic_write_text(out / "memory_cooccurrence.md", memory.cooccurrence_markdown(
         table, f"{name}, {args.split} split: co-occurrence frequency against attention distance (Tran Table 3)"))
     print(f"{'position':>9}{'mean attention':>16}{'full memory':>13}{'predictions':>13}")
     for r in positions["positions"]:
@@ -589,7 +599,11 @@ def cmd_kernel_ngrams(args) -> int:
 
 def cmd_position_weights(args) -> int:
     from .analysis.attention import write_json
-    from .analysis.feedforward import plot_positions, positive_weight_by_position, require_feedforward
+    from .analysis.feedforward import (
+        plot_positions,
+        positive_weight_by_position,
+        require_feedforward,
+    )
     from .run import load
 
     run = load(args.run)
@@ -743,7 +757,13 @@ def _project_root() -> Path:
 
 
 def cmd_models(args) -> int:
-    from .config import ModelConfig, _toml_value, described, family_options, shared_fields
+    from .config import (
+        ModelConfig,
+        _toml_value,
+        described,
+        family_options,
+        shared_fields,
+    )
     from .models import MODELS
     from .models.base import softmax_ties
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import tomllib
+
 from .checks import ANY, SEED, above, at_least, convert, in_range, one_of, setting
 from .errors import CtxlmError
+from .registry import MODELS
 
 
 @dataclass
@@ -62,8 +64,6 @@ class ModelConfig:
 
 def family_options(name: str) -> type:
     """The option dataclass of model `name` (an unknown name is an error listing the known ones)."""
-    from .models import MODELS
-
     if name not in MODELS:
         raise CtxlmError(f"unknown model {name!r} (model.name); known models: {', '.join(sorted(MODELS))}")
     return MODELS[name].Options
@@ -82,8 +82,6 @@ def described(options_class: type, only: list | None = None) -> list[tuple[str, 
 
 
 def _model_names() -> list[str]:
-    from .models import MODELS
-
     return sorted(MODELS)
 
 
@@ -252,8 +250,6 @@ def _load(path: Path, config: Config, chain: tuple[Path, ...], saved: bool = Fal
 
 
 def _other_families_options(model: ModelConfig) -> set[str]:
-    from .models import MODELS
-
     own = {f.name for f in shared_fields(model)} | {f.name for f in fields(model.options)}
     return {f.name for cls in MODELS.values() for f in fields(cls.Options)} - own
 

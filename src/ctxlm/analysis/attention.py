@@ -140,7 +140,7 @@ def plot_by_distance(rows: list[dict], name: str, path: str | Path, limit: int =
 
 def write_json(data, path: str | Path) -> None:
     """Strict JSON (any JSON reader takes it): a perplexity that is undefined (no tokens) or infinite is null."""
+    from ..io import atomic_write_text
     from ..jsonio import json_text
-    from ..training.checkpoint import atomic_write_text
 
     atomic_write_text(path, json_text(data, indent=1) + "\n")

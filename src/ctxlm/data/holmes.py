@@ -26,7 +26,15 @@ import numpy as np
 from ..errors import CtxlmError
 from . import corpus as readers
 from .encoded import EncodedCorpus
-from .registry import DataFile, _candidates, cache_dir, locate, search_roots, spec, verify
+from .registry import (
+    DataFile,
+    _candidates,
+    cache_dir,
+    locate,
+    search_roots,
+    spec,
+    verify,
+)
 from .vocab import EOS, UNK
 
 FORMAT = "holmes-2"          # change when tokenisation, splitting or layout change: old output is then redone
@@ -117,7 +125,7 @@ def prepare(data_dir=None, out=None, valid_sentences: int = VALID_SENTENCES, see
     A complete earlier preparation with the same recipe is kept (a no-op); one with another recipe is
     replaced only with `force`.
     """
-    from ..training.progress import Progress
+    from ..io import Progress
 
     index = locate("holmes", "index", data_dir)
     folder = Path(out or cache_dir()) / FOLDER

@@ -53,7 +53,7 @@ class Vocabulary:
         return hashlib.sha256("\n".join(self.words).encode("utf-8")).hexdigest()
 
     def save(self, path: str | Path) -> None:
-        from ..training.checkpoint import atomic_write_text
+        from ..io import atomic_write_text
 
         atomic_write_text(path, "\n".join(self.words) + "\n")
 
@@ -69,3 +69,16 @@ class Vocabulary:
             return cls(text.split("\n")[:-1])
         except CtxlmError as exc:
             raise CtxlmError(f"{path}: {exc}") from None
+
+
+def read_names(path: str | Path, vocab, source: str = "--names") -> torch.Tensor:
+    """[V] bool: the vocabulary's words listed in `path` (one per line, as `ctxlm names` writes);
+    `source` names the option or key in errors."""
+    try:
+        words = Path(path).read_text(encoding="utf-8").split()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CtxlmError(f"{source}: cannot read {path} ({getattr(exc, 'strerror', None) or exc})") from None
+    mask = torch.zeros(len(vocab), dtype=torch.bool)
+    mask[[vocab.index[w] for w in words if w in vocab.index]] = True
+    mask[[vocab.eos, vocab.unk]] = False
+    return mask

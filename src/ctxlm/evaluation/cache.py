@@ -7,13 +7,12 @@ tokens × hidden size floats (PTB valid, 300 units: 89 MB).
 """
 from __future__ import annotations
 
-
 import torch
 
-from ..training.divergence import exp as safe_exp
+from ..checks import safe_exp
 from ..data.batching import IGNORE
+from ..io import Progress
 from ..models.cache import cache_lambda, cache_step, cache_target_probs, mix
-from ..training.progress import Progress
 from .perplexity import stream_outputs
 
 WINDOWS = (100, 500, 1000, 2000)

@@ -11,7 +11,7 @@ import re
 
 import torch
 
-from ..training.divergence import exp as safe_exp
+from ..checks import safe_exp
 from .perplexity import stream_outputs
 
 # Brown tag (after stripping -TL/-HL/-NC/FW- and taking the first part of a contraction) -> category

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from ..training.divergence import exp as safe_exp
+from ..checks import safe_exp
 from ..errors import CtxlmError
 from .categories import stream_log_probs
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from ..training.divergence import exp as safe_exp
+from ..checks import safe_exp
 from ..data.corpus import gutenberg_sentences
 from ..data.vocab import EOS, UNK
 from ..errors import CtxlmError

@@ -8,8 +8,14 @@ from pathlib import Path
 
 import torch
 
-from ..training.divergence import exp as safe_exp
-from ..data.batching import IGNORE, SentenceBatches, SpooledStreamBatches, StreamBatches, spool_ids
+from ..checks import safe_exp
+from ..data.batching import (
+    IGNORE,
+    SentenceBatches,
+    SpooledStreamBatches,
+    StreamBatches,
+    spool_ids,
+)
 from ..data.corpus import iter_tokens
 from ..data.vocab import EOS
 

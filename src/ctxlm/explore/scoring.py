@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from ..training.divergence import exp as safe_exp
+from ..checks import safe_exp
 from ..data.vocab import EOS
 from ..errors import CtxlmError
 from ..models.cache import CacheSettings, NeuralCache

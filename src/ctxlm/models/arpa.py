@@ -19,7 +19,7 @@ LN10 = math.log(10.0)
 
 
 def write_arpa(model: KneserNeyLM, vocab: Vocabulary, path: str | Path) -> None:
-    from ..training.checkpoint import _atomic
+    from ..io import atomic_write
 
     names = np.array([("</s>" if w == EOS else w) for w in vocab.words] + ["<s>"], dtype=object)
     words = [None, np.arange(model.base)[:, None]]
@@ -44,7 +44,7 @@ def write_arpa(model: KneserNeyLM, vocab: Vocabulary, path: str | Path) -> None:
                     out.writelines(f"{p:.7f}\t{t}\n" for p, t in zip(log_prob, text))
             out.write("\n\\end\\\n")
 
-    _atomic(path, write)
+    atomic_write(path, write)
 
 
 def read_arpa(path: str | Path) -> tuple[KneserNeyLM, Vocabulary]:

@@ -1,4 +1,4 @@
-"""The LanguageModel interface and the model registry (ARCHITECTURE.md, "The model interface")."""
+"""The LanguageModel interface (ARCHITECTURE.md, "The model interface"); families register in ctxlm.registry."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -9,17 +9,7 @@ from torch import nn
 
 from ..errors import CtxlmError
 from ..layers.output import build_output
-
-MODELS: dict[str, Callable[..., "LanguageModel"]] = {}
-
-
-def register(*names: str):
-    """Class decorator: make a model buildable by name from a ModelConfig."""
-    def wrap(cls):
-        for name in names:
-            MODELS[name] = cls
-        return cls
-    return wrap
+from ..registry import MODELS, register  # noqa: F401  (families register through models.base)
 
 
 def build_model(config, vocab_size: int, output=None, counts: torch.Tensor | None = None) -> "LanguageModel":

@@ -21,11 +21,11 @@ from torch import nn
 
 from ..checks import at_least, one_of, setting
 from ..data.batching import IGNORE
+from ..data.vocab import read_names
 from ..errors import CtxlmError
-from ..evaluation.names import read_names
 from ..layers.output import SoftmaxOutput
 from .base import LanguageModel, ModelOutput, register
-from .recurrent import RecurrentLM, RecurrentOptions, _CELLS
+from .recurrent import _CELLS, RecurrentLM, RecurrentOptions
 
 
 @dataclass

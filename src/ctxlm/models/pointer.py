@@ -14,7 +14,7 @@ from ..checks import at_least, one_of, setting
 from ..data.batching import IGNORE
 from ..layers.history import empty_memory, masked_softmax, windowed_history
 from .base import LanguageModel, ModelOutput, register
-from .recurrent import RecurrentLM, RecurrentOptions, _CELLS
+from .recurrent import _CELLS, RecurrentLM, RecurrentOptions
 
 
 def _log(mass: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,6 @@ from torch import nn
 from torch.func import functional_call
 
 from ..checks import in_range, setting
-
 from ..layers.history import empty_memory, windowed_history
 from ..layers.output import SoftmaxOutput
 from .base import LanguageModel, ModelOutput, register, reset_segments

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from ..errors import CtxlmError
+from ..io import atomic_write_text
 from ..jsonio import json_text
 from ..training import checkpoint
 
@@ -60,7 +61,7 @@ def load_record(path: str | Path) -> dict | None:
 
 
 def save_record(path: str | Path, record: dict) -> None:
-    checkpoint.atomic_write_text(path, json_text(record, indent=2) + "\n")
+    atomic_write_text(path, json_text(record, indent=2) + "\n")
 
 
 def _read_json(path: Path) -> dict | None:

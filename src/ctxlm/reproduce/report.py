@@ -7,7 +7,7 @@ import shlex
 from pathlib import Path
 
 from ..errors import CtxlmError
-from ..training import checkpoint
+from ..io import atomic_write_text
 from . import records
 from .runner import RowRun
 from .tables import METRICS, Table
@@ -170,7 +170,7 @@ def write_page(page: Path, report: str) -> None:
         raise CtxlmError(f"{page}: no report markers; put the lines\n{PAGE_BEGIN}\n{PAGE_END}\nwhere the tables go")
     before, rest = text.split(PAGE_BEGIN, 1)
     after = rest.split(PAGE_END, 1)[1]
-    checkpoint.atomic_write_text(page, f"{before}{PAGE_BEGIN}\n{report}{PAGE_END}{after}")
+    atomic_write_text(page, f"{before}{PAGE_BEGIN}\n{report}{PAGE_END}{after}")
 
 
 def page_report(page: Path) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,45 +18,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from ..errors import CtxlmError
-
-
-def _atomic(path: str | Path, write) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
-    try:
-        try:
-            write(tmp)
-            os.chmod(tmp, 0o644)
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
-        except (OSError, SafetensorError, RuntimeError) as exc:   # a full disk: ENOSPC, or the writer's own error
-            reason = os.strerror(exc.errno) if getattr(exc, "errno", None) else " ".join(str(exc).split())[:160]
-            raise CtxlmError(f"{path}: could not be written ({reason}); is the disk full? The file it would "
-                             "replace is unchanged; free some space and run the command again") from None
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    _atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
-
-
-def clear_temporaries(folder: str | Path) -> list[Path]:
-    """Delete the temporary files that writes interrupted by a kill left in `folder`; return what else is there."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    kept = []
-    for entry in folder.iterdir():
-        if entry.name.startswith(".") and entry.name.endswith(".tmp"):
-            entry.unlink(missing_ok=True)
-        else:
-            kept.append(entry)
-    return kept
+from ..io import atomic_write
 
 
 def digest(value: Any) -> str:
@@ -96,7 +57,7 @@ def save_weights(model: torch.nn.Module, path: str | Path, metadata: dict[str, s
     """Neural models store their state dict; count-based models their tables (`model.tensors()`)."""
     tensors = model.tensors() if hasattr(model, "tensors") else unique_state_dict(model)
     metadata = {**metadata, "sha256": digest(dict(sorted(tensors.items())))}
-    _atomic(path, lambda tmp: save_file(tensors, tmp, metadata=metadata))
+    atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=metadata))
 
 
 def load_weights(model: torch.nn.Module, path: str | Path, expect: dict[str, str]) -> dict[str, str]:
@@ -146,8 +107,8 @@ def save_state(path: str | Path, state: dict[str, Any]) -> None:
     """
     path = Path(path)
     if path.exists():
-        _atomic(path.with_name("trainer_state.prev.pt"), lambda tmp: _link(path, tmp))
-    _atomic(path, lambda tmp: torch.save({**state, "sha256": digest(state)}, tmp))
+        atomic_write(path.with_name("trainer_state.prev.pt"), lambda tmp: _link(path, tmp))
+    atomic_write(path, lambda tmp: torch.save({**state, "sha256": digest(state)}, tmp))
 
 
 def _link(source: Path, target: str) -> None:

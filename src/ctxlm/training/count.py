@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..config import Config
 from ..errors import CtxlmError
+from ..io import atomic_write_text
 from ..models.base import build_model
 from . import checkpoint
 from .rundir import RunLock, content
@@ -39,7 +40,7 @@ def _estimate(config: Config, run_dir: Path, data_dir, log) -> dict:
     seconds = time.time() - started
     counts = model.ngram_counts()
     log(f"{config.model.name} order {model.order}: n-grams per order {counts}, estimated in {seconds:.1f} s")
-    checkpoint.atomic_write_text(run_dir / "config.toml", config.to_toml())
+    atomic_write_text(run_dir / "config.toml", config.to_toml())
     data.vocab.save(run_dir / "vocab.txt")
     checkpoint.save_weights(model, run_dir / "model.safetensors",
                             {"model": config.model.name, "vocab": data.vocab.fingerprint(),
@@ -51,5 +52,5 @@ def _estimate(config: Config, run_dir: Path, data_dir, log) -> dict:
     for split in ("valid", "test"):
         if split in data.ids:
             results[split] = evaluate_split(model, config, data.ids[split], data.vocab, "cpu")
-    checkpoint.atomic_write_text(run_dir / "results.json", json.dumps(results, indent=2) + "\n")
+    atomic_write_text(run_dir / "results.json", json.dumps(results, indent=2) + "\n")
     return results

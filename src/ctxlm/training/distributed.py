@@ -16,7 +16,6 @@ import torch.distributed as dist
 from torch import nn
 
 
-
 @dataclass
 class World:
     rank: int = 0

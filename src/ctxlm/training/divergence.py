@@ -1,19 +1,9 @@
 """Divergence is a clear stop: a non-finite or overflowing loss ends training with one line naming the settings."""
 from __future__ import annotations
 
-import math
-
 from ..errors import CtxlmError
 
 MAX_LOSS = 700.0        # mean NLL per token; e**700 is near the largest float64, so beyond it a perplexity overflows
-
-
-def exp(x: float) -> float:
-    """math.exp that gives inf where it would overflow (display and perplexities never raise)."""
-    try:
-        return math.exp(x)
-    except OverflowError:
-        return math.inf
 
 
 def diverged(loss: float) -> bool:

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from ..errors import CtxlmError
+from ..io import atomic_write_text, clear_temporaries
 from . import checkpoint
 
 LOCK, HOLDER = ".ctxlm.lock", ".ctxlm.lock.holder"
@@ -41,7 +42,7 @@ class RunLock:
             raise CtxlmError(f"{self.run_dir} is being written by another ctxlm ({self.holder()}); wait for it to "
                              "end or stop it (then continue with --resume), or give another --run-dir") from None
         self.lock = lock
-        checkpoint.atomic_write_text(self.run_dir / HOLDER, f"process {os.getpid()} on {socket.gethostname()}, "
+        atomic_write_text(self.run_dir / HOLDER, f"process {os.getpid()} on {socket.gethostname()}, "
                                      f"since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
         return self
 
@@ -71,7 +72,7 @@ class RunLock:
 
 def content(run_dir: str | Path) -> list[Path]:
     """What a run directory holds besides the lock's files (and after deleting interrupted writes)."""
-    return [p for p in checkpoint.clear_temporaries(run_dir) if p.name not in BOOKKEEPING]
+    return [p for p in clear_temporaries(run_dir) if p.name not in BOOKKEEPING]
 
 
 def resume_state(run_dir: Path, log) -> dict | None:

@@ -18,20 +18,34 @@ from pathlib import Path
 
 import torch
 
+from ..checks import safe_exp
 from ..config import Config, load_toml, validate
-from ..data.batching import IGNORE, SentenceBatches, Sentences, StreamBatches, WindowBatches, cap_sentences, \
-    split_sentences
-from ..data.registry import load_corpus
+from ..data.batching import (
+    IGNORE,
+    SentenceBatches,
+    Sentences,
+    StreamBatches,
+    WindowBatches,
+    cap_sentences,
+    split_sentences,
+)
+from ..data.load import load_corpus
 from ..data.vocab import EOS, Vocabulary
 from ..errors import CtxlmError
 from ..evaluation.perplexity import evaluate_sentences, evaluate_stream
+from ..io import Progress, atomic_write_text
 from ..layers.output import refuse_unread_output_keys
-from ..models.base import LanguageModel, build_model, detach_state, map_state, refuse_unread_keys
+from ..models.base import (
+    LanguageModel,
+    build_model,
+    detach_state,
+    map_state,
+    refuse_unread_keys,
+)
 from . import checkpoint, divergence
 from .distributed import LossStep, World, merge_state, split_state, wrap
 from .optim import build_optimizer, next_lr
 from .precision import emulated_bf16
-from .progress import Progress
 from .rundir import RunLock, check_same_data, content, data_fingerprint, resume_state
 from .step import capped_threads, compiled, loss_denominator, train_step  # noqa: F401 (also imported from here)
 
@@ -112,14 +126,14 @@ def check_config(config: Config) -> None:
 
 def git_commit() -> str:
     """The commit of ctxlm's own source tree (an editable install), else the package version."""
-    from .. import __version__
+    from importlib.metadata import version
 
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
                              cwd=Path(__file__).resolve().parent)
-        return out.stdout.strip() or __version__
+        return out.stdout.strip() or version("ctxlm")
     except (OSError, subprocess.SubprocessError):
-        return __version__
+        return version("ctxlm")
 
 
 class Trainer:
@@ -289,7 +303,7 @@ class Trainer:
             if self.resume_state is None and (run_dir / "config.toml").exists():
                 self.log(f"no checkpoint in {run_dir} yet: starting it from the beginning")
             if self.world.main:
-                checkpoint.atomic_write_text(run_dir / "config.toml", cfg.to_toml())
+                atomic_write_text(run_dir / "config.toml", cfg.to_toml())
                 self.data.vocab.save(run_dir / "vocab.txt")
             counts = self.model.parameter_counts()
             self.log(f"model {cfg.model.name}: {counts['total']:,} parameters ({counts['without_embeddings']:,} without word embeddings), "
@@ -368,7 +382,7 @@ class Trainer:
             if bar.count % 10 == 0 or number + 1 == count:
                 mean = progress["epoch_nll"] / max(progress["epoch_tokens"], 1)
                 rate = tokens_run / max(time.time() - started, 1e-9)
-                bar.update(loss=f"{mean:.3f}", ppl=f"{divergence.exp(mean):.1f}", tok_s=f"{rate:,.0f}")
+                bar.update(loss=f"{mean:.3f}", ppl=f"{safe_exp(mean):.1f}", tok_s=f"{rate:,.0f}")
             else:
                 bar.update()
             if stop:
@@ -421,7 +435,7 @@ class Trainer:
                 checkpoint.load_weights(self.model, self.run_dir / "model.safetensors", self.identity)
             world.broadcast_module(self.model)
         record = {"epoch": epoch, "lr": progress["lr"], "train_loss": round(train_loss, 6),
-                  "train_ppl": round(divergence.exp(train_loss), 4), "valid_ppl": round(valid["ppl"], 4),
+                  "train_ppl": round(safe_exp(train_loss), 4), "valid_ppl": round(valid["ppl"], 4),
                   "best": improved, "tokens_per_s": round(self._epoch_rate, 1), "elapsed_s": round(progress["elapsed"], 1)}
         progress["history"].append(record)
         self._write_metrics(progress["history"])
@@ -438,7 +452,7 @@ class Trainer:
 
     def _write_metrics(self, history: list[dict]) -> None:
         if self.world.main:
-            checkpoint.atomic_write_text(self.run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in history))
+            atomic_write_text(self.run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in history))
 
     def _tensorboard(self, record: dict) -> None:
         if not self.world.main:
@@ -470,5 +484,5 @@ class Trainer:
                      f"{self.run_dir / 'model.safetensors'}, epoch {progress['best_epoch']}); only results.json is "
                      f"missing: ctxlm train --resume {self.run_dir} evaluates again and writes it")
             raise
-        checkpoint.atomic_write_text(self.run_dir / "results.json", json.dumps(results, indent=2) + "\n")
+        atomic_write_text(self.run_dir / "results.json", json.dumps(results, indent=2) + "\n")
         return results

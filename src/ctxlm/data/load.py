@@ -1,0 +1,107 @@
+"""Loading a language-modelling corpus by name (ctxlm.data.registry says where its files are) or from files."""
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import CtxlmError
+from . import corpus as readers
+from .encoded import DecodedSplits, EncodedCorpus
+from .registry import DatasetSpec, locate, spec
+
+
+@dataclass
+class Corpus:
+    """Token streams per split, every line/sentence ending in `<eos>`; POS tags where the corpus has them.
+
+    A prepared corpus (holmes) comes as `encoded` int32 arrays; its `splits` decode a split only when read.
+    """
+    name: str
+    splits: Mapping[str, list[str]]
+    tags: dict[str, list[str]] | None = None
+    min_count: int = 1
+    encoded: EncodedCorpus | None = None
+
+
+def load_corpus(dataset: str, data_dir: str | Path | None = None, files: dict[str, str] | None = None,
+                max_train_tokens: int = 0) -> Corpus:
+    """Load a language-modelling corpus by registry name, or `files` with train/valid/test paths.
+
+    `max_train_tokens` (0 = all) keeps the longest run of whole training sentences with at most that
+    many tokens, `<eos>` counted (`data.max_train_tokens`).
+    """
+    if dataset == "files":
+        missing = [s for s in ("train", "valid", "test") if not (files or {}).get(s)]
+        if missing:
+            raise CtxlmError(f"dataset = \"files\" needs data.{missing[0]} = PATH (train, valid and test files)")
+        corpus = Corpus("files", {s: readers.read_tokens(p) for s, p in files.items()})
+        return _truncated(corpus, max_train_tokens)
+    info = spec(dataset)
+    if not info.lm_corpus:
+        raise CtxlmError(f"dataset {dataset!r} is an evaluation task set, not a training corpus; train on another corpus and use it for evaluation")
+    if info.reader == "lines":
+        corpus = Corpus(dataset, {s: readers.read_tokens(locate(dataset, s, data_dir)) for s in info.files}, None, info.min_count)
+    elif info.reader == "brown":
+        corpus = _brown(locate(dataset, "archive", data_dir), info)
+    elif info.reader == "gutenberg":
+        encoded = _holmes(data_dir).truncated(max_train_tokens)
+        return Corpus(dataset, DecodedSplits(encoded), None, info.min_count, encoded)
+    else:
+        raise AssertionError(info.reader)
+    return _truncated(corpus, max_train_tokens)
+
+
+def _truncated(corpus: Corpus, max_train_tokens: int) -> Corpus:
+    train = corpus.splits["train"]
+    if not max_train_tokens or max_train_tokens >= len(train):
+        return corpus
+    end = max_train_tokens
+    while end and train[end - 1] != readers.EOS:
+        end -= 1
+    if not end:
+        raise CtxlmError(f"data.max_train_tokens = {max_train_tokens} is shorter than the first training sentence; "
+                         "give a larger number (0 = all)")
+    corpus.splits = {**corpus.splits, "train": train[:end]}
+    if corpus.tags:
+        corpus.tags = {**corpus.tags, "train": corpus.tags["train"][:end]}
+    return corpus
+
+
+def _brown(path: Path, info: DatasetSpec) -> Corpus:
+    """Bengio et al. 2003: the corpus in file order; first 800,000 words train, next 200,000 valid, rest test.
+
+    Split points count words only (not `<eos>`); each `<eos>` goes with the words before it.
+    """
+    tagged = readers.read_brown(path)
+    first, second = info.split_sizes
+    boundaries, cuts, words_seen = (first, first + second), [], 0
+    for position, word in enumerate(tagged.words):
+        if word == readers.EOS:
+            continue
+        if len(cuts) < 2 and words_seen == boundaries[len(cuts)]:
+            cuts.append(position)
+        words_seen += 1
+    if len(cuts) < 2:
+        raise CtxlmError(f"{path}: corpus too short for the 800,000 / 200,000 split")
+    a, b = cuts[0], cuts[1]
+    names = ("train", "valid", "test")
+    spans = ((0, a), (a, b), (b, len(tagged.words)))
+    return Corpus(
+        "brown",
+        {n: tagged.words[i:j] for n, (i, j) in zip(names, spans)},
+        {n: tagged.tags[i:j] for n, (i, j) in zip(names, spans)},
+        info.min_count,
+    )
+
+
+def _holmes(data_dir) -> EncodedCorpus:
+    """Holmes as prepared by `ctxlm prepare holmes` (data/holmes.py), preparing it first if it never was."""
+    from . import holmes
+
+    folder = holmes.find_prepared(data_dir)
+    if folder is None:
+        print("dataset 'holmes' is not prepared yet: preparing it once (`ctxlm prepare holmes`)", file=sys.stderr)
+        folder, _, _ = holmes.prepare(data_dir, valid_sentences=holmes.VALID_SENTENCES)
+    return holmes.load_prepared(folder)
