@@ -20,9 +20,10 @@ from safetensors import SafetensorError
 import ctxlm
 from conftest import ctxlm as run_ctxlm
 from conftest import one_line_error, tiny_config, write_corpus
+from ctxlm.checks import safe_exp
 from ctxlm.errors import CtxlmError
 from ctxlm.training import checkpoint
-from ctxlm.training.divergence import Diverged, exp
+from ctxlm.training.divergence import Diverged
 from ctxlm.training.trainer import Trainer
 
 QUIET = dict(log=lambda *a, **k: None)
@@ -268,7 +269,7 @@ def test_an_infinite_validation_loss_is_a_divergence_not_a_missing_file(tmp_path
 
 
 def test_display_numbers_never_overflow():
-    assert exp(1e6) == math.inf and exp(0.0) == 1.0 and math.isnan(exp(math.nan))
+    assert safe_exp(1e6) == math.inf and safe_exp(0.0) == 1.0 and math.isnan(safe_exp(math.nan))
 
 
 # ------------------------------------------------------------------------------ tracebacks

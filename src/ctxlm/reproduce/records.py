@@ -134,12 +134,12 @@ def first_batches(config, data_dir=None, batches: int = FINGERPRINT_BATCHES, dev
     config.train.device, config.train.precision, config.train.threads = device, precision, threads
     config.train.compile, config.train.epochs = False, 1
     threads = torch.get_num_threads()
-    marks: dict[int, float] = {}
+    marks: dict[int, tuple[float, int]] = {}      # batch number -> (time, training tokens so far)
     with tempfile.TemporaryDirectory(prefix="ctxlm-fingerprint-") as scratch:
         trainer = Trainer(config, Path(scratch) / "run", data_dir, log=lambda *a, **k: None)
 
         def on_batch(t, epoch, number):
-            marks[number] = time.perf_counter()
+            marks[number] = time.perf_counter(), t.progress["epoch_tokens"]
             if number >= batches:
                 t.request_stop("fingerprint")
 
@@ -154,11 +154,10 @@ def first_batches(config, data_dir=None, batches: int = FINGERPRINT_BATCHES, dev
         done = max(marks)
         if done < batches:      # an epoch shorter than `batches`: the whole epoch, as metrics.jsonl has it
             loss = json.loads((Path(scratch) / "run" / "metrics.jsonl").read_text().splitlines()[0])["train_loss"]
-            tokens = trainer.data.ids["train"].numel() - 1
         else:
             state = checkpoint.load_state(Path(scratch) / "run" / "trainer_state.pt")
-            tokens, loss = state["epoch_tokens"], round(state["epoch_nll"] / max(state["epoch_tokens"], 1), 6)
+            loss = round(state["epoch_nll"] / max(state["epoch_tokens"], 1), 6)
     first = min(2, done)       # the first batches warm up allocators and kernels: timed from the third on
-    seconds = marks[done] - marks[first]
+    seconds, tokens = marks[done][0] - marks[first][0], marks[done][1] - marks[first][1]
     return {"batches": done, "train_loss": loss, "train_tokens": trainer.data.ids["train"].numel() - 1,
-            "tokens_per_s": round(tokens * (done - first) / done / seconds, 1) if seconds > 0 else None}
+            "tokens_per_s": round(tokens / seconds, 1) if seconds > 0 else None}

@@ -12,6 +12,7 @@ from . import records
 from .runner import RowRun
 from .tables import METRICS, Table
 
+MEASURED_BATCHES = 40   # timed by --plan --measure (the first two are not: they warm up)
 EVAL_OVERHEAD = 1.1     # validation after each epoch, on top of the training batches (measured: docs/results.md)
 PAGE_BEGIN = "<!-- ctxlm reproduce --report: begin (made from results/ by `ctxlm reproduce --report --page docs/results.md`) -->"
 PAGE_END = "<!-- ctxlm reproduce --report: end -->"
@@ -35,7 +36,7 @@ def estimate(run: RowRun, extra: list[str], measure: bool, data_dir=None) -> str
         per_epoch = (done[-1]["elapsed_s"] - (done[-2]["elapsed_s"] if len(done) > 1 else 0)) * EVAL_OVERHEAD
         how = f"{done[-1]['tokens_per_s']:,.0f} tokens/s in its last epoch"
     elif measure:
-        found = records.first_batches(config, data_dir, batches=12, device=config.train.device,
+        found = records.first_batches(config, data_dir, batches=MEASURED_BATCHES, device=config.train.device,
                                       threads=config.train.threads, precision=config.train.precision)
         if not found["tokens_per_s"]:
             return "unknown: the measurement took no time"

@@ -294,6 +294,7 @@ class Trainer:
         progress = {"lr": cfg.train.lr, "best_valid": math.inf, "best_epoch": 0, "bad_epochs": 0,
                     "epoch_nll": 0.0, "epoch_tokens": 0, "elapsed": 0.0, "history": [], "early_stopped": False,
                     "commits": []}
+        self.progress = progress        # read by on_batch callbacks (tokens so far: progress["epoch_tokens"])
         if self.resume_state is not None:
             epoch, position, order, carry = self._restore(self.resume_state)
             progress.update({k: self.resume_state.get(k, progress[k]) for k in progress})
