@@ -18,12 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ctxlm.reproduce.records import (
-    FINGERPRINT_BATCHES,
-    load_record,
-    record_path,
-    save_record,
-)
+from ctxlm.reproduce.records import FINGERPRINT_BATCHES, load_record, record_path, save_record
 from ctxlm.reproduce.tables import load_tables
 
 ROOT = Path(__file__).resolve().parents[1]

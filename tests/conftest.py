@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, settings
 from ctxlm.config import Config, ModelConfig
 from ctxlm.data.batching import IGNORE
 from ctxlm.models import MODELS
-from ctxlm.models.base import ModelOutput
+from ctxlm.models.base import LanguageModel, ModelOutput
 
 DATA_DIR = os.environ.get("CTXLM_DATA_DIR", "")
 
@@ -231,7 +231,7 @@ def needs_data(*relative):
 torch.set_num_threads(1)   # tiny models: one thread is fastest and stable next to other jobs
 
 
-class FixedDistribution(torch.nn.Module):
+class FixedDistribution(LanguageModel):
     """A 'model' whose next-token distribution is a fixed table: lets us check the evaluator's sums."""
 
     def __init__(self, probs):

@@ -9,12 +9,7 @@ from conftest import DATA_DIR, FixedDistribution, ctxlm, needs_data, one_line_er
 from ctxlm.data.corpus import CompletionQuestion, read_msr_completion
 from ctxlm.data.vocab import Vocabulary
 from ctxlm.errors import CtxlmError
-from ctxlm.evaluation.completion import (
-    answer_questions,
-    candidate_sentences,
-    mcnemar_p,
-    sentence_scores,
-)
+from ctxlm.evaluation.completion import answer_questions, candidate_sentences, mcnemar_p, sentence_scores
 from ctxlm.generate import score_tokens
 
 CSV = ("id,question,a),b),c),d),e)\n"

@@ -20,6 +20,7 @@ from ctxlm import cli
 from ctxlm.analysis.attention import explain
 from ctxlm.explore.scoring import MAX_SLOTS, MAX_TOKENS, load_runs, score_run, tokenize
 from ctxlm.explore.server import MAX_BODY, ExploreServer, Handler
+from ctxlm.models import LanguageModel
 from ctxlm.training.count import estimate_run
 from ctxlm.training.trainer import Trainer
 
@@ -132,8 +133,10 @@ def test_attention_as_the_analysis_reads_it(server, run_dirs):
 
 
 def test_mixture_weight_comes_from_the_model_interface(run_dirs):
-    class Gated(torch.nn.Module):
-        """Stands in for a cache or pointer model: any model with mixture_weight(out) -> [B, T]."""
+    class Gated(LanguageModel):
+        """Stands in for a cache or pointer model: any model that mixes distributions, by mixture_weight(out) -> [B, T]."""
+
+        mixes_distributions = True
 
         def __init__(self, inner):
             super().__init__()

@@ -9,12 +9,7 @@ import pytest
 from conftest import DATA_DIR, ctxlm, needs_data, one_line_error
 from ctxlm.config import Config
 from ctxlm.data import holmes
-from ctxlm.data.corpus import (
-    gutenberg_body,
-    msr_tokens,
-    read_gutenberg,
-    split_sentences_text,
-)
+from ctxlm.data.corpus import gutenberg_body, msr_tokens, read_gutenberg, split_sentences_text
 from ctxlm.data.load import load_corpus
 from ctxlm.data.vocab import EOS, Vocabulary
 from ctxlm.errors import CtxlmError

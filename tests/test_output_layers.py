@@ -9,12 +9,7 @@ from conftest import DATA_DIR, needs_data
 from ctxlm.config import OutputConfig
 from ctxlm.data.batching import IGNORE, StreamBatches
 from ctxlm.evaluation import evaluate_stream
-from ctxlm.layers.output import (
-    NCEOutput,
-    build_output,
-    frequency_classes,
-    parse_cutoffs,
-)
+from ctxlm.layers.output import NCEOutput, build_output, frequency_classes, parse_cutoffs
 from ctxlm.models.base import LanguageModel, ModelOutput
 from ctxlm.training import checkpoint
 from ctxlm.training.optim import build_optimizer

@@ -22,6 +22,7 @@ from conftest import ctxlm, examples, one_line_error
 from ctxlm.cli import build_parser
 from ctxlm.config import Config, apply_overrides, load_toml, shared_fields
 from ctxlm.errors import CtxlmError
+from ctxlm.models import MODELS
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 INT64 = 2**63
@@ -204,9 +205,7 @@ KEYS = {
     "data.sentence_ends": (str, None), "data.eval_batch_size": (int, lambda v: v >= 1),
     "data.eval_chunk": (int, lambda v: v >= 1), "data.max_vocab": (int, lambda v: v >= 0),
     "data.min_count": (int, lambda v: v >= 0), "data.max_train_tokens": (int, lambda v: v >= 0),
-    "model.name": (str, ("attention", "attentive-lm", "bidirectional-rm", "gru", "key-value", "key-value-predict",
-                         "kneser-ney", "lstm", "lstmn", "memn", "names-mixture", "psmm", "rm", "rmr", "rnn-ngram", "rnn-relu",
-                         "rnn-tanh", "ffnn", "ffnn-baseline", "cnn", "mlpconv", "com", "ml-cnn")), "model.emb_size": (int, lambda v: v >= 1), "model.hidden_size": (int, lambda v: v >= 1),
+    "model.name": (str, tuple(MODELS)), "model.emb_size": (int, lambda v: v >= 1), "model.hidden_size": (int, lambda v: v >= 1),
     "model.layers": (int, lambda v: v >= 1), "model.dropout": (float, lambda v: 0 <= v < 1),
     "model.tie_weights": (bool, None), "model.init_range": (float, lambda v: v >= 0), "model.forget_bias": (float, None),
     "model.order": (int, lambda v: v >= 1), "model.window": (int, lambda v: v >= 1), "model.ngram": (int, lambda v: v >= 1),
@@ -235,37 +234,22 @@ KEYS = {
     "train.max_batches": (int, lambda v: v >= 0), "train.threads": (int, lambda v: v >= 0),
     "train.precision": (str, ("fp32", "bf16")), "train.compile": (bool, None),
 }
-# Each family's own options (ARCHITECTURE.md "Model options"); one needs its family chosen first.
-REGULARISED = {"forget_bias", "input_dropout", "state_dropout", "output_dropout"}
-OPTIONS_OF = {"lstm": REGULARISED, "gru": REGULARISED, "rnn-tanh": REGULARISED, "rnn-relu": REGULARISED,
-              "attention": {"window", "forget_bias"}, "key-value": {"window", "forget_bias"},
-              "key-value-predict": {"window", "forget_bias"}, "rnn-ngram": {"ngram", "forget_bias"},
-              "attentive-lm": {"score"}, "kneser-ney": {"order"}, "lstmn": {"window", "forget_bias"},
-              "psmm": REGULARISED | {"base", "window"},
-              "names-mixture": REGULARISED | {"base", "names", "supervision"},
-              "rm": {"memory", "temporal", "composition", "forget_bias"},
-              "rmr": {"memory", "temporal", "composition", "forget_bias"},
-              "bidirectional-rm": {"memory", "temporal", "composition", "forget_bias"}, "memn": {"memory", "temporal"},
-              **{name: {"context", "direct", "hidden", "highway"} for name in ("ffnn", "ffnn-baseline")},
-              **{name: {"context", "kernel_widths", "kernels", "conv_layers", "batch_norm", "carry",
-                        "mapping_per_branch", "channel_major", "highway", "position_embeddings", "conv_dropout",
-                        "flat_batch_norm", "gate_bias", "embedding_init"}
-                 for name in ("cnn", "mlpconv", "com", "ml-cnn")}}
-FAMILY = {f"model.{option}": name for name, options in reversed(OPTIONS_OF.items()) for option in options}
+# A family's own options (ARCHITECTURE.md "Model options") need the family chosen first: one that has each.
+FAMILY = {f"model.{f.name}": name for name, cls in reversed(MODELS.items()) for f in dataclasses.fields(cls.Options)}
+
+
+def options_of(family: str) -> set[str]:
+    return {f.name for f in dataclasses.fields(MODELS[family].Options)}
 WORDS = ["stream", "sentence", "window", "sum", "single", "combined", "gated", "linear", "adam", "adamw", "sgd", "constant", "decay", "plateau", "token",
          "sequence", "auto", "cpu", "cuda", "fp32", "bf16", "true", "false", "yes", "no", "TRUE", "lstm", "x.txt", "STREAM"]
 SET_VALUES = st.one_of(NUMBERS, st.sampled_from(WORDS), st.sampled_from(WORDS).map(lambda w: f" {w} "))
 
 
 def test_the_table_covers_every_config_key():
-    from ctxlm.models import MODELS
-
     config = Config()
     keys = {f"{s.name}.{f.name}" for s in dataclasses.fields(config) for f in shared_fields(getattr(config, s.name))}
     keys |= {f"model.{f.name}" for cls in MODELS.values() for f in dataclasses.fields(cls.Options)}
     assert keys == set(KEYS)
-    assert set(KEYS["model.name"][1]) == set(MODELS) == set(OPTIONS_OF)
-    assert all({f.name for f in dataclasses.fields(MODELS[name].Options)} == OPTIONS_OF[name] for name in MODELS)
 
 
 def family_first(key: str) -> list[str]:
@@ -393,7 +377,7 @@ def test_any_preset_is_read_or_refused_in_one_line(tmp_path, document):
                               for s, keys in document.items()), encoding="utf-8")
     family = allowed_value("model.name", document.get("model", {}).get("name", "lstm")) or "lstm"
     wanted = {(s, k): allowed_value(f"{s}.{k}", v) if f"{s}.{k}" in KEYS and (f"{s}.{k}" not in FAMILY or
-                                                                                k in OPTIONS_OF[family]) else None
+                                                                                k in options_of(family)) else None
               for s, keys in document.items() for k, v in keys.items()}
     result = ctxlm("info", preset, "--vocab-size", "50")
     if None in wanted.values():

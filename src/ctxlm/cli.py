@@ -52,10 +52,8 @@ def cmd_train(args) -> int:
         saved_path = Path(args.resume) / "config.toml"
         saved = load_toml(saved_path, saved=True) if saved_path.is_file() else None
         config = apply_overrides(saved, args.set) if saved and args.set else None
-        if saved and getattr(MODELS.get(saved.model.name), "count_based", False):
-            from .training.count import (
-                estimate_run,  # seconds long and deterministic: estimated again
-            )
+        if saved and MODELS[saved.model.name].count_based:
+            from .training.count import estimate_run  # seconds long and deterministic: estimated again
 
             _print_table(args.resume, estimate_run(saved, args.resume, args.data_dir, again=True))
             return 0
@@ -65,7 +63,7 @@ def cmd_train(args) -> int:
             raise CtxlmError("--allow-changed-data goes with --resume RUN_DIR (a new run records its data)")
         config = _config(args)
         run_dir = args.run_dir or Path("runs") / (Path(args.config).stem if args.config else config.model.name)
-        if getattr(MODELS.get(config.model.name), "count_based", False):
+        if MODELS[config.model.name].count_based:
             from .training.count import estimate_run
 
             _print_table(run_dir, estimate_run(config, run_dir, args.data_dir))
@@ -149,13 +147,7 @@ def cmd_eval(args) -> int:
 def _eval_mixture(run, args) -> int:
     """`ctxlm eval RUN --mix OTHER`: p = (1 − λ) p_RUN + λ p_OTHER on the dataset's splits, λ given or
     chosen by maximum likelihood on valid (evaluation/interpolation.py)."""
-    from .evaluation.interpolation import (
-        best_weight,
-        check_mixable,
-        mixed,
-        perplexity,
-        split_log_probs,
-    )
+    from .evaluation.interpolation import best_weight, check_mixable, mixed, perplexity, split_log_probs
     from .run import load
     from .training.trainer import prepare_data
 
@@ -215,14 +207,14 @@ def _with_cache(run, args):
 
 def _left_to_right(run, what: str) -> None:
     """Perplexity needs a model of each word given the words before it; the bidirectional RM is not one."""
-    if not getattr(run.model, "left_to_right", True):
+    if not run.model.left_to_right:
         raise CtxlmError(f"{what}: model {run.config.model.name!r} of {run.path} predicts each word from the words before "
                          "and after it, so it has no perplexity; score whole sentences with `ctxlm complete` "
                          "(results.json holds the validation pseudo-perplexity that chose its epoch)")
 
 
 def _neural_only(run, what: str) -> None:
-    if getattr(run.model, "count_based", False):
+    if run.model.count_based:
         raise CtxlmError(f"{what}: the neural cache reads a neural model's hidden states; {run.path} is an n-gram run")
 
 
@@ -432,7 +424,7 @@ def cmd_export_arpa(args) -> int:
     from .run import load
 
     run = load(args.run)
-    if not getattr(run.model, "count_based", False):
+    if not run.model.count_based:
         raise CtxlmError(f"{args.run}: ARPA export needs an n-gram run (model.name = kneser-ney), not {run.config.model.name!r}")
     write_arpa(run.model, run.vocab, args.output)
     print(f"wrote {args.output}")
@@ -451,7 +443,7 @@ def cmd_import_arpa(args) -> int:
     model, vocab = read_arpa(args.arpa)
     config = apply_overrides(Config(), [*(args.set or []), "model.name=kneser-ney", f"model.order={model.order}"])
     check_config(config)
-    if "<unk>" not in getattr(model, "arpa_words", ("<unk>",)):
+    if "<unk>" not in model.arpa_words:
         print(f"warning: {args.arpa} has no <unk> unigram: a word outside its {len(vocab):,} words gets probability 0 "
               "(perplexity inf); estimate it with <unk> (KenLM does by default)", file=sys.stderr)
     atomic_write_text(run_dir / "config.toml", config.to_toml())
@@ -469,12 +461,7 @@ def cmd_explore(args) -> int:
 
 
 def cmd_attention(args) -> int:
-    from .analysis.attention import (
-        explain,
-        plot_heatmap,
-        plot_top_predictions,
-        write_json,
-    )
+    from .analysis.attention import explain, plot_heatmap, plot_top_predictions, write_json
     from .run import load
 
     run = load(args.run)
@@ -599,11 +586,7 @@ def cmd_kernel_ngrams(args) -> int:
 
 def cmd_position_weights(args) -> int:
     from .analysis.attention import write_json
-    from .analysis.feedforward import (
-        plot_positions,
-        positive_weight_by_position,
-        require_feedforward,
-    )
+    from .analysis.feedforward import plot_positions, positive_weight_by_position, require_feedforward
     from .run import load
 
     run = load(args.run)
@@ -757,13 +740,7 @@ def _project_root() -> Path:
 
 
 def cmd_models(args) -> int:
-    from .config import (
-        ModelConfig,
-        _toml_value,
-        described,
-        family_options,
-        shared_fields,
-    )
+    from .config import ModelConfig, _toml_value, described, family_options, shared_fields
     from .models import MODELS
     from .models.base import softmax_ties
 
@@ -797,6 +774,11 @@ def cache_options(p) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .analysis.feedforward import convolutional_families
+    from .models.base import families, spoken
+
+    attending = f"run directory of a model that exposes attention: {spoken(families(lambda cls: cls.exposes_attention))}"
+    with_memory_block = spoken(families(lambda cls: cls.memory_block))
     parser = _Parser(prog="ctxlm", description="Word-level language models that look back at their context.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -956,7 +938,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("attention", help="attention heatmap and top predictions of an attention model for one text",
                        description="Writes attention.png (predicted words x attended inputs), predictions.png "
                                    "(top-k next words with natural-log probabilities per position) and attention.json.")
-    p.add_argument("run", help="run directory of an attention, key-value, key-value-predict, attentive-lm or lstmn model")
+    p.add_argument("run", help=attending)
     p.add_argument("--text", help="the text to explain (whitespace-tokenised)")
     p.add_argument("--split", default="valid", choices=["train", "valid", "test"], help="or take a line of this split")
     p.add_argument("--line", type=option(int, at_least(1)), default=1, help="1-based line number in --split (default 1)")
@@ -968,19 +950,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("analyze", help="corpus-level analyses of a trained model")
     analyses = p.add_subparsers(dest="analysis", required=True, parser_class=_Parser)
     a = analyses.add_parser("attention-by-position", help="mean attention weight per distance over a split (Daniluk Fig. 4.1)")
-    a.add_argument("run", help="run directory of an attention model")
+    a.add_argument("run", help=attending)
     a.add_argument("--split", default="valid", choices=["train", "valid", "test"])
     a.add_argument("--max-tokens", type=option(int, at_least(0)), default=0, help="only the first N tokens (0 = all)")
     a.add_argument("--out", default="analysis", help="output folder (default ./analysis)")
     common_data(a)
     a.set_defaults(func=cmd_analyze)
     a = analyses.add_parser("memory", help="what a memory network's block attends to (Tran et al. Fig. 3, Fig. 4, Table 3)",
-                            description="For an rm, rmr or memn run: mean attention per memory position "
+                            description=f"For a run of {with_memory_block}: mean attention per memory position "
                                         "(memory_positions.png), the attention of randomly sampled predictions "
                                         "(memory_samples.png), and the training frequency of (most-attended word, word "
                                         "to predict) pairs by distance where the attention peaks 7 or more words back "
                                         "(memory_cooccurrence.md); JSON beside each. Details: docs/memory.md.")
-    a.add_argument("run", help="run directory of an rm, rmr or memn model")
+    a.add_argument("run", help=f"run directory of a {with_memory_block} model")
     a.add_argument("--split", default="test", choices=["train", "valid", "test"])
     a.add_argument("--max-tokens", type=option(int, at_least(0)), default=0, help="only the first N tokens (0 = all)")
     a.add_argument("--samples", type=option(int, at_least(1)), default=100, help="predictions sampled for the heatmap (default 100)")
@@ -992,7 +974,7 @@ def build_parser() -> argparse.ArgumentParser:
                             description="Every first-layer kernel applied to every n-gram of a split (n = its width; "
                             "response before batch norm and ReLU, n-grams with <eos> skipped); the top n-grams of "
                             "each kernel go to kernel_ngrams.json, the chosen kernels to the plot and the screen.")
-    a.add_argument("run", help="run directory of a cnn, mlpconv, com or ml-cnn model")
+    a.add_argument("run", help=f"run directory of a {spoken(convolutional_families())} model")
     a.add_argument("--split", default="valid", choices=["train", "valid", "test"])
     a.add_argument("--top", type=option(int, at_least(1)), default=5, help="n-grams kept per kernel (default 5)")
     a.add_argument("--kernels", help="kernels to plot and print, 1-based, comma-separated (default the first 8)")

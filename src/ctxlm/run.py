@@ -29,5 +29,5 @@ def load(run_dir: str | Path, device: str = "cpu") -> Run:
     vocab = Vocabulary.load(run_dir / "vocab.txt")
     model = build_model(config.model, len(vocab), config.output)
     load_weights(model, run_dir / "model.safetensors", {"model": config.model.name, "vocab": vocab.fingerprint()})
-    model.to("cpu" if getattr(model, "count_based", False) else device).eval()
+    model.to("cpu" if model.count_based else device).eval()
     return Run(run_dir, config, vocab, model)

@@ -8,12 +8,13 @@ import torch
 from ..data.vocab import EOS
 from ..errors import CtxlmError
 from ..evaluation.perplexity import StreamBatches
+from ..models.base import families, spoken
 
 
 def _require_attention(model, name):
-    if not hasattr(model, "attention_distances"):
-        raise CtxlmError(f"model {name!r} has no attention to show; use an attention, key-value, "
-                         "key-value-predict, attentive-lm or lstmn run")
+    if not model.exposes_attention:
+        raise CtxlmError(f"model {name!r} has no attention to show; use a run of a model that exposes attention: "
+                         f"{spoken(families(lambda cls: cls.exposes_attention))}")
 
 
 @torch.no_grad()

@@ -15,6 +15,8 @@ import torch.nn.functional as F
 
 from ..errors import CtxlmError
 from ..evaluation.perplexity import evaluate_stream
+from ..models.base import families
+from ..models.feedforward import FeedForwardLM
 from .attention import _pyplot
 
 
@@ -22,14 +24,20 @@ def require_feedforward(run, what: str, convolutional: bool = False, by_position
     """The run's model, or a clear error if it is not of the feed-forward family (or not convolutional),
     or, for the analyses by context position, if its maps are read back channel-major (a row mixes positions)."""
     model = run.model
-    if not hasattr(model, "context_size") or (convolutional and not model.branches):
-        kinds = "convolutional run (cnn, mlpconv, com, ml-cnn)" if convolutional else "feed-forward or convolutional run"
+    if not isinstance(model, FeedForwardLM) or (convolutional and not model.convolutional):
+        kinds = f"convolutional run ({', '.join(convolutional_families())})" if convolutional \
+            else "feed-forward or convolutional run"
         raise CtxlmError(f"analyze {what} needs a {kinds}; {run.path} is {run.config.model.name!r}")
-    if by_position and getattr(model, "channel_major", False):
+    if by_position and model.channel_major:
         raise CtxlmError(f"analyze {what} reads the maps by context position, but {run.path} reads them back "
                          f"channel-major (channel_major = true), so a map row mixes positions; analyse a run "
                          f"trained with channel_major = false")
     return model
+
+
+def convolutional_families() -> list[str]:
+    """The feed-forward families that read their window through convolutions."""
+    return families(lambda cls: issubclass(cls, FeedForwardLM) and cls.convolutional)
 
 
 @torch.no_grad()

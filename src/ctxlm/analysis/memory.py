@@ -22,6 +22,7 @@ import torch
 
 from ..data.batching import IGNORE, SentenceBatches, StreamBatches
 from ..errors import CtxlmError
+from ..models.base import families, spoken
 
 
 @dataclass
@@ -32,8 +33,9 @@ class MemoryRecords:
 
 
 def require_memory(run) -> None:
-    if not hasattr(run.model, "block") or not hasattr(run.model, "attention_distances"):
-        raise CtxlmError(f"model {run.config.model.name!r} has no Memory Block to analyse; use an rm, rmr or memn run "
+    if not run.model.memory_block:
+        raise CtxlmError(f"model {run.config.model.name!r} has no Memory Block to analyse; use a run of "
+                         f"{spoken(families(lambda cls: cls.memory_block))} "
                          "(`ctxlm analyze attention-by-position` averages any attention model)")
 
 

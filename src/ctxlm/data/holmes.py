@@ -26,15 +26,7 @@ import numpy as np
 from ..errors import CtxlmError
 from . import corpus as readers
 from .encoded import EncodedCorpus
-from .registry import (
-    DataFile,
-    _candidates,
-    cache_dir,
-    locate,
-    search_roots,
-    spec,
-    verify,
-)
+from .registry import DataFile, _candidates, cache_dir, locate, search_roots, spec, verify
 from .vocab import EOS, UNK
 
 FORMAT = "holmes-2"          # change when tokenisation, splitting or layout change: old output is then redone

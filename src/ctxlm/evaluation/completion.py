@@ -8,7 +8,8 @@ choice (ties: the earlier letter). Sentences of several questions go through the
 sorted by length (`SentenceBatches`), padding never counted.
 
 Hook for models that score a whole sentence their own way (bidirectional RM, SPEC §1.12 / §6.4 REC
-33-34; docs/memory.md): a model with a method `sentence_log_prob(tokens) -> Tensor[B]` gets each
+33-34; docs/memory.md): every model's `sentence_log_prob(tokens) -> Tensor[B]`, log p(sentence) unless
+the family overrides it, gets each
 padded batch as `tokens` [B, T] = `<eos>` + the sentence with its final `<eos>`, right-padded with
 IGNORE, and returns one score per row, higher = more likely. The score need not be a normalised
 probability.
@@ -37,7 +38,6 @@ def sentence_scores(model, vocab, sentences: list[list[str]], batch_size: int = 
     """Score of each sentence (tokens ending in `<eos>`), float64: log p(sentence), or the model's own
     `sentence_log_prob`. `progress(rows)` is called after each batch with the sentence numbers it held."""
     model.eval()
-    own = getattr(model, "sentence_log_prob", None)
     batches = SentenceBatches([vocab.encode(s) for s in sentences], batch_size, vocab.eos)
     weight = next(model.parameters(), None)          # the batches go where the weights are
     device = weight.device if weight is not None else torch.device("cpu")       # Kneser-Ney: no weights, numpy tables
@@ -45,11 +45,7 @@ def sentence_scores(model, vocab, sentences: list[list[str]], batch_size: int = 
     for number, rows in enumerate(batches.indices):
         batch = batches.batch(number)
         inputs, targets = batch.inputs.to(device), batch.targets.to(device)
-        if own is not None:
-            values = own(torch.cat([inputs[:, :1], targets], 1))
-        else:
-            values = model.target_log_probs(model(inputs), targets).double().sum(1)
-        scores[rows] = values.double().cpu()
+        scores[rows] = model.sentence_log_prob(torch.cat([inputs[:, :1], targets], 1)).double().cpu()
         if progress:
             progress(rows)
     return scores

@@ -9,13 +9,7 @@ from pathlib import Path
 import torch
 
 from ..checks import safe_exp
-from ..data.batching import (
-    IGNORE,
-    SentenceBatches,
-    SpooledStreamBatches,
-    StreamBatches,
-    spool_ids,
-)
+from ..data.batching import IGNORE, SentenceBatches, SpooledStreamBatches, StreamBatches, spool_ids
 from ..data.corpus import iter_tokens
 from ..data.vocab import EOS
 

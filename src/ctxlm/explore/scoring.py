@@ -48,7 +48,7 @@ def load_runs(paths, cache: bool = False) -> dict[str, Served]:
             n += 1
             name = f"{base}#{n}"
         runs[name] = Served(load(path))
-        if cache and not getattr(runs[name].run.model, "count_based", False):
+        if cache and not runs[name].run.model.count_based:
             settings = CacheSettings.recorded(path) or CacheSettings()
             runs[f"{name} + cache"] = Served(dataclasses.replace(runs[name].run, model=NeuralCache(runs[name].run.model, settings)))
     return runs
@@ -85,10 +85,10 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
     """Score `lines` as one stream (`<eos>` first, state carried; or each line fresh if not `stream`) in chunks.
 
     Per token: log p (natural log), whether it is unknown (scored as `<unk>`), and with `top_k` > 0
-    the k likeliest next words with probabilities and the rank of the actual word. Models with
-    `attention_distances` add each position's attention as [source token index, weight] pairs
+    the k likeliest next words with probabilities and the rank of the actual word. Models that
+    expose attention add each position's attention as [source token index, weight] pairs
     (source -1 = the `<eos>` before the text, None = a slot that is no position, e.g. Salton's
-    zero slot); models with `mixture_weight(out)` -> [B, T] add that weight per position.
+    zero slot); models that mix distributions add their `mixture_weight(out)` per position.
     """
     started = time.perf_counter()
     model, vocab = run.model, run.vocab
@@ -96,10 +96,9 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
     ids = vocab.encode([EOS] + tokens)
     line_start = torch.zeros(len(tokens), dtype=torch.bool)      # input position of each line's leading <eos>
     line_start[[0] + torch.tensor([len(words) + 1 for words in lines[:-1]]).cumsum(0).tolist()] = True
-    has_attention = hasattr(model, "attention_distances")
-    mixture_weight = getattr(model, "mixture_weight", None)
     result = {"log_probs": [], "top": [] if top_k else None, "rank": [] if top_k else None,
-              "attention": [] if has_attention else None, "mixture_weight": [] if mixture_weight else None}
+              "attention": [] if model.exposes_attention else None,
+              "mixture_weight": [] if model.mixes_distributions else None}
     chunk, state = run.config.data.eval_chunk, None
     for start in range(0, len(tokens), chunk):
         end = min(start + chunk, len(tokens))
@@ -116,10 +115,10 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
                               for row_lp, row_i in zip(best.values.tolist(), best.indices.tolist())]
         else:
             result["log_probs"] += [round(x, 6) for x in model.target_log_probs(out, targets)[0].tolist()]
-        if has_attention:
+        if model.exposes_attention:
             result["attention"] += _attention(out.attention[0], model.attention_distances(out)[0], start)
-        if mixture_weight:
-            result["mixture_weight"] += [round(x, 4) for x in mixture_weight(out)[0].tolist()]
+        if model.mixes_distributions:
+            result["mixture_weight"] += [round(x, 4) for x in model.mixture_weight(out)[0].tolist()]
     total = sum(result["log_probs"])
     unknown = [t not in vocab.index for t in tokens]
     return {"model": run.config.model.name, "vocab_size": len(vocab), "tokens": len(tokens),

@@ -39,8 +39,8 @@ class ExploreServer(ThreadingHTTPServer):
         return {"limits": {"max_tokens": MAX_TOKENS, "max_top_k": MAX_TOP_K},
                 "runs": [{"name": name, "model": s.run.config.model.name, "vocab_size": len(s.run.vocab),
                           "parameters": s.run.model.parameter_counts()["total"],
-                          "attention": hasattr(s.run.model, "attention_distances"),
-                          "mixture_weight": hasattr(s.run.model, "mixture_weight")}
+                          "attention": s.run.model.exposes_attention,
+                          "mixture_weight": s.run.model.mixes_distributions}
                          for name, s in self.runs.items()]}
 
 

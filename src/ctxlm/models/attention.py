@@ -42,6 +42,7 @@ class DanilukAttentionLM(LanguageModel):
 
     Options = DanilukOptions
     unread_keys = ("layers", "dropout")
+    exposes_attention = rnn_state_first = True
 
     def __init__(self, vocab_size: int, variant: str = "attention", emb_size: int = 300, hidden_size: int = 300,
                  window: int = 4, init_range: float = 0.1, forget_bias: float = 1.0):
@@ -113,6 +114,7 @@ class AttentiveLM(LanguageModel):
     """
 
     Options = AttentiveOptions
+    exposes_attention = rnn_state_first = True
 
     def __init__(self, vocab_size: int, emb_size: int = 650, hidden_size: int = 650, layers: int = 2,
                  dropout: float = 0.5, score: str = "single", init_range: float = 0.05, eos: int = 0):

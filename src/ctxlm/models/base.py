@@ -8,8 +8,18 @@ import torch
 from torch import nn
 
 from ..errors import CtxlmError
-from ..layers.output import build_output
+from ..layers.output import SoftmaxOutput, build_output
 from ..registry import MODELS, register  # noqa: F401  (families register through models.base)
+
+
+def families(can: Callable[[type["LanguageModel"]], bool]) -> list[str]:
+    """The registered family names, sorted, whose class `can` (a test of its declarations) accepts."""
+    return sorted(name for name, cls in MODELS.items() if can(cls))
+
+
+def spoken(names: list[str]) -> str:
+    """Names as a sentence lists them: "a, b or c"."""
+    return " or ".join(filter(None, [", ".join(names[:-1]), names[-1]])) if names else ""
 
 
 def build_model(config, vocab_size: int, output=None, counts: torch.Tensor | None = None) -> "LanguageModel":
@@ -48,7 +58,7 @@ def refuse_unread_keys(config, model: "LanguageModel", output_layer: str) -> Non
             raise CtxlmError(f"model.{key} = {_toml_value(getattr(config, key))} is not read by model {config.name!r}: "
                              f"leave it out or set it back to {_toml_value(defaults[key])} (`ctxlm models "
                              f"{config.name}` marks the keys it does not read)")
-    if config.tie_weights and output_layer == "softmax" and not getattr(model.output, "tied", False):
+    if config.tie_weights and output_layer == "softmax" and not model.ties_weights():
         raise CtxlmError(f"model {config.name!r} keeps its softmax untied: model.tie_weights = true would change "
                          f"nothing; set it to false, or tie through output.layer = \"nce\"")
 
@@ -61,7 +71,7 @@ def softmax_ties(name: str) -> bool:
     config.emb_size = config.hidden_size
     config.tie_weights = True
     with torch.device("meta"):
-        return getattr(getattr(build_model(config, 2), "output", None), "tied", False)
+        return build_model(config, 2).ties_weights()
 
 
 @dataclass
@@ -112,12 +122,28 @@ def reset_segments(reset: torch.Tensor | None, length: int):
 
 
 class LanguageModel(nn.Module):
-    """forward(inputs[B,T], state, reset[B,T]) -> ModelOutput; scoring goes through `self.output`."""
+    """forward(inputs[B,T], state, reset[B,T]) -> ModelOutput; scoring goes through `self.output`.
+
+    A family declares what it can do beyond this core as the class attributes and methods below,
+    whose defaults are those of a plain left-to-right neural LM (ARCHITECTURE.md, "Model options")."""
 
     embedding: nn.Embedding
     output: nn.Module
     Options: type = NoOptions     # the family's own [model] options (ARCHITECTURE.md "Model options")
     unread_keys: tuple[str, ...] = ()  # shared [model] keys the family does not read: set, they are an error
+    count_based = False           # estimated from counts (`estimate`, stored by `tensors`), not trained by gradient
+    left_to_right = True          # a next-word distribution from the words before; False: whole sentences only
+    any_output_layer = True       # False: it reads its softmax beyond the interface, so [output] stays softmax
+    fixed_window = False          # reads a fixed window of `context_size` previous words (data.batching = window)
+    exposes_attention = False     # fills ModelOutput.attention, placed by `attention_distances`
+    memory_block = False          # that attention is a Memory Block's over the recent input words (analyze memory)
+    mixes_distributions = False   # scores a mixture of two distributions, weighted by `mixture_weight`
+    rnn_state_first = False       # the carried state opens with `self.rnn`'s (h, c) or h, layers first
+
+    @classmethod
+    def from_config(cls, config, options, vocab_size: int) -> "LanguageModel":
+        """The family built from a ModelConfig `config`, its own `options` (an `Options`) and the vocabulary size."""
+        raise NotImplementedError(f"{cls.__name__} does not say how to build it from a config")
 
     def forward(self, inputs: torch.Tensor, state: Any = None, reset: torch.Tensor | None = None) -> ModelOutput:
         raise NotImplementedError
@@ -126,13 +152,20 @@ class LanguageModel(nn.Module):
         """Replace the softmax by the output layer `settings` ([output]) asks for; it keeps its own
         initialisation. A model that reads more of its output layer than the interface (log_probs,
         target_log_probs, loss) refuses, as does a count-based model."""
-        if getattr(self, "count_based", False) or not getattr(self, "any_output_layer", True):
+        if self.count_based or not self.any_output_layer:
             raise ValueError(f"{type(self).__name__} works with output.layer = \"softmax\" only")
         layer = build_output(settings, self.output.weight.shape[1], vocab_size, counts, self.embedding if tied else None)
         self.output = layer
         for part in self.modules():                  # a wrapped base model scores through the same layer
             if part is not self and isinstance(part, LanguageModel):
                 part.output = layer
+
+    def use_vocabulary(self, vocab) -> None:
+        """Read what the model needs from the run's vocabulary, once, when training starts (default: nothing)."""
+
+    def ties_weights(self) -> bool:
+        """Whether the output layer's weights are the input embeddings."""
+        return isinstance(self.output, SoftmaxOutput) and self.output.tied
 
     def log_probs(self, out: ModelOutput) -> torch.Tensor:
         return self.output.log_probs(out.hidden)
@@ -143,11 +176,37 @@ class LanguageModel(nn.Module):
     def loss(self, out: ModelOutput, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
         return self.output.loss(out.hidden, targets)
 
+    def sentence_log_prob(self, tokens: torch.Tensor) -> torch.Tensor:
+        """[B] float64 scores of sentences `tokens` [B, T] = `<eos>` w_1 … w_L `<eos>`, rows right-padded
+        with IGNORE: log p(sentence), the sum of each word's log-probability given the words before it."""
+        return self.target_log_probs(self(tokens[:, :-1].clamp(min=0)), tokens[:, 1:]).double().sum(1)
+
+    def attention_distances(self, out: ModelOutput) -> torch.Tensor:
+        """[B, T, L]: how many steps back each slot of `out.attention` [B, T, L] is, −1 for a slot that is no
+        position (a zero slot, a sentinel); families that expose attention."""
+        raise NotImplementedError(f"{type(self).__name__} exposes no attention")
+
+    def mixture_weight(self, out: ModelOutput) -> torch.Tensor:
+        """[B, T]: the second distribution's share of the mixture (families that mix distributions)."""
+        raise NotImplementedError(f"{type(self).__name__} mixes no distributions")
+
+    def estimate(self, ids, log=None) -> "LanguageModel":
+        """Estimate a count-based model from a token-id stream (numpy, sentences ending in `<eos>`)."""
+        raise NotImplementedError(f"{type(self).__name__} is not count-based")
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """A count-based model's tables, as its weights file stores them."""
+        raise NotImplementedError(f"{type(self).__name__} is not count-based: its state dict is its weights")
+
+    def load_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Restore a count-based model's tables from `tensors()`."""
+        raise NotImplementedError(f"{type(self).__name__} is not count-based: its state dict is its weights")
+
     def state_batch_dims(self, state: Any) -> tuple[int, ...]:
-        """The batch dimension of each carried tensor: nn.RNN's (h, c) come first, [layers, B, H];
-        the memories after them are batch-first. A model whose state differs overrides this."""
+        """The batch dimension of each carried tensor: batch-first, except the (h, c) or h of an nn.RNN
+        that opens the state (`rnn_state_first`), [layers, B, H]. A model whose state differs overrides this."""
         pieces = state if isinstance(state, tuple) else (state,)
-        recurrent = 2 if isinstance(getattr(self, "rnn", None), nn.LSTM) else 1
+        recurrent = (2 if isinstance(self.rnn, nn.LSTM) else 1) if self.rnn_state_first else 0
         return tuple(1 if i < recurrent else 0 for i in range(len(pieces)))
 
     def parameter_counts(self) -> dict[str, int]:

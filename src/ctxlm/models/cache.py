@@ -119,6 +119,8 @@ class NeuralCache(LanguageModel):
     output (a pointer model's distribution reads its attention too).
     """
 
+    exposes_attention = mixes_distributions = True
+
     def __init__(self, model: LanguageModel, settings: CacheSettings):
         super().__init__()
         settings.check()

@@ -95,6 +95,7 @@ class FeedForwardLM(LanguageModel):
     Dropout acts on f, after every hidden layer and after the highway layer ("between each hidden layer").
     """
 
+    fixed_window = True
     activation = "relu"
     mlpconv = False
     convolutional = False

@@ -197,6 +197,7 @@ class RecurrentMemoryLM(LanguageModel):
     """
 
     Options = MemoryOptions
+    exposes_attention = memory_block = True
 
     def __init__(self, vocab_size: int, architecture: str = "rm", emb_size: int = 128, hidden_size: int = 128,
                  layers: int = 1, dropout: float = 0.0, tie_weights: bool = False, init_range: float = 0.05,
@@ -256,6 +257,7 @@ class MemoryNetworkLM(LanguageModel):
 
     Options = MemNOptions
     unread_keys = ("layers", "tie_weights")
+    exposes_attention = memory_block = True
     QUERY = 0.1
 
     def __init__(self, vocab_size: int, d: int = 128, memory: int = 15, temporal: bool = True, dropout: float = 0.0,

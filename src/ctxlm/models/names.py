@@ -42,6 +42,7 @@ class NamesMixtureLM(LanguageModel):
 
     Options = NamesOptions
     any_output_layer = False        # both softmaxes are masked full softmaxes
+    mixes_distributions = rnn_state_first = True
 
     def __init__(self, base: RecurrentLM, names_file: str = "", supervision: float = 100.0):
         super().__init__()

@@ -75,6 +75,8 @@ class KneserNeyLM(LanguageModel):
     count_based = True
     Options = KneserNeyOptions
     unread_keys = ("emb_size", "hidden_size", "layers", "dropout", "tie_weights", "init_range")
+    output = None                   # no output layer: the tables score the words
+    arpa_words: frozenset[str] = frozenset()   # read_arpa: the file's unigrams, for the import's warning without <unk>
 
     def __init__(self, vocab_size: int, order: int = 5, eos: int = 0):
         super().__init__()

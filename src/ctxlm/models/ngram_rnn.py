@@ -33,6 +33,7 @@ class RNNNgramLM(LanguageModel):
 
     Options = RNNNgramOptions
     unread_keys = ("layers", "dropout")
+    rnn_state_first = True
 
     def __init__(self, vocab_size: int, emb_size: int = 252, hidden_size: int = 504, ngram: int = 1,
                  init_range: float = 0.1, forget_bias: float = 1.0):

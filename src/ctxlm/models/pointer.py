@@ -43,6 +43,7 @@ class PointerSentinelLM(LanguageModel):
     """
 
     Options = PointerOptions
+    exposes_attention = mixes_distributions = rnn_state_first = True
 
     def __init__(self, base: RecurrentLM, window: int = 100, init_range: float = 0.1):
         super().__init__()
@@ -50,7 +51,7 @@ class PointerSentinelLM(LanguageModel):
             raise ValueError(f"pointer window must be at least 2, got {window}")
         self.base, self.window, self.vocab_size = base, window, base.embedding.num_embeddings
         self.embedding, self.output = base.embedding, base.output
-        self.rnn = base.rnn                  # state_batch_dims: (h, c) or h first, then the window, batch-first
+        self.rnn = base.rnn                  # its (h, c) or h opens the state, then the window, batch-first
         size = base.rnn.hidden_size
         self.query = nn.Linear(size, size)
         self.sentinel = nn.Parameter(torch.empty(size))
@@ -117,9 +118,9 @@ class PointerSentinelLM(LanguageModel):
         return -(mixed + supervision)[keep].sum(), int(keep.sum())
 
     def attention_distances(self, out: ModelOutput) -> torch.Tensor:
-        """[B, T, L]: steps back to each window position (the current one is 0)."""
+        """[B, T, L + 1]: steps back to each window position (the current one is 0), then −1: the sentinel."""
         batch, length, _ = out.attention.shape
-        return torch.arange(self.window - 1, -1, -1).expand(batch, length, self.window)
+        return torch.arange(self.window - 1, -2, -1).expand(batch, length, self.window + 1)
 
     def mixture_weight(self, out: ModelOutput) -> torch.Tensor:
         """[B, T]: the pointer's share 1 − g of the mixture."""

@@ -45,6 +45,7 @@ class RecurrentLM(LanguageModel):
     """
 
     Options = RecurrentOptions
+    rnn_state_first = True
 
     def __init__(self, vocab_size: int, cell: str = "lstm", emb_size: int = 300, hidden_size: int = 300,
                  layers: int = 1, dropout: float = 0.0, tie_weights: bool = False, init_range: float = 0.1,

@@ -28,7 +28,7 @@ def estimate(run: RowRun, extra: list[str], measure: bool, data_dir=None) -> str
     from ..models import MODELS
 
     config = run.config(extra)
-    if getattr(MODELS.get(config.model.name), "count_based", False):
+    if MODELS[config.model.name].count_based:
         return "count-based: seconds to minutes, no epochs"
     done = [json.loads(line) for line in _own_curve(run)]
     left = config.train.epochs - len(done)

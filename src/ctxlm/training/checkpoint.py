@@ -55,7 +55,7 @@ def unique_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def save_weights(model: torch.nn.Module, path: str | Path, metadata: dict[str, str]) -> None:
     """Neural models store their state dict; count-based models their tables (`model.tensors()`)."""
-    tensors = model.tensors() if hasattr(model, "tensors") else unique_state_dict(model)
+    tensors = model.tensors() if model.count_based else unique_state_dict(model)
     metadata = {**metadata, "sha256": digest(dict(sorted(tensors.items())))}
     atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=metadata))
 
@@ -80,7 +80,7 @@ def load_weights(model: torch.nn.Module, path: str | Path, expect: dict[str, str
         if metadata.get(key) != value:
             raise CtxlmError(f"{path}: weights were saved for a different {key} ({metadata.get(key, '?')[:16]} vs {value[:16]}); "
                              "use the config.toml and vocab.txt of the run that wrote them")
-    if hasattr(model, "load_tensors"):
+    if model.count_based:
         try:
             model.load_tensors(tensors)
         except ValueError as exc:

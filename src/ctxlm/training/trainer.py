@@ -20,28 +20,14 @@ import torch
 
 from ..checks import safe_exp
 from ..config import Config, load_toml, validate
-from ..data.batching import (
-    IGNORE,
-    SentenceBatches,
-    Sentences,
-    StreamBatches,
-    WindowBatches,
-    cap_sentences,
-    split_sentences,
-)
+from ..data.batching import IGNORE, SentenceBatches, Sentences, StreamBatches, WindowBatches, cap_sentences, split_sentences
 from ..data.load import load_corpus
 from ..data.vocab import EOS, Vocabulary
 from ..errors import CtxlmError
 from ..evaluation.perplexity import evaluate_sentences, evaluate_stream
 from ..io import Progress, atomic_write_text
 from ..layers.output import refuse_unread_output_keys
-from ..models.base import (
-    LanguageModel,
-    build_model,
-    detach_state,
-    map_state,
-    refuse_unread_keys,
-)
+from ..models.base import LanguageModel, build_model, detach_state, families, map_state, refuse_unread_keys, spoken
 from . import checkpoint, divergence
 from .distributed import LossStep, World, merge_state, split_state, wrap
 from .optim import build_optimizer, next_lr
@@ -115,12 +101,13 @@ def check_config(config: Config) -> None:
         model = build_model(config.model, 2)       # bad sizes or model options fail here, not after loading data
     refuse_unread_keys(config.model, model, config.output.layer)
     refuse_unread_output_keys(config.output)
-    if not getattr(model, "left_to_right", True) and config.data.batching != "sentence":
+    if not model.left_to_right and config.data.batching != "sentence":
         raise CtxlmError(f"model {config.model.name!r} reads whole sentences (each word given the words after it "
                          "too): it trains with data.batching = \"sentence\" only")
-    if config.data.batching == "window" and not hasattr(model, "context_size"):
+    if config.data.batching == "window" and not model.fixed_window:
         raise CtxlmError(f"data.batching = window feeds each sample's previous words to a fixed-window model "
-                         f"(ffnn, cnn, ...); {config.model.name!r} reads streams: use stream or sentence batching")
+                         f"({spoken(families(lambda cls: cls.fixed_window))}); {config.model.name!r} reads streams: "
+                         "use stream or sentence batching")
     build_optimizer(config.train.optimizer, [torch.zeros(1, requires_grad=True)], config.train.lr, config.train.weight_decay)
 
 
@@ -182,7 +169,7 @@ class Trainer:
         torch.manual_seed(config.train.seed)
         counts = torch.bincount(self.data.ids["train"], minlength=len(self.data.vocab))   # class bins, NCE noise
         self.model = build_model(config.model, len(self.data.vocab), config.output, counts).to(self.device)
-        if not (resume and self.resume_state) and hasattr(self.model, "use_vocabulary"):   # e.g. the names mixture
+        if not (resume and self.resume_state):   # e.g. the names mixture marks its names
             self.model.use_vocabulary(self.data.vocab)
         if not self.world.main:
             torch.manual_seed(config.train.seed + self.world.rank)   # its own dropout masks
