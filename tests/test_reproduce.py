@@ -36,6 +36,11 @@ set = ["model.name=rnn-tanh", "train.epochs={rnn_epochs}"]
 below = 1000.0
 
 [[row]]
+id = "kn"
+label = "Kneser-Ney trigram"
+preset = "configs/kn.toml"
+
+[[row]]
 id = "wiki"
 label = "LSTM on a corpus we lack"
 unavailable = "the corpus is not here"
@@ -43,12 +48,14 @@ unavailable = "the corpus is not here"
 
 
 def make_project(folder: Path, rnn_epochs: int = 3) -> Path:
-    """A project folder: a corpus, one preset, a two-row table (and one unavailable row)."""
+    """A project folder: a corpus, two presets, a three-row table (and one unavailable row)."""
     (folder / "configs").mkdir(parents=True)
     (folder / "reproductions").mkdir()
-    config = tiny_config(write_corpus(folder))
+    corpus = write_corpus(folder)
+    config = tiny_config(corpus)
     config.train.epochs = 2
     (folder / "configs" / "lstm.toml").write_text(config.to_toml())
+    (folder / "configs" / "kn.toml").write_text(tiny_config(corpus, name="kneser-ney", order=3).to_toml())
     (folder / "reproductions" / "tiny-1.toml").write_text(TABLE.format(rnn_epochs=rnn_epochs))
     return folder
 
@@ -91,7 +98,8 @@ def reference(tmp_path_factory):
 
 def test_a_table_trains_every_row_into_a_record(reference):
     project, records, output = reference
-    assert set(records) == {"lstm", "rnn"}                       # nothing for the unavailable row
+    assert set(records) == {"lstm", "rnn", "kn"}                 # nothing for the unavailable row
+    assert records["kn"]["finished"] and records["kn"]["test_ppl"] > 1 and "fingerprint" not in records["kn"]
     for row, epochs in (("lstm", 2), ("rnn", 12)):
         record = records[row]
         results = json.loads((project / "ref-runs" / "tiny-1" / row / "results.json").read_text())
@@ -138,6 +146,7 @@ def test_sigterm_mid_row_resumes_without_retraining_the_finished_row(reference):
     resumed = records_of(project, "cut")
     for row in ("lstm", "rnn"):
         same_figures(resumed[row], expected[row])
+    assert resumed["kn"]["test_ppl"] == expected["kn"]["test_ppl"]
 
 
 def test_stop_after_stops_the_running_row_and_starts_no_other(reference):
@@ -145,7 +154,7 @@ def test_stop_after_stops_the_running_row_and_starts_no_other(reference):
     process = reproduce_process(project, "brief", "--jobs", "1", "--stop-after", "1s")
     output = process.communicate(timeout=300)[0]
     assert process.returncode == 130, output
-    assert "tiny-1/lstm: started" in output and "tiny-1/rnn" not in output
+    assert "tiny-1/lstm: started" in output and "tiny-1/rnn" not in output and "tiny-1/kn" not in output
     assert not (project / "brief-runs" / "tiny-1" / "rnn").exists()
 
 
@@ -157,6 +166,7 @@ def test_two_jobs_give_the_records_of_one(reference):
     found = records_of(project, "two")
     for row in ("lstm", "rnn"):
         same_figures(found[row], expected[row])
+    assert found["kn"]["test_ppl"] == expected["kn"]["test_ppl"]
 
 
 def test_the_report_comes_from_the_records_alone(reference, tmp_path):
@@ -174,7 +184,7 @@ def test_the_report_comes_from_the_records_alone(reference, tmp_path):
     rnn_line = next(line for line in result.stdout.splitlines() if line.startswith("| RNN, more epochs |"))
     assert "✓ claim: below 1000.0" in rnn_line
     assert "not here: the corpus is not here" in result.stdout
-    assert result.stdout.startswith("3 rows in 1 tables: 2 runnable here, 2 measured")
+    assert result.stdout.startswith("4 rows in 1 tables: 3 runnable here, 3 measured")
 
 
 def test_the_check_finds_a_row_that_today_trains_differently(reference, tmp_path):
@@ -200,7 +210,8 @@ def test_the_plan_shows_state_cost_and_command(reference):
     assert lines[0].startswith("tiny-1/lstm: not started; at most ") and "tokens/s measured now" in lines[0]
     assert lines[1].strip().startswith("ctxlm train --config ") and "--run-dir" in lines[1]
     assert "tiny-1: 1 row unavailable (the corpus is not here): wiki" in result.stdout
-    assert lines[-1] == "2 runnable rows: 0 done, 0 stopped, 2 not started; 1 unavailable"
+    assert "tiny-1/kn: not started; count-based: seconds to minutes, no epochs" in lines
+    assert lines[-1] == "3 runnable rows: 0 done, 0 stopped, 3 not started; 1 unavailable"
     done = ctxlm("reproduce", "tiny-1", "--plan", *folders(project, "ref"))
     assert "tiny-1/lstm: done" in done.stdout and "tiny-1/rnn: done" in done.stdout
 

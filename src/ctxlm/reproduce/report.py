@@ -2,12 +2,12 @@
 beside the source's, from the records alone), which is also the opening of docs/results.md."""
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 
 from ..errors import CtxlmError
 from ..io import atomic_write_text
+from ..registry import MODELS
 from . import records
 from .runner import RowRun
 from .tables import METRICS, Table
@@ -25,12 +25,10 @@ def _hours(seconds: float) -> str:
 def estimate(run: RowRun, extra: list[str], measure: bool, data_dir=None) -> str:
     """The remaining cost of a row on this machine, from rates measured on it (its own curve, or a
     few batches timed now with `measure`)."""
-    from ..models import MODELS
-
     config = run.config(extra)
     if MODELS[config.model.name].count_based:
         return "count-based: seconds to minutes, no epochs"
-    done = [json.loads(line) for line in _own_curve(run)]
+    done = run.curve()
     left = config.train.epochs - len(done)
     if done:
         per_epoch = (done[-1]["elapsed_s"] - (done[-2]["elapsed_s"] if len(done) > 1 else 0)) * EVAL_OVERHEAD
@@ -45,11 +43,6 @@ def estimate(run: RowRun, extra: list[str], measure: bool, data_dir=None) -> str
     else:
         return "unknown until measured: add --measure"
     return f"at most {_hours(left * per_epoch)} ({left} epochs left at {how})"
-
-
-def _own_curve(run: RowRun) -> list[str]:
-    metrics = run.run_dir / "metrics.jsonl"
-    return [line for line in metrics.read_text().splitlines() if line.strip()] if metrics.exists() else []
 
 
 def plan_text(runs: list[RowRun], extra: list[str], measure: bool, data_dir=None) -> str:

@@ -7,6 +7,7 @@ After every child the row's record (records.py) is written from its run director
 """
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CtxlmError
+from ..registry import MODELS
 from ..training.trainer import git_commit
 from . import records
 from .tables import Row, Table
@@ -51,7 +53,7 @@ class RowRun:
             return "unavailable"
         if self.done():
             return "done"
-        epochs = len(_curve(self.run_dir)) if self.started() else len((self.record() or {}).get("curve", []))
+        epochs = len(self.curve()) if self.started() else len((self.record() or {}).get("curve", []))
         if self.started():
             return f"stopped after epoch {epochs}" if epochs else "started (no epoch finished)"
         return f"not started (record of another machine: {epochs} epochs)" if epochs else "not started"
@@ -72,6 +74,11 @@ class RowRun:
                 "--run-dir", f"runs/reproduce/{'/'.join(self.table.record_key(self.row))}"]
         return "ctxlm " + shlex.join(argv + [a for o in self.row.overrides + extra for a in ("--set", o)])
 
+    def curve(self) -> list[dict]:
+        """The epochs this machine's run directory has finished (metrics.jsonl)."""
+        metrics = self.run_dir / "metrics.jsonl"
+        return [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.exists() else []
+
     def config(self, extra: list[str]):
         from ..config import apply_overrides, load_toml
 
@@ -83,11 +90,6 @@ def _shown(path: Path) -> str:
         return str(path.relative_to(Path.cwd()))
     except ValueError:
         return str(path)
-
-
-def _curve(run_dir: Path) -> list:
-    metrics = run_dir / "metrics.jsonl"
-    return [line for line in metrics.read_text().splitlines() if line.strip()] if metrics.exists() else []
 
 
 def row_runs(tables: list[Table], row_ids: list[str], runs: Path, records_dir: Path) -> list[RowRun]:
@@ -116,8 +118,8 @@ def update_record(run: RowRun, extra: list[str], data_dir=None, log=print) -> di
     record = records.record_from_run(*run.table.record_key(run.row), run.run_dir, run.command(extra), previous)
     if record is None:
         return previous
-    record["set"] = [o for o in run.row.overrides + extra]
-    if record["finished"] and "fingerprint" not in record:
+    record["set"] = run.row.overrides + extra
+    if record["finished"] and "fingerprint" not in record and not MODELS[run.config(extra).model.name].count_based:
         try:
             found = records.first_batches(run.config(extra), data_dir)
             record["fingerprint"] = {"batches": found["batches"], "train_loss": found["train_loss"], "at": git_commit()}
