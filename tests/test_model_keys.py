@@ -9,7 +9,7 @@ from ctxlm.models.base import build_model, refuse_unread_keys
 
 SIZES = {"emb_size": 24, "hidden_size": 24}
 CHANGED = {"emb_size": 12, "hidden_size": 72, "layers": 2, "dropout": 0.3, "tie_weights": True, "init_range": 0.02}
-ONE_SIZE = {"memn", "attentive-lm"}          # emb_size = hidden_size by construction: they change together
+ONE_SIZE = {"memn", "attentive-lm", "attentive-context"}          # emb_size = hidden_size by construction: they change together
 UNTIED = {"attention", "key-value", "key-value-predict", "rnn-ngram", "ffnn", "ffnn-baseline", "cnn", "mlpconv", "com",
           "ml-cnn"}                          # their softmax reads something other than the embedding
 
