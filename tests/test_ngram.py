@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import DATA_DIR, needs_data
+from conftest import DATA_DIR, needs_data, tiny_config
 from ctxlm.data.vocab import Vocabulary
 from ctxlm.evaluation import evaluate_stream
 from ctxlm.models.arpa import read_arpa, write_arpa
@@ -187,3 +187,11 @@ def test_ptb_5gram_matches_kenlm_lmplz(tmp_path):
         total += reference.score(line.strip(), bos=True, eos=True)
         count += len(line.split()) + 1
     assert 10 ** (-total / count) == pytest.approx(results["test"]["ppl"], rel=1e-4)
+
+
+def test_the_python_train_estimates_a_count_based_config(tmp_path, corpus):
+    import ctxlm
+
+    results = ctxlm.train(tiny_config(corpus, name="kneser-ney", order=3), tmp_path / "kn")
+    assert results["test"]["ppl"] > 1 and (tmp_path / "kn" / "results.json").exists()
+    assert ctxlm.load(tmp_path / "kn").model.count_based
