@@ -18,7 +18,7 @@ CHILD = r"""
 import json, resource, sys, time
 from ctxlm.config import Config, ModelConfig
 from ctxlm.models import build_model
-from ctxlm.training.trainer import prepare_data
+from ctxlm.data.load import prepare_data
 config = Config()
 config.data.dataset, config.model = sys.argv[1], ModelConfig.of(name="kneser-ney", order=int(sys.argv[3]))
 start = time.perf_counter()

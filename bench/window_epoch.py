@@ -19,10 +19,11 @@ import torch
 
 from ctxlm.config import load_toml
 from ctxlm.data.batching import StreamBatches, WindowBatches
+from ctxlm.data.load import prepare_data
 from ctxlm.evaluation.perplexity import evaluate_stream
 from ctxlm.models import build_model
 from ctxlm.training.optim import build_optimizer
-from ctxlm.training.trainer import prepare_data, train_step
+from ctxlm.training.trainer import train_step
 
 
 def measure(path: str, batches: int, eval_tokens: int, data_cache: dict, precision: str | None = None) -> dict:

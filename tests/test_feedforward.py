@@ -280,9 +280,9 @@ def test_position_analyses_refuse_channel_major_maps():
 
 def test_mixture_of_two_runs_is_exact_and_its_weight_is_chosen_on_valid(runs):
     from conftest import ctxlm, one_line_error
+    from ctxlm.data.load import prepare_data
     from ctxlm.evaluation.interpolation import best_weight, mixed, split_log_probs
     from ctxlm.run import load
-    from ctxlm.training.trainer import prepare_data
 
     result = json.loads(ctxlm("eval", runs["cnn"], "--mix", runs["ngram"], "--json").stdout)
     a, b = load(runs["cnn"]), load(runs["ngram"])

@@ -129,7 +129,7 @@ def test_the_encoded_route_equals_the_string_route(holmes_data, tmp_path):
 
 
 def test_max_train_tokens_keeps_whole_sentences(holmes_data, tmp_path, corpus):
-    from ctxlm.training.trainer import prepare_data
+    from ctxlm.data.load import prepare_data
 
     prepare(holmes_data, tmp_path / "out")
     config = Config()

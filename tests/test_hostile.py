@@ -451,7 +451,7 @@ def test_curves_never_star_a_non_finite_epoch(tmp_path):
 
 
 def test_eval_names_missing_fails_before_any_work(world, monkeypatch):
-    from ctxlm.training import trainer as module
+    from ctxlm.data import load as module
 
     monkeypatch.setattr(module, "prepare_data", lambda *a, **k: pytest.fail("read the data before the names file"))
     one_line_error(run_ctxlm("eval", world / "lstm", "--names", world / "missing.txt"), "--names", "missing.txt")

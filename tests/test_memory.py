@@ -14,9 +14,10 @@ from ctxlm.analysis import memory as analysis_memory
 from ctxlm.analysis.memory import memory_records, pair_frequencies
 from ctxlm.config import ModelConfig, load_toml
 from ctxlm.data.batching import IGNORE
+from ctxlm.data.load import prepare_data
 from ctxlm.errors import CtxlmError
 from ctxlm.models import build_model, memory
-from ctxlm.training.trainer import Trainer, prepare_data
+from ctxlm.training.trainer import Trainer
 from memory_oracles import bidirectional_oracle, memory_oracle
 
 V = 23

@@ -31,8 +31,8 @@ def _config(args):
     apply_overrides(config, args.set or [])
     validate(config)
     if getattr(args, "match_params", None):
+        from .data.load import prepare_data
         from .models.budget import match_params
-        from .training.trainer import prepare_data
 
         vocab_size = getattr(args, "vocab_size", None) or len(prepare_data(config, args.data_dir).vocab)
         match_params(config.model, vocab_size, args.match_params)
@@ -92,9 +92,9 @@ def cmd_eval(args) -> int:
     from .evaluation import evaluate_file
     from .evaluation.categories import stream_log_probs
     from .evaluation.names import names_perplexity
+    from .evaluation.perplexity import evaluate_split
     from .run import load
     from .training.precision import autocast
-    from .training.trainer import evaluate_split
 
     if args.mix_weight is not None and not args.mix:
         raise CtxlmError("--mix-weight is the weight of the run given with --mix; add --mix OTHER_RUN")
@@ -147,9 +147,9 @@ def cmd_eval(args) -> int:
 def _eval_mixture(run, args) -> int:
     """`ctxlm eval RUN --mix OTHER`: p = (1 − λ) p_RUN + λ p_OTHER on the dataset's splits, λ given or
     chosen by maximum likelihood on valid (evaluation/interpolation.py)."""
+    from .data.load import prepare_data
     from .evaluation.interpolation import best_weight, check_mixable, mixed, perplexity, split_log_probs
     from .run import load
-    from .training.trainer import prepare_data
 
     if args.file or args.cache or args.precision != "fp32":
         raise CtxlmError("--mix scores the dataset's splits with both runs in float32; it does not combine with "
@@ -406,7 +406,7 @@ def cmd_info(args) -> int:
         if args.vocab_size:
             vocab_size = args.vocab_size
         else:
-            from .training.trainer import prepare_data
+            from .data.load import prepare_data
 
             vocab_size = len(prepare_data(config, args.data_dir).vocab)
         with torch.device("meta"):          # sizes only: nothing is allocated
@@ -542,7 +542,7 @@ def cmd_analyze_memory(args) -> int:
 
 def _split_data(run, args, *splits):
     """The run's dataset (prepared with its vocabulary), after checking that it has each of `splits`."""
-    from .training.trainer import prepare_data
+    from .data.load import prepare_data
 
     data = prepare_data(run.config, args.data_dir, run.vocab)
     for split in splits:

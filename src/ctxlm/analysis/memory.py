@@ -42,7 +42,7 @@ def require_memory(run) -> None:
 @torch.no_grad()
 def memory_records(run, ids: torch.Tensor, max_tokens: int = 0, chunk: int = 1000) -> MemoryRecords:
     """Attention and slot words of every prediction of `ids` (a split, `<eos>` first), in the run's regime."""
-    from ..training.trainer import sentences_of
+    from ..data.load import sentences_of
 
     require_memory(run)
     model, config = run.model, run.config

@@ -1,4 +1,5 @@
-"""Loading a language-modelling corpus by name (ctxlm.data.registry says where its files are) or from files."""
+"""Loading a language-modelling corpus by name (ctxlm.data.registry says where its files are) or from files,
+as token ids per split (`prepare_data`) and, for sentence batching, as sentences (`sentences_of`)."""
 from __future__ import annotations
 
 import sys
@@ -6,10 +7,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
+from ..config import Config
 from ..errors import CtxlmError
 from . import corpus as readers
+from .batching import Sentences, cap_sentences, split_sentences
 from .encoded import DecodedSplits, EncodedCorpus
 from .registry import DatasetSpec, locate, spec
+from .vocab import EOS, Vocabulary
 
 
 @dataclass
@@ -105,3 +111,39 @@ def _holmes(data_dir) -> EncodedCorpus:
         print("dataset 'holmes' is not prepared yet: preparing it once (`ctxlm prepare holmes`)", file=sys.stderr)
         folder, _, _ = holmes.prepare(data_dir, valid_sentences=holmes.VALID_SENTENCES)
     return holmes.load_prepared(folder)
+
+
+@dataclass
+class Data:
+    vocab: Vocabulary
+    ids: dict[str, torch.Tensor]    # per split, prefixed with `<eos>` so every token is a target
+    tags: dict[str, list[str]] | None
+
+
+def prepare_data(config: Config, data_dir=None, vocab: Vocabulary | None = None) -> Data:
+    files = {"train": config.data.train, "valid": config.data.valid, "test": config.data.test}
+    corpus = load_corpus(config.data.dataset, data_dir, files, config.data.max_train_tokens)
+    min_count = config.data.min_count or corpus.min_count
+    if corpus.encoded is not None:      # a prepared corpus (holmes): int32 arrays, never a list of strings
+        vocab = vocab or corpus.encoded.vocabulary(config.data.max_vocab, min_count)
+        return Data(vocab, corpus.encoded.ids(vocab), None)
+    if vocab is None:
+        vocab = Vocabulary.build(corpus.splits["train"], config.data.max_vocab, min_count)
+    ids = {split: vocab.encode([EOS] + tokens) for split, tokens in corpus.splits.items()}
+    return Data(vocab, ids, corpus.tags)
+
+
+MAX_SENTENCE = 2048      # tokens: a longer "sentence" (a corpus on one line) is cut, or one batch would need gigabytes
+_told: set = set()
+
+
+def sentences_of(ids: torch.Tensor, vocab: Vocabulary, config: Config) -> Sentences:
+    """The sentence regime's units: lines, cut further after any `data.sentence_ends` token and into pieces
+    of at most MAX_SENTENCE tokens (said once per split on stderr)."""
+    extra = tuple(vocab.index[t] for t in config.data.sentence_ends.split() if t in vocab.index)
+    sentences, cut, longest = cap_sentences(split_sentences(ids[1:], vocab.eos, extra), MAX_SENTENCE)
+    if cut and (ids.numel(), longest) not in _told:
+        _told.add((ids.numel(), longest))
+        print(f"note: {cut:,} sentence(s) of this data are longer than {MAX_SENTENCE:,} tokens (the longest "
+              f"{longest:,}); sentence batching cuts them into pieces of {MAX_SENTENCE:,}", file=sys.stderr)
+    return sentences

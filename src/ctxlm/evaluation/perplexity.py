@@ -11,6 +11,7 @@ import torch
 from ..checks import safe_exp
 from ..data.batching import IGNORE, SentenceBatches, SpooledStreamBatches, StreamBatches, spool_ids
 from ..data.corpus import iter_tokens
+from ..data.load import sentences_of
 from ..data.vocab import EOS
 
 
@@ -62,3 +63,10 @@ def evaluate_sentences(model, sentences: list[torch.Tensor], eos: int, batch_siz
                        device="cpu") -> dict[str, float]:
     """Regime B: each sentence alone, never truncated (SPEC §6.3 REC 24)."""
     return _accumulate(model, SentenceBatches(sentences, batch_size, eos), device, carry=False)
+
+
+def evaluate_split(model, config, ids: torch.Tensor, vocab, device) -> dict:
+    """Perplexity of one split in the model's regime (stream: carried state; sentence: each alone)."""
+    if config.data.batching == "sentence":
+        return evaluate_sentences(model, sentences_of(ids, vocab, config), vocab.eos, config.data.batch_size, device)
+    return evaluate_stream(model, ids, config.data.eval_batch_size, config.data.eval_chunk, device=device)

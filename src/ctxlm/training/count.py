@@ -7,12 +7,14 @@ import time
 from pathlib import Path
 
 from ..config import Config
+from ..data.load import prepare_data
 from ..errors import CtxlmError
+from ..evaluation.perplexity import evaluate_split
 from ..io import atomic_write_text
 from ..models.base import build_model
 from . import checkpoint
 from .rundir import RunLock, content
-from .trainer import check_config, evaluate_split, git_commit, prepare_data
+from .trainer import check_config, git_commit
 
 
 def estimate_run(config: Config, run_dir: str | Path, data_dir=None, log=print, again: bool = False) -> dict:

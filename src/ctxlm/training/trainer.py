@@ -11,49 +11,27 @@ import json
 import math
 import signal
 import subprocess
-import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ..checks import safe_exp
 from ..config import Config, load_toml, validate
-from ..data.batching import IGNORE, SentenceBatches, Sentences, StreamBatches, WindowBatches, cap_sentences, split_sentences
-from ..data.load import load_corpus
-from ..data.vocab import EOS, Vocabulary
+from ..data.batching import IGNORE, SentenceBatches, StreamBatches, WindowBatches
+from ..data.load import prepare_data, sentences_of
+from ..data.vocab import Vocabulary
 from ..errors import CtxlmError
-from ..evaluation.perplexity import evaluate_sentences, evaluate_stream
+from ..evaluation.perplexity import evaluate_split
 from ..io import Progress, atomic_write_text
 from ..layers.output import refuse_unread_output_keys
-from ..models.base import LanguageModel, build_model, detach_state, families, map_state, refuse_unread_keys, spoken
+from ..models.base import build_model, detach_state, families, map_state, refuse_unread_keys, spoken
 from . import checkpoint, divergence
 from .distributed import LossStep, World, merge_state, split_state, wrap
 from .optim import build_optimizer, next_lr
 from .precision import emulated_bf16
 from .rundir import RunLock, check_same_data, content, data_fingerprint, resume_state
 from .step import capped_threads, compiled, loss_denominator, train_step  # noqa: F401 (also imported from here)
-
-
-@dataclass
-class Data:
-    vocab: Vocabulary
-    ids: dict[str, torch.Tensor]    # per split, prefixed with `<eos>` so every token is a target
-    tags: dict[str, list[str]] | None
-
-
-def prepare_data(config: Config, data_dir=None, vocab: Vocabulary | None = None) -> Data:
-    files = {"train": config.data.train, "valid": config.data.valid, "test": config.data.test}
-    corpus = load_corpus(config.data.dataset, data_dir, files, config.data.max_train_tokens)
-    min_count = config.data.min_count or corpus.min_count
-    if corpus.encoded is not None:      # a prepared corpus (holmes): int32 arrays, never a list of strings
-        vocab = vocab or corpus.encoded.vocabulary(config.data.max_vocab, min_count)
-        return Data(vocab, corpus.encoded.ids(vocab), None)
-    if vocab is None:
-        vocab = Vocabulary.build(corpus.splits["train"], config.data.max_vocab, min_count)
-    ids = {split: vocab.encode([EOS] + tokens) for split, tokens in corpus.splits.items()}
-    return Data(vocab, ids, corpus.tags)
 
 
 def pick_device(name: str, option: str = "train.device") -> torch.device:
@@ -65,29 +43,6 @@ def pick_device(name: str, option: str = "train.device") -> torch.device:
     if name not in ("cpu", "cuda"):
         raise CtxlmError(f"unknown device {name!r} ({option}); choose auto, cpu or cuda")
     return torch.device(name)
-
-
-MAX_SENTENCE = 2048      # tokens: a longer "sentence" (a corpus on one line) is cut, or one batch would need gigabytes
-_told: set = set()
-
-
-def sentences_of(ids: torch.Tensor, vocab: Vocabulary, config: Config) -> Sentences:
-    """The sentence regime's units: lines, cut further after any `data.sentence_ends` token and into pieces
-    of at most MAX_SENTENCE tokens (said once per split on stderr)."""
-    extra = tuple(vocab.index[t] for t in config.data.sentence_ends.split() if t in vocab.index)
-    sentences, cut, longest = cap_sentences(split_sentences(ids[1:], vocab.eos, extra), MAX_SENTENCE)
-    if cut and (ids.numel(), longest) not in _told:
-        _told.add((ids.numel(), longest))
-        print(f"note: {cut:,} sentence(s) of this data are longer than {MAX_SENTENCE:,} tokens (the longest "
-              f"{longest:,}); sentence batching cuts them into pieces of {MAX_SENTENCE:,}", file=sys.stderr)
-    return sentences
-
-
-def evaluate_split(model: LanguageModel, config: Config, ids: torch.Tensor, vocab: Vocabulary, device) -> dict:
-    """Perplexity of one split in the model's regime (stream: carried state; sentence: each alone)."""
-    if config.data.batching == "sentence":
-        return evaluate_sentences(model, sentences_of(ids, vocab, config), vocab.eos, config.data.batch_size, device)
-    return evaluate_stream(model, ids, config.data.eval_batch_size, config.data.eval_chunk, device=device)
 
 
 def check_config(config: Config) -> None:
