@@ -7,6 +7,8 @@ computes again to tell whether today's code still trains the row the same way.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import platform
@@ -145,7 +147,8 @@ def first_batches(config, data_dir=None, batches: int = FINGERPRINT_BATCHES, dev
 
         trainer.on_batch = on_batch
         try:
-            trainer.fit()
+            with contextlib.redirect_stderr(io.StringIO()):     # no progress lines: a measurement, not a run
+                trainer.fit()
         except KeyboardInterrupt:
             if trainer.stop_requested != "fingerprint":
                 raise
