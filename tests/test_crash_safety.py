@@ -31,6 +31,7 @@ def _die():
 
 def _arm(point: str, nth: int) -> None:
     """Make this process kill itself at the nth event of kind `point`."""
+    import ctxlm.io as ctxlm_io
     import ctxlm.training.checkpoint as checkpoint
     from ctxlm.models.base import LanguageModel
 
@@ -56,7 +57,7 @@ def _arm(point: str, nth: int) -> None:
     elif point == "eval":
         wrap(LanguageModel, "target_log_probs")
     else:
-        atomic = checkpoint._atomic
+        atomic = ctxlm_io.atomic_write
 
         def half_written(path, write):
             def partial(tmp):
@@ -66,7 +67,7 @@ def _arm(point: str, nth: int) -> None:
                         os.truncate(tmp, os.path.getsize(tmp) // 2)
                     _die()
             atomic(path, partial)
-        checkpoint._atomic = half_written
+        ctxlm_io.atomic_write = checkpoint.atomic_write = half_written     # every atomic write of the run
 
 
 def _train(argv: list[str], point: str | None, nth: int) -> None:
