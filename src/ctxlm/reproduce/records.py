@@ -8,6 +8,7 @@ computes again to tell whether today's code still trains the row the same way.
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import json
 import os
@@ -133,6 +134,7 @@ def first_batches(config, data_dir=None, batches: int = FINGERPRINT_BATCHES, dev
     """
     from ..training.trainer import Trainer
 
+    config = copy.deepcopy(config)       # the caller's config is left as it was
     config.train.device, config.train.precision, config.train.threads = device, precision, threads
     config.train.compile, config.train.epochs = False, 1
     threads = torch.get_num_threads()

@@ -39,7 +39,7 @@ def estimate(run: RowRun, extra: list[str], measure: bool, data_dir=None) -> str
         if not found["tokens_per_s"]:
             return "unknown: the measurement took no time"
         per_epoch = found["train_tokens"] / found["tokens_per_s"] * EVAL_OVERHEAD
-        how = f"{found['tokens_per_s']:,.0f} tokens/s measured now"
+        how = f"{found['tokens_per_s']:,.0f} tokens/s measured now, under this machine's present load"
     else:
         return "unknown until measured: add --measure"
     return f"at most {_hours(left * per_epoch)} ({left} epochs left at {how})"
