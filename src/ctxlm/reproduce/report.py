@@ -134,7 +134,7 @@ def table_markdown(table: Table, records_dir: Path) -> str:
         wall = _hours(r["wall_s"]) if r.get("wall_s") else "–"
         label = row.label + (f" [{row.stand_in}]" if row.stand_in else "") + (f" (= {row.same_as})" if row.same_as else "")
         lines.append(f"| {label} | {ours} | {_source(row, table)} | {verdict(table, row, record)} | {_params(record, row)} | "
-                     f"{_figure(r.get('best_epoch'))} | {commit} | {hardware} | {wall} |")
+                     f"{r.get('best_epoch') or '–'} | {commit} | {hardware} | {wall} |")
     return "\n".join(lines) + "\n"
 
 
