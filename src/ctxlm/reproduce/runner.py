@@ -112,8 +112,9 @@ def thread_setting(extra: list[str], jobs: int) -> list[str]:
     return extra + [f"train.threads={max(1, (os.cpu_count() or 1) // jobs)}"]
 
 
-def update_record(run: RowRun, extra: list[str], data_dir=None, log=print) -> dict | None:
-    """Write the row's record from its run directory; a finished row also gets its fingerprint."""
+def update_record(run: RowRun, extra: list[str], data_dir=None, log=print, commit: str | None = None) -> dict | None:
+    """Write the row's record from its run directory; a finished row also gets its fingerprint, computed
+    by this process's code (`commit`: the commit it was started from)."""
     previous = run.record()
     record = records.record_from_run(*run.table.record_key(run.row), run.run_dir, run.command(extra), previous)
     if record is None:
@@ -122,7 +123,7 @@ def update_record(run: RowRun, extra: list[str], data_dir=None, log=print) -> di
     if record["finished"] and "fingerprint" not in record and not MODELS[run.config(extra).model.name].count_based:
         try:
             found = records.first_batches(run.config(extra), data_dir)
-            record["fingerprint"] = {"batches": found["batches"], "train_loss": found["train_loss"], "at": git_commit()}
+            record["fingerprint"] = {"batches": found["batches"], "train_loss": found["train_loss"], "at": commit or git_commit()}
         except KeyboardInterrupt:
             log(f"{run.name}: fingerprint interrupted; the next call computes it")
     records.save_record(run.record_file, record)
@@ -140,6 +141,7 @@ class Runner:
         self.stopping: str | None = None
         self.active: dict[subprocess.Popen, tuple[RowRun, list[str], object]] = {}
         self.seen: dict[str, int | None] = {}       # metrics.jsonl's last change per running row
+        self.commit = git_commit()                  # the code this process runs (fingerprints are computed here)
 
     def _signal(self, signum, frame) -> None:
         self.stopping = signal.Signals(signum).name
@@ -148,7 +150,7 @@ class Runner:
         """Train every runnable row that is not done; 0 when all are done, 130 when stopped early."""
         for run in runs:
             if run.row.runnable and run.done() and not (run.record() or {}).get("finished"):
-                update_record(run, self.extra, self.data_dir, self.log)
+                update_record(run, self.extra, self.data_dir, self.log, self.commit)
         pending = sorted((r for r in runs if r.row.runnable and not r.done()), key=lambda r: not r.started())  # begun first
         for run in runs:
             if run.row.runnable and run.done():
@@ -195,7 +197,7 @@ class Runner:
             if stamp != self.seen.get(run.name):
                 self.seen[run.name] = stamp
                 if stamp is not None:
-                    update_record(run, self.extra, self.data_dir, self.log)
+                    update_record(run, self.extra, self.data_dir, self.log, self.commit)
 
     def _stop_all(self) -> None:
         for process, (run, _, _) in self.active.items():
@@ -206,7 +208,7 @@ class Runner:
     def _finish(self, process: subprocess.Popen) -> bool:
         run, argv, log_file = self.active.pop(process)
         log_file.close()
-        record = update_record(run, self.extra, self.data_dir, self.log)
+        record = update_record(run, self.extra, self.data_dir, self.log, self.commit)
         if run.done():
             figure = f"test {record['test_ppl']:.2f}" if record and record.get("test_ppl") else "done"
             self.log(f"{run.name}: finished, {figure} (record {run.record_file})")
