@@ -75,7 +75,7 @@ def _read_json(path: Path) -> dict | None:
 
 
 def record_from_run(table: str, row: str, run_dir: Path, command: str, previous: dict | None = None) -> dict | None:
-    """The record of a run directory as it stands (finished when it has results.json); None before epoch 1."""
+    """The record of a run directory as it stands (finished when it has results.json); None before it has a config."""
     from ..config import load_toml
 
     if not (run_dir / "config.toml").is_file():
