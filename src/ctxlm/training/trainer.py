@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import subprocess
 import time
@@ -67,15 +68,20 @@ def check_config(config: Config) -> None:
 
 
 def git_commit() -> str:
-    """The commit of ctxlm's own source tree (an editable install), else the package version."""
-    from importlib.metadata import version
+    """The commit of ctxlm's own source tree (an editable install); else $CTXLM_COMMIT, for a copy of the
+    source without its .git (a remote machine); else the package version."""
+    from importlib.metadata import PackageNotFoundError, version
 
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
                              cwd=Path(__file__).resolve().parent)
-        return out.stdout.strip() or version("ctxlm")
+        found = out.stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return version("ctxlm")
+        found = ""
+    try:
+        return found or os.environ.get("CTXLM_COMMIT") or version("ctxlm")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 class Trainer:
