@@ -1,0 +1,121 @@
+"""Dynamic evaluation (Krause, Kahembwe, Murray, Renals 2018, "Dynamic Evaluation of Neural Sequence
+Models"; outside the sources): while a text is scored, each segment, once scored, becomes one gradient
+step, and the weights decay back towards the trained ones θ₀.
+
+    rms: θ ← θ − η ∇L(s) / (√MS + ε) + min(1, λ · √MS / mean √MS) ⊙ (θ₀ − θ)   (their "RMS with global prior")
+    sgd: θ ← θ − η ∇L(s) + λ (θ₀ − θ)                                            (their "SGD with global prior")
+
+L(s) is the segment's mean NLL; MS is the mean squared gradient of the trained model over training
+segments of the same length (`mean_squared_gradients`), mean √MS the average over every weight.
+Strictly causal: a segment's tokens are scored by the forward pass whose loss then makes the step, so no
+token is scored by weights that have seen it. The weights are θ₀ again when a pass ends.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..checks import safe_exp
+from ..data.batching import IGNORE, StreamBatches
+from ..models.base import detach_state
+
+EPSILON = 1e-8     # keeps the rms step finite for weights whose training gradient was always 0
+
+
+@dataclass
+class DynamicSetting:
+    """The update rule and its three numbers, chosen on validation."""
+    rule: str = "rms"          # rms or sgd
+    lr: float = 1e-4           # η
+    decay: float = 1e-3        # λ
+    segment: int = 20          # tokens per step
+
+
+class DynamicWeights:
+    """The model's weights θ, the trained θ₀ they decay to, and the step of the chosen rule."""
+
+    def __init__(self, model: torch.nn.Module, setting: DynamicSetting, mean_square: list[torch.Tensor] | None = None):
+        if setting.rule not in ("rms", "sgd"):
+            raise ValueError(f"dynamic evaluation rule must be rms or sgd, got {setting.rule!r}")
+        if setting.rule == "rms" and mean_square is None:
+            raise ValueError("the rms rule needs the mean squared training gradients (mean_squared_gradients)")
+        self.setting = setting
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.trained = [p.detach().clone() for p in self.params]
+        if setting.rule == "rms":
+            rms = [m.sqrt() for m in mean_square]
+            mean_rms = torch.cat([r.flatten() for r in rms]).mean()
+            self.scale = [1 / (r + EPSILON) for r in rms]
+            self.pull = [(setting.decay * r / mean_rms).clamp(max=1.0) for r in rms]
+        else:
+            self.scale = [None] * len(self.params)
+            self.pull = [setting.decay] * len(self.params)
+
+    @torch.no_grad()
+    def step(self, loss: torch.Tensor) -> None:
+        grads = torch.autograd.grad(loss, self.params, allow_unused=True)
+        for p, g, p0, scale, pull in zip(self.params, grads, self.trained, self.scale, self.pull):
+            if g is not None:
+                p.sub_(self.setting.lr * (g if scale is None else g * scale))
+            p.add_(pull * (p0 - p))
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        """Back to the trained weights (a new independent item, or the end of a pass)."""
+        for p, p0 in zip(self.params, self.trained):
+            p.copy_(p0)
+
+
+def segment_log_probs(model, ids: torch.Tensor, setting: DynamicSetting, mean_square=None, device="cpu"):
+    """Yield each segment's target log-probabilities [1, T] (as scored, before its step) over `ids` read as
+    one stream (batch 1, state carried). Each call starts from θ₀ and leaves θ₀ behind, so independent
+    items (passages, questions, files) are one call each."""
+    model.eval()                                    # no dropout: the steps adapt, they do not regularise
+    weights = DynamicWeights(model, setting, mean_square)
+    state = None
+    try:
+        for batch in StreamBatches(ids, 1, setting.segment):
+            inputs, targets = batch.inputs.to(device), batch.targets.to(device)
+            with torch.enable_grad():
+                out = model(inputs, state, None)
+                log_probs = model.target_log_probs(out, targets)       # scored before the step below
+                count = int((targets != IGNORE).sum())
+                if count:
+                    weights.step(-log_probs.sum() / count)
+            state = detach_state(out.state)
+            yield log_probs.detach()
+    finally:
+        weights.restore()
+
+
+def evaluate_dynamic(model, ids: torch.Tensor, setting: DynamicSetting, mean_square=None, device="cpu") -> dict[str, float]:
+    """Perplexity of `ids` (starting with `<eos>`) under dynamic evaluation; summed in float64 (SPEC §0.2)."""
+    total = 0.0
+    for log_probs in segment_log_probs(model, ids, setting, mean_square, device):
+        total -= float(log_probs.sum(dtype=torch.float64))
+    count = int(ids.numel() - 1)
+    return {"nll": total, "tokens": count, "ppl": safe_exp(total / count) if count else float("nan")}
+
+
+def mean_squared_gradients(model, ids: torch.Tensor, segment: int, max_segments: int = 1000,
+                           device="cpu") -> list[torch.Tensor]:
+    """MS of each weight: the mean over the first `max_segments` training segments of length `segment`
+    (read as one stream, state carried) of the squared gradient of the segment's mean NLL."""
+    model.eval()
+    params = [p for p in model.parameters() if p.requires_grad]
+    sums = [torch.zeros_like(p) for p in params]
+    state, seen = None, 0
+    for batch in StreamBatches(ids, 1, segment):
+        if seen == max_segments:
+            break
+        inputs, targets = batch.inputs.to(device), batch.targets.to(device)
+        with torch.enable_grad():
+            out = model(inputs, state, None)
+            nll, n = model.loss(out, targets)
+            grads = torch.autograd.grad(nll / max(n, 1), params, allow_unused=True)
+        for s, g in zip(sums, grads):
+            if g is not None:
+                s.add_(g.square())
+        state, seen = detach_state(out.state), seen + 1
+    return [s / max(seen, 1) for s in sums]

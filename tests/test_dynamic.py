@@ -1,0 +1,67 @@
+"""Dynamic evaluation (evaluation/dynamic.py): causal, the plain evaluation at a zero rate, the trained
+weights back afterwards, and a step that helps on repeated text; for every neural family."""
+import pytest
+import torch
+
+from ctxlm.config import ModelConfig
+from ctxlm.evaluation.dynamic import DynamicSetting, evaluate_dynamic, mean_squared_gradients, segment_log_probs
+from ctxlm.evaluation.perplexity import evaluate_stream
+from ctxlm.models import MODELS, build_model
+from test_contract import LEFT_TO_RIGHT, VOCAB, config_of, folder, ready, sentences  # noqa: F401  (folder: a fixture)
+
+NEURAL = sorted(name for name in MODELS if not MODELS[name].count_based)
+
+
+def log_probs(model, ids, setting, mean_square=None):
+    return torch.cat([lp.flatten() for lp in segment_log_probs(model, ids, setting, mean_square)])
+
+
+@pytest.fixture(params=NEURAL)
+def model(request, folder):  # noqa: F811
+    return ready(config_of(request.param, folder))
+
+
+def test_a_zero_rate_is_plain_evaluation(model):
+    """Steps of size 0 leave the weights as trained, so the perplexity is the plain one."""
+    ids = torch.cat([torch.tensor([VOCAB.eos]), sentences(12, 3)])
+    plain = evaluate_stream(model, ids, batch_size=1, chunk=7)
+    for rule, decay in (("sgd", 0.5), ("rms", 0.5)):
+        mean_square = mean_squared_gradients(model, ids, 7, max_segments=3) if rule == "rms" else None
+        dynamic = evaluate_dynamic(model, ids, DynamicSetting(rule, lr=0.0, decay=decay, segment=7), mean_square)
+        # the same up to float rounding: with autograd on, PyTorch's CPU LSTM takes another kernel (~1e-9)
+        assert dynamic["nll"] == pytest.approx(plain["nll"], rel=1e-8, abs=0) and dynamic["tokens"] == plain["tokens"]
+
+
+@pytest.mark.parametrize("name", [name for name in LEFT_TO_RIGHT if name in NEURAL])
+def test_no_token_is_scored_by_weights_that_saw_it(name, folder):  # noqa: F811
+    """Changing token k changes no log-probability before it, however large the steps."""
+    model = ready(config_of(name, folder))
+    ids = torch.cat([torch.tensor([VOCAB.eos]), sentences(10, 4)])
+    setting = DynamicSetting("sgd", lr=0.5, decay=0.0, segment=5)
+    before = log_probs(model, ids, setting)
+    for k in (3, 5, 6, 17):                  # inside a segment, its first and last token, a later segment
+        changed = ids.clone()
+        changed[k] = 2 + (int(ids[k]) - 1) % (len(VOCAB) - 2)
+        after = log_probs(model, changed, setting)
+        assert torch.equal(after[:k - 1], before[:k - 1]), k     # targets 1..k-1 are log-probs 0..k-2
+
+
+def test_the_trained_weights_are_back_after_a_pass(model):
+    trained = {name: p.detach().clone() for name, p in model.named_parameters()}
+    ids = torch.cat([torch.tensor([VOCAB.eos]), sentences(8, 5)])
+    mean_square = mean_squared_gradients(model, ids, 6, max_segments=4)
+    evaluate_dynamic(model, ids, DynamicSetting("rms", lr=0.01, decay=0.01, segment=6), mean_square)
+    stream = segment_log_probs(model, ids, DynamicSetting("sgd", lr=0.5, segment=6))
+    next(stream), next(stream)
+    stream.close()                            # stopped half-way: the weights are restored all the same
+    assert all(torch.equal(p, trained[name]) for name, p in model.named_parameters())
+
+
+def test_the_steps_learn_a_repeated_sentence():
+    """One sentence twenty times: with steps it is far better predicted than without (an untrained LSTM)."""
+    torch.manual_seed(0)
+    lstm = build_model(ModelConfig.of(name="lstm", emb_size=12, hidden_size=12, dropout=0.0), len(VOCAB)).eval()
+    ids = torch.cat([torch.tensor([VOCAB.eos])] + [sentences(1, 6)] * 20)
+    plain = evaluate_stream(lstm, ids, batch_size=1, chunk=10)["nll"]
+    adapted = evaluate_dynamic(lstm, ids, DynamicSetting("sgd", lr=1.0, decay=0.0, segment=10))["nll"]
+    assert adapted < 0.8 * plain
