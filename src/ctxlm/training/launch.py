@@ -21,7 +21,8 @@ def train(config: Config | None, run_dir: str | Path, data_dir=None, resume: boo
     saved = RunDir(run_dir).saved_config() if resume and (config is None or overrides) else None
     if saved is not None and overrides:
         config = apply_overrides(saved, overrides)
-    family = MODELS.get((config or saved).model.name) if (config or saved) else None
+    chosen = config if config is not None else saved
+    family = MODELS.get(chosen.model.name) if chosen is not None else None       # an unknown name: Trainer says so
     if family is not None and family.count_based:
-        return estimate_run(config or saved, run_dir, data_dir, log, again=resume)
+        return estimate_run(chosen, run_dir, data_dir, log, again=resume)
     return Trainer(config, run_dir, data_dir, resume, log, allow_changed_data).fit()
