@@ -272,3 +272,13 @@ def test_first_batches_stops_where_asked(corpus):
     config = tiny_config(corpus)
     found = first_batches(config, batches=3)
     assert found["batches"] == 3 and found["train_loss"] > 0 and found["tokens_per_s"] > 0
+
+
+def test_a_record_names_the_commit_given_by_ctxlm_commit(monkeypatch):
+    """On a machine whose copy of the source has a missing or stale .git, $CTXLM_COMMIT names the code."""
+    from ctxlm.training.trainer import git_commit
+
+    monkeypatch.setenv("CTXLM_COMMIT", "abc1234")
+    assert git_commit() == "abc1234"
+    monkeypatch.delenv("CTXLM_COMMIT")
+    assert git_commit() != "abc1234"

@@ -117,10 +117,12 @@ def identity(model_name: str, vocab: Vocabulary) -> dict[str, str]:
 
 
 def git_commit() -> str:
-    """The commit of ctxlm's own source tree (an editable install); else $CTXLM_COMMIT, for a copy of the
-    source without its .git (a remote machine); else the package version."""
+    """$CTXLM_COMMIT where set (a copy of the source whose .git is missing or stale, e.g. on a remote
+    machine); else the commit of ctxlm's own source tree (an editable install); else the package version."""
     from importlib.metadata import PackageNotFoundError, version
 
+    if os.environ.get("CTXLM_COMMIT"):
+        return os.environ["CTXLM_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
                              cwd=Path(__file__).resolve().parent)
@@ -128,7 +130,7 @@ def git_commit() -> str:
     except (OSError, subprocess.SubprocessError):
         found = ""
     try:
-        return found or os.environ.get("CTXLM_COMMIT") or version("ctxlm")
+        return found or version("ctxlm")
     except PackageNotFoundError:
         return "unknown"
 
