@@ -5,6 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..checks import at_least, in_range, option
 from ..errors import CtxlmError
 
 SPLITS = ["train", "valid", "test"]
@@ -57,8 +58,6 @@ def json_option(p, help: str) -> None:
 
 
 def cache_options(p) -> None:
-    from ..checks import at_least, in_range, option
-
     p.add_argument("--cache", action="store_true", help="add the neural cache (Grave et al. 2017) with the settings "
                    "`ctxlm tune-cache` recorded in the run; --cache-window/--cache-theta/--cache-lambda override them")
     p.add_argument("--cache-window", type=option(int, at_least(1)), help="cache size: (hidden state, next word) pairs kept (default 2000)")
