@@ -30,7 +30,7 @@ import torch
 from ctxlm.config import load_toml
 from ctxlm.data.vocab import Vocabulary
 from ctxlm.models import build_model
-from ctxlm.training.checkpoint import atomic_write_text, save_weights
+from ctxlm.training.rundir import RunDir, identity
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESETS = ("configs/daniluk/ptb-lstm.toml", "configs/daniluk/ptb-attention.toml")
@@ -44,18 +44,17 @@ def make_runs(folder: Path, vocab_size: int = 10_000) -> list[Path]:
         config = load_toml(ROOT / preset)
         torch.manual_seed(0)
         model = build_model(config.model, len(vocab))
-        run = folder / Path(preset).stem
-        run.mkdir()
-        atomic_write_text(run / "config.toml", config.to_toml())
-        vocab.save(run / "vocab.txt")
-        save_weights(model, run / "model.safetensors", {"model": config.model.name, "vocab": vocab.fingerprint()})
-        runs.append(run)
+        run = RunDir(folder / Path(preset).stem)
+        run.path.mkdir()
+        run.write_start(config, vocab)
+        run.save_weights(model, identity(config.model.name, vocab))
+        runs.append(run.path)
     return runs
 
 
 def make_text(run: Path, tokens: int, words_per_line: int = 19) -> str:
     """`tokens` tokens (words plus one <eos> per line) drawn from the run's vocabulary."""
-    words = Vocabulary.load(run / "vocab.txt").words[2:]
+    words = RunDir(run).read_vocab().words[2:]
     pick = random.Random(0).choice
     lines, count = [], 0
     while count < tokens:

@@ -11,7 +11,6 @@ into the record with the commit it was taken at.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from ctxlm.reproduce.records import FINGERPRINT_BATCHES, load_record, record_path, save_record
 from ctxlm.reproduce.tables import load_tables
+from ctxlm.training.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,7 +38,7 @@ def fingerprint_at(commit: str, preset: str, overrides: list[str]) -> float:
                 done = subprocess.run(base, env=env, capture_output=True, text=True)
             if done.returncode:
                 raise SystemExit(f"{commit} {preset}: {done.stderr.strip().splitlines()[-1]}")
-            return json.loads((Path(scratch) / "run" / "metrics.jsonl").read_text().splitlines()[0])["train_loss"]
+            return RunDir(Path(scratch) / "run").read_metrics()[0]["train_loss"]
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=True)
 

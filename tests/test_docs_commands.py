@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ctxlm.cli import _config, build_parser
+from ctxlm.cli import build_parser
+from ctxlm.cli.common import config_from_args
 from ctxlm.models import build_model
 from ctxlm.training.trainer import check_config
 
@@ -58,7 +59,7 @@ def test_documented_train_command_builds(where, command):
     args = PARSER.parse_args(shlex.split(command)[1:])
     args.config = str(ROOT / args.config)
     assert Path(args.config).is_file(), f"{where}: `{command}` names a preset that does not exist"
-    config = _config(args)                  # the preset with its --set keys, as `ctxlm train` reads them
+    config = config_from_args(args)         # the preset with its --set keys, as `ctxlm train` reads them
     check_config(config)                    # what `ctxlm train` refuses before reading data (unread keys too)
     with torch.device("meta"):
         build_model(config.model, 100_000, config.output)

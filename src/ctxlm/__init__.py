@@ -5,9 +5,9 @@ from .config import Config, load_toml
 from .data.vocab import Vocabulary
 from .errors import CtxlmError
 from .evaluation import evaluate_sentences, evaluate_stream
-from .models import MODELS, build_model
+from .models import build_model
 from .run import Run, load
-from .training.count import estimate_run
+from .training import launch
 from .training.trainer import Trainer
 
 __version__ = version("ctxlm")
@@ -16,9 +16,7 @@ __version__ = version("ctxlm")
 def train(config: Config, run_dir, data_dir=None, resume: bool = False) -> dict:
     """Train (or resume) a run directory and return its results (valid/test perplexity of the best epoch);
     a count-based family (Kneser-Ney) is estimated from counts instead, in seconds."""
-    if MODELS[config.model.name].count_based:
-        return estimate_run(config, run_dir, data_dir, log=lambda *a: None, again=resume)
-    return Trainer(config, run_dir, data_dir, resume).fit()
+    return launch.train(config, run_dir, data_dir, resume)
 
 
 evaluate = evaluate_stream

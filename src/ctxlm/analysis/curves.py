@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 from ..errors import CtxlmError
+from ..training.rundir import RunDir
 from .attention import _pyplot
 
 REQUIRED = ("epoch", "lr", "train_ppl", "valid_ppl", "elapsed_s")
@@ -13,7 +14,7 @@ REQUIRED = ("epoch", "lr", "train_ppl", "valid_ppl", "elapsed_s")
 
 def read_curve(run_dir: str | Path) -> list[dict]:
     """The epoch records the trainer wrote to RUN/metrics.jsonl, checked line by line."""
-    path = Path(run_dir) / "metrics.jsonl"
+    path = RunDir(run_dir).metrics
     if not path.is_file():
         raise CtxlmError(f"{run_dir}: no metrics.jsonl (no epoch has finished yet, or a count-based model, "
                          "which has no epochs)")
@@ -37,7 +38,7 @@ def read_curve(run_dir: str | Path) -> list[dict]:
 
 def read_test_ppl(run_dir: str | Path) -> float | None:
     """Test perplexity from RUN/results.json, which a run writes when it finishes; None before that."""
-    path = Path(run_dir) / "results.json"
+    path = RunDir(run_dir).results
     if not path.is_file():
         return None
     try:

@@ -31,10 +31,15 @@ class CacheSettings:
     theta: float = 0.3      # flatness of the cache distribution
     lam: float = 0.1        # interpolation weight λ of the cache
 
+    @staticmethod
+    def record_path(run_dir: str | Path) -> Path:
+        """RUN/cache.json, where `ctxlm tune-cache` records its grid and the best setting."""
+        return Path(run_dir) / "cache.json"
+
     @classmethod
     def recorded(cls, run_dir: str | Path) -> "CacheSettings | None":
         """The setting `ctxlm tune-cache` chose for a run (RUN/cache.json), or None."""
-        path = Path(run_dir) / "cache.json"
+        path = cls.record_path(run_dir)
         if not path.is_file():
             return None
         try:

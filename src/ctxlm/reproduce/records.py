@@ -23,6 +23,7 @@ from ..errors import CtxlmError
 from ..io import atomic_write_text
 from ..jsonio import json_text
 from ..training import checkpoint
+from ..training.rundir import RunDir
 
 FINGERPRINT_BATCHES = 20
 CURVE_KEYS = ("epoch", "lr", "train_ppl", "valid_ppl", "tokens_per_s", "elapsed_s")
@@ -76,14 +77,12 @@ def _read_json(path: Path) -> dict | None:
 
 def record_from_run(table: str, row: str, run_dir: Path, command: str, previous: dict | None = None) -> dict | None:
     """The record of a run directory as it stands (finished when it has results.json); None before it has a config."""
-    from ..config import load_toml
-
-    if not (run_dir / "config.toml").is_file():
+    files = RunDir(run_dir)
+    config = files.saved_config()
+    if config is None:
         return None
-    config = load_toml(run_dir / "config.toml", saved=True)
-    curve = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()] \
-        if (run_dir / "metrics.jsonl").exists() else []
-    results = _read_json(run_dir / "results.json")
+    curve = files.read_metrics()
+    results = _read_json(files.results)
     curve = [{k: point[k] for k in CURVE_KEYS if k in point} for point in curve]
     previous = previous or {}
     if previous.get("curve") != curve[:len(previous.get("curve", []))]:
@@ -117,7 +116,7 @@ def _machines(before: str | None, now: str) -> str:
 def _state_commits(run_dir: Path) -> list[str]:
     """The commits a run still training has run with, from its trainer state."""
     try:
-        return checkpoint.load_state(run_dir / "trainer_state.pt").get("commits", [])
+        return checkpoint.load_state(RunDir(run_dir).state).get("commits", [])
     except CtxlmError:
         return []
 
@@ -158,9 +157,9 @@ def first_batches(config, data_dir=None, batches: int = FINGERPRINT_BATCHES, dev
             torch.set_num_threads(threads)
         done = max(marks)
         if done < batches:      # an epoch shorter than `batches`: the whole epoch, as metrics.jsonl has it
-            loss = json.loads((Path(scratch) / "run" / "metrics.jsonl").read_text().splitlines()[0])["train_loss"]
+            loss = trainer.files.read_metrics()[0]["train_loss"]
         else:
-            state = checkpoint.load_state(Path(scratch) / "run" / "trainer_state.pt")
+            state = checkpoint.load_state(trainer.files.state)
             loss = round(state["epoch_nll"] / max(state["epoch_tokens"], 1), 6)
     first = min(2, done)       # the first batches warm up allocators and kernels: timed from the third on
     seconds, tokens = marks[done][0] - marks[first][0], marks[done][1] - marks[first][1]

@@ -7,7 +7,6 @@ After every child the row's record (records.py) is written from its run director
 """
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from ..errors import CtxlmError
 from ..registry import MODELS
-from ..training.trainer import git_commit
+from ..training.rundir import RunDir, git_commit
 from . import records
 from .tables import Row, Table
 
@@ -40,12 +39,12 @@ class RowRun:
         return records.load_record(self.record_file)
 
     def started(self) -> bool:
-        return (self.run_dir / "trainer_state.pt").exists() or (self.run_dir / "trainer_state.prev.pt").exists() \
-            or (self.run_dir / "config.toml").exists()
+        files = RunDir(self.run_dir)
+        return files.state.exists() or files.previous_state.exists() or files.config.exists()
 
     def done(self) -> bool:
         record = self.record()
-        return bool(record and record["finished"]) or (self.run_dir / "results.json").exists()
+        return bool(record and record["finished"]) or RunDir(self.run_dir).results.exists()
 
     def status(self) -> str:
         """done / stopped at epoch k / not started / unavailable, from the record and the run directory."""
@@ -76,8 +75,7 @@ class RowRun:
 
     def curve(self) -> list[dict]:
         """The epochs this machine's run directory has finished (metrics.jsonl)."""
-        metrics = self.run_dir / "metrics.jsonl"
-        return [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.exists() else []
+        return RunDir(self.run_dir).read_metrics()
 
     def config(self, extra: list[str]):
         from ..config import apply_overrides, load_toml
@@ -192,7 +190,7 @@ class Runner:
     def _record_new_epochs(self) -> None:
         """Keep each running row's record up to date after every epoch (the curve survives the run directory)."""
         for run, _, _ in self.active.values():
-            metrics = run.run_dir / "metrics.jsonl"
+            metrics = RunDir(run.run_dir).metrics
             stamp = metrics.stat().st_mtime_ns if metrics.exists() else None
             if stamp != self.seen.get(run.name):
                 self.seen[run.name] = stamp

@@ -99,6 +99,11 @@ def load_weights(model: torch.nn.Module, path: str | Path, expect: dict[str, str
     return metadata
 
 
+def previous(path: Path) -> Path:
+    """Where `save_state` keeps the state that `path` held before: trainer_state.prev.pt beside it."""
+    return path.with_name("trainer_state.prev.pt")
+
+
 def save_state(path: str | Path, state: dict[str, Any]) -> None:
     """Replace the trainer state atomically, with its sha256; the state it replaces becomes trainer_state.prev.pt.
 
@@ -107,7 +112,7 @@ def save_state(path: str | Path, state: dict[str, Any]) -> None:
     """
     path = Path(path)
     if path.exists():
-        atomic_write(path.with_name("trainer_state.prev.pt"), lambda tmp: _link(path, tmp))
+        atomic_write(previous(path), lambda tmp: _link(path, tmp))
     atomic_write(path, lambda tmp: torch.save({**state, "sha256": digest(state)}, tmp))
 
 
@@ -129,7 +134,7 @@ def load_state(path: str | Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise CtxlmError(f"{path}: no trainer state to resume from; start the run without --resume") from None
     except Exception as exc:  # truncated zip, bad pickle opcode, changed bits: all mean an unusable file
-        prev = path.with_name("trainer_state.prev.pt")
+        prev = previous(path)
         hint = ""
         if path.name != prev.name and prev.exists():
             try:

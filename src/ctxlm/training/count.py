@@ -1,4 +1,5 @@
-"""Estimating a count-based model into a run directory (the n-gram counterpart of Trainer.fit)."""
+"""Count-based runs: estimating an n-gram model into a run directory (the counterpart of Trainer.fit),
+or importing one from an ARPA file."""
 from __future__ import annotations
 
 import json
@@ -6,15 +7,13 @@ import resource
 import time
 from pathlib import Path
 
-from ..config import Config
+from ..config import Config, apply_overrides
 from ..data.load import prepare_data
 from ..errors import CtxlmError
 from ..evaluation.perplexity import evaluate_split
-from ..io import atomic_write_text
 from ..models.base import build_model
-from . import checkpoint
-from .rundir import RunLock, content
-from .trainer import check_config, git_commit
+from .preflight import check_config
+from .rundir import RunDir, RunLock, content, git_commit, identity
 
 
 def estimate_run(config: Config, run_dir: str | Path, data_dir=None, log=print, again: bool = False) -> dict:
@@ -26,12 +25,12 @@ def estimate_run(config: Config, run_dir: str | Path, data_dir=None, log=print, 
     try:
         if content(run_dir) and not again:
             raise CtxlmError(f"run directory {run_dir} is not empty; pick another --run-dir")
-        return _estimate(config, run_dir, data_dir, log)
+        return _estimate(config, RunDir(run_dir), data_dir, log)
     finally:
         lock.release(remove_if_empty=created)
 
 
-def _estimate(config: Config, run_dir: Path, data_dir, log) -> dict:
+def _estimate(config: Config, run_dir: RunDir, data_dir, log) -> dict:
     data = prepare_data(config, data_dir)
     model = build_model(config.model, len(data.vocab), config.output)
     started = time.time()
@@ -42,11 +41,8 @@ def _estimate(config: Config, run_dir: Path, data_dir, log) -> dict:
     seconds = time.time() - started
     counts = model.ngram_counts()
     log(f"{config.model.name} order {model.order}: n-grams per order {counts}, estimated in {seconds:.1f} s")
-    atomic_write_text(run_dir / "config.toml", config.to_toml())
-    data.vocab.save(run_dir / "vocab.txt")
-    checkpoint.save_weights(model, run_dir / "model.safetensors",
-                            {"model": config.model.name, "vocab": data.vocab.fingerprint(),
-                             "discounts": json.dumps(model.discounts)})
+    run_dir.write_start(config, data.vocab)
+    run_dir.save_weights(model, identity(config.model.name, data.vocab), discounts=json.dumps(model.discounts))
     results = {"best_epoch": 0, "train_wall_s": round(seconds, 2), "ngrams": counts, "discounts": model.discounts,
                "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024), "commits": [git_commit()],
                "parameters": model.parameter_counts(), "device": "cpu", "train_tokens": int(data.ids["train"].numel() - 1),
@@ -54,5 +50,23 @@ def _estimate(config: Config, run_dir: Path, data_dir, log) -> dict:
     for split in ("valid", "test"):
         if split in data.ids:
             results[split] = evaluate_split(model, config, data.ids[split], data.vocab, "cpu")
-    atomic_write_text(run_dir / "results.json", json.dumps(results, indent=2) + "\n")
+    run_dir.write_results(results)
     return results
+
+
+def import_arpa(arpa: str | Path, run_dir: str | Path, overrides: list[str], warn=print):
+    """Make a new run directory from an ARPA file (`overrides` e.g. data.dataset=...); return its model and vocabulary."""
+    from ..models.arpa import read_arpa
+
+    run_dir = RunDir(run_dir)
+    if run_dir.path.exists() and any(run_dir.path.iterdir()):
+        raise CtxlmError(f"run directory {run_dir} is not empty; pick another")
+    model, vocab = read_arpa(arpa)
+    config = apply_overrides(Config(), [*overrides, "model.name=kneser-ney", f"model.order={model.order}"])
+    check_config(config)
+    if "<unk>" not in model.arpa_words:
+        warn(f"warning: {arpa} has no <unk> unigram: a word outside its {len(vocab):,} words gets probability 0 "
+             "(perplexity inf); estimate it with <unk> (KenLM does by default)")
+    run_dir.write_start(config, vocab)
+    run_dir.save_weights(model, identity("kneser-ney", vocab))
+    return model, vocab

@@ -16,6 +16,11 @@ import torch.distributed as dist
 from torch import nn
 
 
+def main_process() -> bool:
+    """True outside torchrun and in its rank 0, the process that writes and reports (without joining a group)."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 @dataclass
 class World:
     rank: int = 0

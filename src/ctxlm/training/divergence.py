@@ -16,12 +16,12 @@ class Diverged(CtxlmError):
 
 
 def stop(config, run_dir, where: str, what: str, value: float, best_epoch: int) -> Diverged:
-    """The error that ends a diverged run: what happened, the settings to change, what was kept."""
+    """The error that ends a diverged run (a RunDir): what happened, the settings to change, what was kept."""
     t = config.train
     clip = f"{t.clip:g}" + (" (off)" if t.clip <= 0 else "")
-    kept = (f"the best weights so far (epoch {best_epoch}) stay in {run_dir / 'model.safetensors'}" if best_epoch
+    kept = (f"the best weights so far (epoch {best_epoch}) stay in {run_dir.weights}" if best_epoch
             else "no epoch finished, so there are no weights to keep")
-    if (run_dir / "trainer_state.pt").exists():
+    if run_dir.state.exists():
         kept += ", and trainer_state.pt is the last checkpoint before it"
     return Diverged(f"training diverged at {where}: the {what} is {value:.4g} (train.optimizer = {t.optimizer}, "
                     f"train.lr = {t.lr:g}, train.clip = {clip}, model.init_range = {config.model.init_range:g}); "

@@ -1,5 +1,7 @@
-"""A run directory's safety: one writer at a time, the state `--resume` continues from, the data it trained on.
+"""The run directory: its files, identity and results (`RunDir`), and its safety.
 
+- `RunDir`: the one place that names a run's files (config.toml, vocab.txt, model.safetensors,
+  trainer_state.pt, metrics.jsonl, results.json, tensorboard/) and reads and writes them.
 - `RunLock`: an OS advisory lock (`filelock`: flock on Unix) on RUN/.ctxlm.lock, held by `ctxlm train`
   and `--resume` from before they look at the folder until they end. The OS drops it when its process
   dies, so a lock left by a killed process never blocks; RUN/.ctxlm.lock.holder names the holder.
@@ -9,17 +11,128 @@
 """
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
 import time
 from pathlib import Path
 
+from ..config import Config, load_toml
+from ..data.vocab import Vocabulary
 from ..errors import CtxlmError
 from ..io import atomic_write_text, clear_temporaries
 from . import checkpoint
+from .distributed import main_process
 
 LOCK, HOLDER = ".ctxlm.lock", ".ctxlm.lock.holder"
 BOOKKEEPING = frozenset({LOCK, HOLDER})       # not content: a folder holding only these is empty
+
+
+class RunDir:
+    """The files of one run directory, by name; every module reads and writes a run through this."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    @property
+    def config(self) -> Path:
+        return self.path / "config.toml"
+
+    @property
+    def vocab(self) -> Path:
+        return self.path / "vocab.txt"
+
+    @property
+    def weights(self) -> Path:
+        """The best weights so far (safetensors)."""
+        return self.path / "model.safetensors"
+
+    @property
+    def state(self) -> Path:
+        """Everything `--resume` needs (trainer_state.pt; the one before it beside it, see checkpoint.save_state)."""
+        return self.path / "trainer_state.pt"
+
+    @property
+    def previous_state(self) -> Path:
+        return checkpoint.previous(self.state)
+
+    @property
+    def metrics(self) -> Path:
+        """One JSON line per finished epoch."""
+        return self.path / "metrics.jsonl"
+
+    @property
+    def results(self) -> Path:
+        """Written when the run finishes."""
+        return self.path / "results.json"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.path / "tensorboard"
+
+    def read_config(self, hint: str) -> Config:
+        """The run's resolved config; `hint` ends the error of a folder without one."""
+        if not self.config.is_file():
+            raise CtxlmError(f"{self.path}: not a run directory (no config.toml); {hint}")
+        return load_toml(self.config, saved=True)
+
+    def saved_config(self) -> Config | None:
+        """The run's config, None before it has one."""
+        return load_toml(self.config, saved=True) if self.config.is_file() else None
+
+    def read_vocab(self) -> Vocabulary:
+        return Vocabulary.load(self.vocab)
+
+    def write_start(self, config: Config, vocab: Vocabulary) -> None:
+        """What a run writes first: its resolved config and its vocabulary."""
+        atomic_write_text(self.config, config.to_toml())
+        vocab.save(self.vocab)
+
+    def save_weights(self, model, identity: dict[str, str], **metadata: str) -> None:
+        checkpoint.save_weights(model, self.weights, {**identity, **metadata})
+
+    def load_weights(self, model, identity: dict[str, str]) -> dict[str, str]:
+        return checkpoint.load_weights(model, self.weights, identity)
+
+    def write_metrics(self, history: list[dict]) -> None:
+        atomic_write_text(self.metrics, "".join(json.dumps(r) + "\n" for r in history))
+
+    def read_metrics(self) -> list[dict]:
+        """The epoch records, unchecked; [] before the first."""
+        if not self.metrics.exists():
+            return []
+        return [json.loads(line) for line in self.metrics.read_text().splitlines() if line.strip()]
+
+    def write_results(self, results: dict) -> None:
+        atomic_write_text(self.results, json.dumps(results, indent=2) + "\n")
+
+
+def identity(model_name: str, vocab: Vocabulary) -> dict[str, str]:
+    """What the weights of a run belong to: its model and its vocabulary; checked on every load."""
+    return {"model": model_name, "vocab": vocab.fingerprint()}
+
+
+def git_commit() -> str:
+    """$CTXLM_COMMIT where set (a copy of the source whose .git is missing or stale, e.g. on a remote
+    machine); else the commit of ctxlm's own source tree (an editable install); else the package version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    if os.environ.get("CTXLM_COMMIT"):
+        return os.environ["CTXLM_COMMIT"]
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)
+        found = out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        found = ""
+    try:
+        return found or version("ctxlm")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 class RunLock:
@@ -32,7 +145,7 @@ class RunLock:
     def acquire(self) -> "RunLock":
         from filelock import FileLock, Timeout
 
-        if int(os.environ.get("RANK", "0")) != 0:      # torchrun: rank 0 holds it for the run
+        if not main_process():      # torchrun: rank 0 holds it for the run
             return self
         self.run_dir.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(self.run_dir / LOCK), timeout=0)
@@ -75,9 +188,9 @@ def content(run_dir: str | Path) -> list[Path]:
     return [p for p in clear_temporaries(run_dir) if p.name not in BOOKKEEPING]
 
 
-def resume_state(run_dir: Path, log) -> dict | None:
+def resume_state(run_dir: RunDir, log) -> dict | None:
     """The trainer state to continue from, None when the run was killed before its first checkpoint."""
-    current, previous = run_dir / "trainer_state.pt", run_dir / "trainer_state.prev.pt"
+    current, previous = run_dir.state, run_dir.previous_state
     if current.exists():
         try:
             return checkpoint.load_state(current)
@@ -96,7 +209,7 @@ def resume_state(run_dir: Path, log) -> dict | None:
         return state
     # No state at all: killed before its first checkpoint (perhaps just after epoch 1's weights): start again.
     # But a finished run's weights are final: never replace them.
-    if (run_dir / "results.json").exists():
+    if run_dir.results.exists():
         raise CtxlmError(f"--resume {run_dir}: a finished run (results.json) without its trainer state "
                          "(trainer_state.pt and trainer_state.prev.pt are gone), so it cannot continue, and "
                          "starting again would replace its weights; train into a new --run-dir")

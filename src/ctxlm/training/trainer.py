@@ -7,83 +7,28 @@ State is saved atomically after every epoch, every `checkpoint_every` batches an
 """
 from __future__ import annotations
 
-import json
 import math
-import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import torch
 
 from ..checks import safe_exp
-from ..config import Config, load_toml, validate
+from ..config import Config
 from ..data.batching import IGNORE, SentenceBatches, StreamBatches, WindowBatches
 from ..data.load import prepare_data, sentences_of
-from ..data.vocab import Vocabulary
 from ..errors import CtxlmError
 from ..evaluation.perplexity import evaluate_split
-from ..io import Progress, atomic_write_text
-from ..layers.output import refuse_unread_output_keys
-from ..models.base import build_model, detach_state, families, map_state, refuse_unread_keys, spoken
+from ..io import Progress
+from ..models.base import build_model, detach_state, map_state
 from . import checkpoint, divergence
 from .distributed import LossStep, World, merge_state, split_state, wrap
 from .optim import build_optimizer, next_lr
 from .precision import emulated_bf16
-from .rundir import RunLock, check_same_data, content, data_fingerprint, resume_state
+from .preflight import check_config, pick_device
+from .rundir import RunDir, RunLock, check_same_data, content, data_fingerprint, git_commit, identity, resume_state
 from .step import capped_threads, compiled, loss_denominator, train_step  # noqa: F401 (also imported from here)
-
-
-def pick_device(name: str, option: str = "train.device") -> torch.device:
-    """auto, cpu or cuda as a device; `option` names the setting in errors."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise CtxlmError(f"{option} is cuda, but no CUDA device is available here; use auto or cpu")
-    if name not in ("cpu", "cuda"):
-        raise CtxlmError(f"unknown device {name!r} ({option}); choose auto, cpu or cuda")
-    return torch.device(name)
-
-
-def check_config(config: Config) -> None:
-    """Refuse bad settings before any data is read."""
-    from ..models import MODELS
-
-    validate(config)
-    if config.model.name not in MODELS:
-        raise CtxlmError(f"unknown model {config.model.name!r} (model.name); known models: {', '.join(sorted(MODELS))}")
-    with torch.device("meta"):
-        model = build_model(config.model, 2)       # bad sizes or model options fail here, not after loading data
-    refuse_unread_keys(config.model, model, config.output.layer)
-    refuse_unread_output_keys(config.output)
-    if not model.left_to_right and config.data.batching != "sentence":
-        raise CtxlmError(f"model {config.model.name!r} reads whole sentences (each word given the words after it "
-                         "too): it trains with data.batching = \"sentence\" only")
-    if config.data.batching == "window" and not model.fixed_window:
-        raise CtxlmError(f"data.batching = window feeds each sample's previous words to a fixed-window model "
-                         f"({spoken(families(lambda cls: cls.fixed_window))}); {config.model.name!r} reads streams: "
-                         "use stream or sentence batching")
-    build_optimizer(config.train.optimizer, [torch.zeros(1, requires_grad=True)], config.train.lr, config.train.weight_decay)
-
-
-def git_commit() -> str:
-    """$CTXLM_COMMIT where set (a copy of the source whose .git is missing or stale, e.g. on a remote
-    machine); else the commit of ctxlm's own source tree (an editable install); else the package version."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    if os.environ.get("CTXLM_COMMIT"):
-        return os.environ["CTXLM_COMMIT"]
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent)
-        found = out.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        found = ""
-    try:
-        return found or version("ctxlm")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 class Trainer:
@@ -91,7 +36,7 @@ class Trainer:
 
     def __init__(self, config: Config, run_dir: str | Path, data_dir=None, resume: bool = False, log=print,
                  allow_changed_data: bool = False):
-        self.run_dir, self.log = Path(run_dir), log
+        self.run_dir, self.files, self.log = Path(run_dir), RunDir(run_dir), log
         if resume:
             config = self._merge_resume_config(config)
         check_config(config)                # before any folder is made
@@ -106,7 +51,7 @@ class Trainer:
     def _setup(self, config: Config, data_dir, resume: bool, allow_changed_data: bool) -> None:
         existing = content(self.run_dir)       # also deletes what writes interrupted by a kill left
         if resume:      # no state at all (killed before its first checkpoint): start again, with its config
-            self.resume_state = resume_state(self.run_dir, self.log)
+            self.resume_state = resume_state(self.files, self.log)
         else:
             if existing:
                 raise CtxlmError(f"run directory {self.run_dir} is not empty; continue it with --resume or pick another --run-dir")
@@ -124,7 +69,7 @@ class Trainer:
                 self.log = lambda *args, **kwargs: None
         if config.train.threads:
             torch.set_num_threads(capped_threads(config.train.threads, self.log))
-        vocab = Vocabulary.load(self.run_dir / "vocab.txt") if resume and (self.run_dir / "vocab.txt").exists() else None
+        vocab = self.files.read_vocab() if resume and self.files.vocab.exists() else None
         self.data = prepare_data(config, data_dir, vocab)
         self.fingerprint = data_fingerprint(self.data.ids)
         if self.resume_state is not None:
@@ -139,17 +84,15 @@ class Trainer:
         self.optimizer = build_optimizer(config.train.optimizer, self.model.parameters(), config.train.lr, config.train.weight_decay)
         self.stop_requested: str | None = None
         self.on_batch = None    # optional callback(trainer, epoch, batch_number), used by tests and tools
-        self.identity = {"model": config.model.name, "vocab": self.data.vocab.fingerprint()}
+        self.identity = identity(config.model.name, self.data.vocab)
 
     def _merge_resume_config(self, given: Config) -> Config:
         """On --resume the run's own config wins; only train.* settings may be changed."""
-        if not (self.run_dir / "config.toml").is_file():
-            raise CtxlmError(f"{self.run_dir}: not a run directory (no config.toml); nothing to resume")
-        saved = load_toml(self.run_dir / "config.toml", saved=True)
+        saved = self.files.read_config("nothing to resume")
         if given is not None:
             for section in ("data", "model"):
                 if getattr(given, section) != getattr(saved, section):
-                    raise CtxlmError(f"--resume: [{section}] differs from {self.run_dir / 'config.toml'}; only [train] settings can change when resuming")
+                    raise CtxlmError(f"--resume: [{section}] differs from {self.files.config}; only [train] settings can change when resuming")
             saved.train = given.train
         return saved
 
@@ -188,14 +131,14 @@ class Trainer:
         """Every process takes part in the snapshot; rank 0 writes it."""
         state = self._snapshot(*args)
         if self.world.main:
-            checkpoint.save_state(self.run_dir / "trainer_state.pt", state)
+            checkpoint.save_state(self.files.state, state)
 
     def _restore(self, state: dict):
         if state.get("identity") != self.identity:
-            raise CtxlmError(f"{self.run_dir / 'trainer_state.pt'}: checkpoint belongs to another model or vocabulary")
+            raise CtxlmError(f"{self.files.state}: checkpoint belongs to another model or vocabulary")
         if {k: v.shape for k, v in state["model"].items()} != {k: v.shape for k, v in checkpoint.unique_state_dict(self.model).items()}:
-            raise CtxlmError(f"{self.run_dir / 'trainer_state.pt'}: checkpoint does not fit the model of "
-                             f"{self.run_dir / 'config.toml'}; was that file changed?")
+            raise CtxlmError(f"{self.files.state}: checkpoint does not fit the model of {self.files.config}; "
+                             "was that file changed?")
         with torch.no_grad():
             own = self.model.state_dict()
             for name, tensor in state["model"].items():
@@ -251,11 +194,10 @@ class Trainer:
             self.log(f"resuming {run_dir} at epoch {epoch}, batch {position}")
         else:
             epoch, position, order, carry = 1, 0, None, None
-            if self.resume_state is None and (run_dir / "config.toml").exists():
+            if self.resume_state is None and self.files.config.exists():
                 self.log(f"no checkpoint in {run_dir} yet: starting it from the beginning")
             if self.world.main:
-                atomic_write_text(run_dir / "config.toml", cfg.to_toml())
-                self.data.vocab.save(run_dir / "vocab.txt")
+                self.files.write_start(cfg, self.data.vocab)
             counts = self.model.parameter_counts()
             self.log(f"model {cfg.model.name}: {counts['total']:,} parameters ({counts['without_embeddings']:,} without word embeddings), "
                      f"vocabulary {len(self.data.vocab):,}, {self.data.ids['train'].numel() - 1:,} training tokens, "
@@ -323,7 +265,7 @@ class Trainer:
             nll_total += nll.double().cpu()
             if divergence.diverged(float(nll) / max(n, 1)):
                 bar.close()
-                raise divergence.stop(cfg, self.run_dir, f"epoch {epoch}, batch {number + 1}", "training loss per token",
+                raise divergence.stop(cfg, self.files, f"epoch {epoch}, batch {number + 1}", "training loss per token",
                                       float(nll) / max(n, 1), progress["best_epoch"])
             progress["epoch_tokens"] += n
             tokens_run += n
@@ -370,20 +312,19 @@ class Trainer:
         valid["ppl"] = world.broadcast(valid["ppl"])       # rank 0's score decides for every process
         train_loss = progress["epoch_nll"] / max(progress["epoch_tokens"], 1)
         if divergence.diverged(math.log(valid["ppl"]) if valid["ppl"] > 0 else valid["ppl"]):
-            raise divergence.stop(cfg, self.run_dir, f"the end of epoch {epoch}", "validation perplexity", valid["ppl"],
+            raise divergence.stop(cfg, self.files, f"the end of epoch {epoch}", "validation perplexity", valid["ppl"],
                                   progress["best_epoch"])
         improved = valid["ppl"] < progress["best_valid"]
         if improved:
             progress.update(best_valid=valid["ppl"], best_epoch=epoch, bad_epochs=0)
             if world.main:
-                checkpoint.save_weights(self.model, self.run_dir / "model.safetensors",
-                                        {**self.identity, "epoch": str(epoch), "valid_ppl": f"{valid['ppl']:.4f}"})
+                self.files.save_weights(self.model, self.identity, epoch=str(epoch), valid_ppl=f"{valid['ppl']:.4f}")
         else:
             progress["bad_epochs"] += 1
         rolled_back = not improved and cfg.train.rollback and progress["best_epoch"] > 0
         if rolled_back:
             if world.main:
-                checkpoint.load_weights(self.model, self.run_dir / "model.safetensors", self.identity)
+                self.files.load_weights(self.model, self.identity)
             world.broadcast_module(self.model)
         record = {"epoch": epoch, "lr": progress["lr"], "train_loss": round(train_loss, 6),
                   "train_ppl": round(safe_exp(train_loss), 4), "valid_ppl": round(valid["ppl"], 4),
@@ -403,7 +344,7 @@ class Trainer:
 
     def _write_metrics(self, history: list[dict]) -> None:
         if self.world.main:
-            atomic_write_text(self.run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in history))
+            self.files.write_metrics(history)
 
     def _tensorboard(self, record: dict) -> None:
         if not self.world.main:
@@ -412,7 +353,7 @@ class Trainer:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
             return
-        with SummaryWriter(str(self.run_dir / "tensorboard")) as writer:
+        with SummaryWriter(str(self.files.tensorboard)) as writer:
             for key in ("train_ppl", "valid_ppl", "lr", "tokens_per_s"):
                 writer.add_scalar(key, record[key], record["epoch"])
 
@@ -422,7 +363,7 @@ class Trainer:
         self._close_world()
         if not self.world.main:
             return {"best_epoch": progress["best_epoch"], "train_wall_s": round(progress["elapsed"], 1)}
-        checkpoint.load_weights(self.model, self.run_dir / "model.safetensors", self.identity)
+        self.files.load_weights(self.model, self.identity)
         results = {"best_epoch": progress["best_epoch"], "train_wall_s": round(progress["elapsed"], 1),
                    "parameters": self.model.parameter_counts(), "commits": progress["commits"], "device": str(self.device),
                    "train_tokens": self.data.ids["train"].numel() - 1, "vocabulary": len(vocab)}
@@ -432,8 +373,8 @@ class Trainer:
                     results[split] = evaluate_split(self.model, self.config, self.data.ids[split], vocab, self.device)
         except KeyboardInterrupt:
             self.log(f"interrupted during the final evaluation: training is complete and saved (best weights "
-                     f"{self.run_dir / 'model.safetensors'}, epoch {progress['best_epoch']}); only results.json is "
+                     f"{self.files.weights}, epoch {progress['best_epoch']}); only results.json is "
                      f"missing: ctxlm train --resume {self.run_dir} evaluates again and writes it")
             raise
-        atomic_write_text(self.run_dir / "results.json", json.dumps(results, indent=2) + "\n")
+        self.files.write_results(results)
         return results

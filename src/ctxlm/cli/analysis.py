@@ -1,0 +1,322 @@
+"""Analysis commands: `attention` for one text, `analyze ANALYSIS` over a split, `curves` of runs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..checks import SEED, at_least, option
+from ..errors import CtxlmError
+from ..io import atomic_write_text
+from .common import (
+    Parser,
+    cache_options,
+    data_dir_option,
+    left_to_right,
+    out_folder_option,
+    output_dir,
+    run_argument,
+    split_data,
+    split_ids,
+    split_option,
+    with_cache,
+)
+
+
+def _attending() -> str:
+    from ..models.base import families, spoken
+
+    return f"run directory of a model that exposes attention: {spoken(families(lambda cls: cls.exposes_attention))}"
+
+
+def add_attention(sub) -> None:
+    p = sub.add_parser("attention", help="attention heatmap and top predictions of an attention model for one text",
+                       description="Writes attention.png (predicted words x attended inputs), predictions.png "
+                                   "(top-k next words with natural-log probabilities per position) and attention.json.")
+    run_argument(p, _attending())
+    p.add_argument("--text", help="the text to explain (whitespace-tokenised)")
+    split_option(p, "valid", "or take a line of this split")
+    p.add_argument("--line", type=option(int, at_least(1)), default=1, help="1-based line number in --split (default 1)")
+    p.add_argument("--top", type=option(int, at_least(1)), default=5, help="predictions shown per position")
+    out_folder_option(p, "attention")
+    data_dir_option(p)
+    p.set_defaults(func=cmd_attention)
+
+
+def cmd_attention(args) -> int:
+    from ..analysis.attention import explain, plot_heatmap, plot_top_predictions, write_json
+    from ..run import load
+
+    run = load(args.run)
+    if args.text is not None:
+        words = args.text.split()
+        if not words:
+            raise CtxlmError("--text has no words; give the text to explain, or leave --text out for --split/--line")
+    else:
+        import itertools
+
+        from ..data.load import load_corpus
+        from ..data.vocab import EOS
+
+        d = run.config.data
+        splits = load_corpus(d.dataset, args.data_dir, {"train": d.train, "valid": d.valid, "test": d.test}).splits
+        if args.split not in splits:
+            raise CtxlmError(f"--split {args.split}: dataset {d.dataset!r} has splits {', '.join(splits)}")
+        lines = [list(words) for end, words in itertools.groupby(splits[args.split], lambda t: t == EOS) if not end]
+        if not 1 <= args.line <= len(lines):
+            raise CtxlmError(f"--line {args.line}: the {args.split} split has {len(lines)} non-empty lines")
+        words = lines[args.line - 1]
+    result = explain(run, words, args.top)
+    out = output_dir(args)
+    write_json(result, out / "attention.json")
+    plot_heatmap(result, out / "attention.png")
+    plot_top_predictions(result, out / "predictions.png")
+    print(f"wrote {out / 'attention.png'}, {out / 'predictions.png'} and {out / 'attention.json'}")
+    return 0
+
+
+def add_analyze(sub) -> None:
+    """`analyze` and its analyses, each with its options."""
+    from ..analysis.feedforward import convolutional_families
+    from ..models.base import families, spoken
+
+    with_memory_block = spoken(families(lambda cls: cls.memory_block))
+    feedforward = "run directory of a feed-forward or convolutional model"
+    p = sub.add_parser("analyze", help="corpus-level analyses of a trained model")
+    analyses = p.add_subparsers(dest="analysis", required=True, parser_class=Parser)
+
+    def max_tokens(a, what="tokens"):
+        a.add_argument("--max-tokens", type=option(int, at_least(0)), default=0, help=f"only the first N {what} (0 = all)")
+
+    a = analyses.add_parser("attention-by-position", help="mean attention weight per distance over a split (Daniluk Fig. 4.1)")
+    run_argument(a, _attending())
+    split_option(a, "valid")
+    max_tokens(a)
+    out_folder_option(a, "analysis")
+    data_dir_option(a)
+    a.set_defaults(func=cmd_attention_by_position)
+    a = analyses.add_parser("memory", help="what a memory network's block attends to (Tran et al. Fig. 3, Fig. 4, Table 3)",
+                            description=f"For a run of {with_memory_block}: mean attention per memory position "
+                                        "(memory_positions.png), the attention of randomly sampled predictions "
+                                        "(memory_samples.png), and the training frequency of (most-attended word, word "
+                                        "to predict) pairs by distance where the attention peaks 7 or more words back "
+                                        "(memory_cooccurrence.md); JSON beside each. Details: docs/memory.md.")
+    run_argument(a, f"run directory of a {with_memory_block} model")
+    split_option(a, "test")
+    max_tokens(a)
+    a.add_argument("--samples", type=option(int, at_least(1)), default=100, help="predictions sampled for the heatmap (default 100)")
+    a.add_argument("--seed", type=option(int, SEED), default=0, help="seed of the sample")
+    out_folder_option(a, "analysis")
+    data_dir_option(a)
+    a.set_defaults(func=cmd_memory)
+    a = analyses.add_parser("kernel-ngrams", help="the n-grams each convolution kernel responds to most (Pham Fig. 4.1)",
+                            description="Every first-layer kernel applied to every n-gram of a split (n = its width; "
+                            "response before batch norm and ReLU, n-grams with <eos> skipped); the top n-grams of "
+                            "each kernel go to kernel_ngrams.json, the chosen kernels to the plot and the screen.")
+    run_argument(a, f"run directory of a {spoken(convolutional_families())} model")
+    split_option(a, "valid")
+    a.add_argument("--top", type=option(int, at_least(1)), default=5, help="n-grams kept per kernel (default 5)")
+    a.add_argument("--kernels", help="kernels to plot and print, 1-based, comma-separated (default the first 8)")
+    out_folder_option(a, "analysis")
+    data_dir_option(a)
+    a.set_defaults(func=cmd_kernel_ngrams)
+    a = analyses.add_parser("position-weights", help="positive mapping-layer weights per context position (Pham Fig. 4.2)",
+                            description="For each unit of the layer that reads the context (a CNN's mapping layer) and "
+                            "each position, the sum of its positive weights; averaged over units. Position 1 is the "
+                            "word nearest the prediction.")
+    run_argument(a, feedforward)
+    out_folder_option(a, "analysis")
+    a.set_defaults(func=cmd_position_weights)
+    a = analyses.add_parser("lesion", help="perplexity reading only the m nearest positions, m = 1..n, and its power-law "
+                            "fit (Pham Fig. 4.3)", description="The mapping-layer weights that read positions beyond the "
+                            "m nearest are zeroed; perplexity on a split for each m; log PPL = log c + b log m fitted "
+                            "by least squares.")
+    run_argument(a, feedforward)
+    split_option(a, "valid")
+    max_tokens(a, "targets")
+    out_folder_option(a, "analysis")
+    data_dir_option(a)
+    a.set_defaults(func=cmd_lesion)
+    a = analyses.add_parser("categories", help="perplexity by part of speech, frequency band, <unk> and <eos> (Daniluk "
+                            "Table 4.12)", description="Perplexity of the targets of each category; part-of-speech "
+                            "categories from the corpus's gold tags (Brown), mapped as docs/categories.md says.")
+    a.add_argument("runs", nargs="+", help="run directories (trained on the same dataset), compared side by side")
+    split_option(a, "test")
+    out_folder_option(a, "analysis")
+    cache_options(a)
+    data_dir_option(a)
+    a.set_defaults(func=cmd_categories)
+
+
+def cmd_attention_by_position(args) -> int:
+    from ..analysis.attention import attention_by_distance, plot_by_distance, write_json
+    from ..run import load
+
+    run = load(args.run)
+    rows = attention_by_distance(run, split_ids(run, args), args.max_tokens)
+    out = output_dir(args)
+    write_json(rows, out / "attention_by_position.json")
+    plot_by_distance(rows, run.config.model.name, out / "attention_by_position.png")
+    print(f"{'distance':>8}{'mean attention':>16}{'positions':>12}")
+    for r in rows:
+        print(f"{('h0' if r['distance'] < 0 else r['distance']):>8}{r['mean_attention']:>16.4f}{r['positions']:>12,}")
+    print(f"wrote {out / 'attention_by_position.png'} and {out / 'attention_by_position.json'}")
+    return 0
+
+
+def cmd_memory(args) -> int:
+    from ..analysis import memory
+    from ..analysis.attention import write_json
+    from ..run import load
+
+    run = load(args.run)
+    memory.require_memory(run)
+    data = split_data(run, args, args.split)
+    records = memory.memory_records(run, data.ids[args.split], args.max_tokens, run.config.data.eval_chunk)
+    name = f"{run.config.model.name} ({Path(args.run).name})"
+    out = output_dir(args)
+    positions = memory.position_means(records)
+    sampled = memory.samples(records, run.vocab, args.samples, args.seed)
+    table = memory.cooccurrence(records, data.ids["train"], run.vocab)
+    for label, result in (("positions", positions), ("samples", sampled), ("cooccurrence", table)):
+        write_json({"run": str(args.run), "split": args.split, label: result}, out / f"memory_{label}.json")
+    memory.plot_positions(positions, name, out / "memory_positions.png")
+    memory.plot_samples(sampled, name, out / "memory_samples.png")
+    atomic_write_text(out / "memory_cooccurrence.md", memory.cooccurrence_markdown(
+        table, f"{name}, {args.split} split: co-occurrence frequency against attention distance (Tran Table 3)"))
+    print(f"{'position':>9}{'mean attention':>16}{'full memory':>13}{'predictions':>13}")
+    for r in positions["positions"]:
+        print(f"{r['position']:>9}{r['mean_attention']:>16.4f}{r['mean_attention_full_memory']:>13.4f}{r['predictions']:>13,}")
+    print(f"\n{'d':>3}{'pairs':>9}{'mu':>10}   most frequent pairs")
+    for r in table["rows"]:
+        mu = "-" if r["mean_frequency"] is None else f"{r['mean_frequency']:.1f}"
+        print(f"{r['d']:>3}{r['pairs']:>9,}{mu:>10}   " + ", ".join(f"{a}->{w} ({f})" for a, w, f in r["examples"]))
+    print(f"wrote {', '.join(str(out / f) for f in ('memory_positions.png', 'memory_samples.png', 'memory_cooccurrence.md'))} "
+          "and their JSON")
+    return 0
+
+
+def cmd_kernel_ngrams(args) -> int:
+    from ..analysis.attention import write_json
+    from ..analysis.feedforward import plot_ngrams, require_feedforward, top_ngrams
+    from ..run import load
+
+    run = load(args.run)
+    model = require_feedforward(run, "kernel-ngrams", convolutional=True)
+    rows = top_ngrams(model, run.vocab, split_ids(run, args), args.top)
+    try:
+        shown = [rows[int(k) - 1] for k in args.kernels.split(",")] if args.kernels else rows[:8]
+    except (ValueError, IndexError):
+        raise CtxlmError(f"--kernels {args.kernels!r}: kernel numbers from 1 to {len(rows)}, comma-separated") from None
+    out = output_dir(args)
+    write_json(rows, out / "kernel_ngrams.json")
+    plot_ngrams(shown, out / "kernel_ngrams.png")
+    for row in shown:
+        print(f"kernel {row['kernel'] + 1:>4} (w = {row['width']}): " + "; ".join(g["ngram"] for g in row["top"]))
+    print(f"wrote {out / 'kernel_ngrams.png'} and {out / 'kernel_ngrams.json'} (all {len(rows)} kernels)")
+    return 0
+
+
+def cmd_position_weights(args) -> int:
+    from ..analysis.attention import write_json
+    from ..analysis.feedforward import plot_positions, positive_weight_by_position, require_feedforward
+    from ..run import load
+
+    run = load(args.run)
+    rows = positive_weight_by_position(require_feedforward(run, "position-weights", by_position=True))
+    out = output_dir(args)
+    write_json(rows, out / "position_weights.json")
+    plot_positions(rows, run.config.model.name, out / "position_weights.png")
+    print(f"{'position':>8}{'positive weight':>18}{'share':>8}")
+    for r in rows:
+        print(f"{r['position']:>8}{r['positive_weight']:>18.4f}{r['share']:>8.3f}")
+    print(f"wrote {out / 'position_weights.png'} and {out / 'position_weights.json'}")
+    return 0
+
+
+def cmd_lesion(args) -> int:
+    from ..analysis.attention import write_json
+    from ..analysis.feedforward import lesion_curve, plot_lesion, require_feedforward
+    from ..run import load
+
+    run = load(args.run)
+    model = require_feedforward(run, "lesion", by_position=True)
+    ids = split_ids(run, args)
+    if args.max_tokens:
+        ids = ids[:args.max_tokens + 1]
+    result = lesion_curve(model, ids, run.config.data.eval_chunk)
+    out = output_dir(args)
+    write_json(result, out / "lesion.json")
+    plot_lesion(result, run.config.model.name, out / "lesion.png")
+    print(f"{'positions':>9}{'perplexity':>12}")
+    for r in result["rows"]:
+        print(f"{r['positions']:>9}{r['ppl']:>12.2f}")
+    print(f"power-law fit: perplexity ≈ {result['scale']:.2f} · m^{result['exponent']:.3f} "
+          f"({result['rows'][0]['tokens']:,} targets of {args.split})")
+    print(f"wrote {out / 'lesion.png'} and {out / 'lesion.json'}")
+    return 0
+
+
+def cmd_categories(args) -> int:
+    from ..analysis.attention import write_json
+    from ..analysis.categories import plot_categories
+    from ..evaluation.categories import category_perplexities, stream_log_probs
+    from ..run import load
+
+    tables = {}
+    for run_dir in args.runs:
+        run = load(run_dir)
+        left_to_right(run, "analyze categories")
+        model, _ = with_cache(run, args)
+        data = split_data(run, args, args.split)
+        tags = data.tags[args.split] if data.tags else None
+        log_probs = stream_log_probs(model, data.ids[args.split], run.config.data.eval_chunk)
+        label = Path(run_dir).name + (" + cache" if args.cache else "")
+        tables[label] = category_perplexities(log_probs, data.ids[args.split], run.vocab, tags)
+    out = output_dir(args)
+    write_json(tables, out / "categories.json")
+    plot_categories(tables, out / "categories.png")
+    first = next(iter(tables.values()))
+    if not any(r["group"] == "part of speech" for r in first):
+        print("(this dataset has no part-of-speech tags: only frequency bands and <unk>/<eos>; Brown has gold tags)")
+    print(f"{'category':<22}{'tokens':>9}" + "".join(f"{label[:18]:>20}" for label in tables))
+    for i, row in enumerate(first):
+        print(f"{row['category']:<22}{row['tokens']:>9,}" + "".join(f"{t[i]['ppl']:>20.1f}" for t in tables.values()))
+    print(f"wrote {out / 'categories.png'} and {out / 'categories.json'}")
+    return 0
+
+
+def add_curves(sub) -> None:
+    p = sub.add_parser("curves", help="per-epoch validation and training perplexity of runs, as a table and a plot",
+                       description="Reads each run's metrics.jsonl (written after every epoch, also while a run is "
+                                   "under way) and prints epoch, learning rate, training and validation perplexity "
+                                   "and hours of training, the best epoch starred; curves.png overlays the runs. "
+                                   "Example: ctxlm curves runs/pham-ptb-baseline-ffnn runs/pham-ptb-cnn")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories to compare")
+    out_folder_option(p, "analysis", " for curves.png and curves.json")
+    p.set_defaults(func=cmd_curves)
+
+
+def cmd_curves(args) -> int:
+    from ..analysis.attention import write_json
+    from ..analysis.curves import best_epoch, plot_curves, read_curve, read_test_ppl
+
+    labels = [Path(run_dir).resolve().name for run_dir in args.runs]
+    if len(set(labels)) < len(labels):              # folders of the same name: label them by the path given
+        labels = [str(run_dir) for run_dir in args.runs]
+    if len(set(labels)) < len(labels):
+        raise CtxlmError("a run directory is given twice")
+    curves = {label: read_curve(run_dir) for label, run_dir in zip(labels, args.runs)}
+    for label, run_dir in zip(labels, args.runs):
+        rows, test = curves[label], read_test_ppl(run_dir)
+        best = best_epoch(rows)
+        print(f"{label}: {len(rows)} epochs in {rows[-1]['elapsed_s'] / 3600:.2f} h, "
+              + (f"best valid {best['valid_ppl']:.2f} (epoch {best['epoch']})" if best else "no finite validation perplexity")
+              + (f", test {test:.2f}" if test else ", test not read yet"))
+        print(f"{'epoch':>7}{'lr':>12}{'train ppl':>12}{'valid ppl':>12}{'hours':>8}")
+        for r in rows:
+            print(f"{r['epoch']:>7}{r['lr']:>12.6g}{r['train_ppl']:>12.2f}{r['valid_ppl']:>12.2f}"
+                  f"{r['elapsed_s'] / 3600:>8.2f}" + (" *" if r is best else ""))
+    out = output_dir(args)
+    write_json(curves, out / "curves.json")
+    plot_curves(curves, out / "curves.png")
+    print(f"wrote {out / 'curves.png'} and {out / 'curves.json'}")
+    return 0

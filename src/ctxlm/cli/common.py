@@ -1,0 +1,142 @@
+"""What the commands share: the parser class, options declared once, and the checks of a loaded run."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..checks import at_least, in_range, option
+from ..errors import CtxlmError
+
+SPLITS = ["train", "valid", "test"]
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, non-zero exit
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def _get_values(self, action, arg_strings):
+        # Python < 3.12 drops the value of `--top=--` and gives [] without checking it; check "--" like any value
+        if action.nargs is None and arg_strings == ["--"]:
+            return self._get_value(action, "--")
+        return super()._get_values(action, arg_strings)
+
+
+# ---------------------------------------------------------------- options
+def data_dir_option(p) -> None:
+    p.add_argument("--data-dir", help="folder with the corpora (default: $CTXLM_DATA_DIR, then ~/.cache/ctxlm/data)")
+
+
+def set_option(p, help: str | None = None) -> None:
+    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help=help)
+
+
+def match_params_option(p) -> None:
+    p.add_argument("--match-params", metavar="MODEL:WxK", help="pick emb/hidden sizes so the model has at most the "
+                   "parameters of MODEL with embedding W and hidden K, e.g. lstm:300x300 (Daniluk's budgets)")
+
+
+def run_argument(p, help: str = "run directory") -> None:
+    p.add_argument("run", help=help)
+
+
+def split_option(p, default: str, help: str | None = None) -> None:
+    p.add_argument("--split", default=default, choices=SPLITS, help=help)
+
+
+def out_folder_option(p, default: str, holding: str = "") -> None:
+    """--out for a command that writes several files into a folder (made if need be)."""
+    p.add_argument("--out", default=default, help=f"output folder{holding} (default ./{default})")
+
+
+def out_file_option(p, default: str, what: str) -> None:
+    p.add_argument("--out", default=default, help=f"{what} (default ./{default})")
+
+
+def json_option(p, help: str) -> None:
+    p.add_argument("--json", action="store_true", help=help)
+
+
+def cache_options(p) -> None:
+    p.add_argument("--cache", action="store_true", help="add the neural cache (Grave et al. 2017) with the settings "
+                   "`ctxlm tune-cache` recorded in the run; --cache-window/--cache-theta/--cache-lambda override them")
+    p.add_argument("--cache-window", type=option(int, at_least(1)), help="cache size: (hidden state, next word) pairs kept (default 2000)")
+    p.add_argument("--cache-theta", type=option(float, at_least(0)), help="flatness θ of the cache distribution (default 0.3)")
+    p.add_argument("--cache-lambda", type=option(float, in_range(0, 1)), help="cache interpolation weight λ in [0, 1] (default 0.1)")
+
+
+# ---------------------------------------------------------------- what handlers share
+def config_from_args(args):
+    """The config of --config with --set on top, validated; sized by --match-params if given."""
+    from ..config import Config, apply_overrides, load_toml, validate
+
+    config = load_toml(args.config) if args.config else Config()
+    apply_overrides(config, args.set or [])
+    validate(config)
+    if getattr(args, "match_params", None):
+        from ..data.load import prepare_data
+        from ..models.budget import match_params
+
+        vocab_size = getattr(args, "vocab_size", None) or len(prepare_data(config, args.data_dir).vocab)
+        match_params(config.model, vocab_size, args.match_params)
+        print(f"--match-params {args.match_params}: emb_size = {config.model.emb_size}, hidden_size = {config.model.hidden_size}")
+    return config
+
+
+def output_dir(args) -> Path:
+    """--out, created if need be."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def split_data(run, args, *splits):
+    """The run's dataset (prepared with its vocabulary), after checking that it has each of `splits`."""
+    from ..data.load import prepare_data
+
+    data = prepare_data(run.config, args.data_dir, run.vocab)
+    for split in splits:
+        if split not in data.ids:
+            raise CtxlmError(f"--split {split}: dataset {run.config.data.dataset!r} has splits {', '.join(data.ids)}")
+    return data
+
+
+def split_ids(run, args):
+    """The ids of --split."""
+    return split_data(run, args, args.split).ids[args.split]
+
+
+def left_to_right(run, what: str) -> None:
+    """Perplexity needs a model of each word given the words before it; the bidirectional RM is not one."""
+    if not run.model.left_to_right:
+        raise CtxlmError(f"{what}: model {run.config.model.name!r} of {run.path} predicts each word from the words before "
+                         "and after it, so it has no perplexity; score whole sentences with `ctxlm complete` "
+                         "(results.json holds the validation pseudo-perplexity that chose its epoch)")
+
+
+def neural_only(run, what: str) -> None:
+    if run.model.count_based:
+        raise CtxlmError(f"{what}: the neural cache reads a neural model's hidden states; {run.path} is an n-gram run")
+
+
+def with_cache(run, args):
+    """(the run's model, None), or with --cache (the model inside the neural cache, its settings): those
+    `ctxlm tune-cache` recorded in the run, with any --cache-* option on top."""
+    from ..models.cache import CacheSettings, NeuralCache
+
+    if not args.cache:
+        return run.model, None
+    neural_only(run, "--cache")
+    settings = CacheSettings.recorded(run.path)
+    if settings is None:
+        settings = CacheSettings()
+        if None in (args.cache_window, args.cache_theta, args.cache_lambda):
+            print(f"note: {CacheSettings.record_path(run.path)} not found (run `ctxlm tune-cache {run.path}` to choose on "
+                  "validation); defaults fill the settings not given", file=sys.stderr)
+    for name, value in (("window", args.cache_window), ("theta", args.cache_theta), ("lam", args.cache_lambda)):
+        if value is not None:
+            setattr(settings, name, value)
+    try:
+        return NeuralCache(run.model, settings), settings
+    except ValueError as exc:
+        raise CtxlmError(f"--cache: {exc}") from None

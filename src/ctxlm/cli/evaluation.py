@@ -1,0 +1,305 @@
+"""Evaluation commands: `eval` (perplexity, also with the neural cache or mixed with another run),
+`tune-cache`, `lambada` and `complete`."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from ..checks import at_least, in_range, option
+from ..errors import CtxlmError
+from ..io import atomic_write_text
+from ..jsonio import json_text
+from .common import (
+    SPLITS,
+    cache_options,
+    data_dir_option,
+    json_option,
+    left_to_right,
+    neural_only,
+    out_file_option,
+    run_argument,
+    split_data,
+    with_cache,
+)
+
+
+def add_eval(sub) -> None:
+    p = sub.add_parser("eval", help="perplexity of a trained run on its dataset's splits or on a file",
+                       description="Perplexity = exp(total NLL / tokens), every <eos> and <unk> counted (SPEC §0.2). "
+                                   "Stream evaluation uses batch size 1 in chunks of 1,000 tokens unless told otherwise.")
+    run_argument(p)
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--split", action="append", choices=SPLITS, help="split(s) to evaluate (default valid and test)")
+    what.add_argument("--file", help="evaluate a text file (one sentence per line, read as a stream) instead")
+    p.add_argument("--batch-size", type=option(int, at_least(1)), help="parallel streams (default from the run: 1)")
+    p.add_argument("--chunk", type=option(int, at_least(1)), help="tokens per forward pass (default from the run: 1000)")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="fp32 (default, exact) or bf16 autocast (faster on bf16 hardware, approximate, reported as such)")
+    cache_options(p)
+    p.add_argument("--names", help="also the perplexity of the name targets only (SPEC §1.19): a file of name words, "
+                   "one per line, e.g. from `ctxlm names`")
+    p.add_argument("--mix", metavar="OTHER_RUN", help="also evaluate the mixture (1 - λ) p_RUN + λ p_OTHER (same dataset "
+                   "and vocabulary, e.g. a feed-forward run with a Kneser-Ney trigram as Bengio et al. 2003 mix them)")
+    p.add_argument("--mix-weight", type=option(float, in_range(0, 1)), help="λ in [0, 1] for --mix (default: chosen by "
+                   "maximum likelihood on the valid split)")
+    json_option(p, "print JSON")
+    data_dir_option(p)
+    p.set_defaults(func=cmd_eval)
+
+
+def cmd_eval(args) -> int:
+    from ..data.vocab import read_names
+    from ..evaluation import evaluate_file
+    from ..evaluation.categories import stream_log_probs
+    from ..evaluation.names import names_perplexity
+    from ..evaluation.perplexity import evaluate_split
+    from ..run import load
+    from ..training.precision import autocast
+
+    if args.mix_weight is not None and not args.mix:
+        raise CtxlmError("--mix-weight is the weight of the run given with --mix; add --mix OTHER_RUN")
+    run = load(args.run)
+    left_to_right(run, "ctxlm eval")
+    names = read_names(args.names, run.vocab) if args.names else None     # up front: a bad file fails at once
+    if args.mix:
+        return _eval_mixture(run, args)
+    model, settings = with_cache(run, args)
+    if settings is not None:
+        run.config.data.batching = "stream"          # the cache spans sentence boundaries (Grave et al.)
+    if args.batch_size is not None:
+        run.config.data.eval_batch_size = args.batch_size
+    if args.chunk is not None:
+        run.config.data.eval_chunk = args.chunk
+    results = {}
+    with autocast("cpu", args.precision):
+        if args.file:
+            results[args.file] = evaluate_file(model, run.vocab, args.file, run.config.data.eval_batch_size,
+                                               run.config.data.eval_chunk)
+        else:
+            data = split_data(run, args, *(args.split or []))
+            for split in args.split or [s for s in ("valid", "test") if s in data.ids]:     # holmes has no test
+                results[split] = evaluate_split(model, run.config, data.ids[split], run.vocab, "cpu")
+                if args.names:
+                    results[split]["names"] = names_perplexity(stream_log_probs(model, data.ids[split], run.config.data.eval_chunk),
+                                                               data.ids[split], names)
+    for r in results.values():
+        r["precision"] = args.precision
+        if settings is not None:
+            r["cache"] = {"window": settings.window, "theta": settings.theta, "lambda": settings.lam}
+    if args.json:
+        print(json_text(results, indent=2))
+    else:
+        if settings is not None:
+            print(f"with the neural cache: window {settings.window}, theta {settings.theta}, lambda {settings.lam}")
+        if args.precision != "fp32":
+            print(f"evaluated under {args.precision} autocast (approximate; the default fp32 is exact)")
+        print(f"{'split':<12}{'tokens':>10}{'nll':>10}{'perplexity':>12}")
+        for name, r in results.items():
+            print(f"{name:<12}{r['tokens']:>10,}{r['nll'] / r['tokens']:>10.4f}{r['ppl']:>12.2f}")
+            if not math.isfinite(r["ppl"]):
+                print(f"  ({name}: some target has probability 0, e.g. a word outside a model without <unk>)")
+            if "names" in r:
+                n = r["names"]
+                print(f"{'  names':<12}{n['tokens']:>10,}{n['nll'] / max(n['tokens'], 1):>10.4f}{n['ppl']:>12.2f}")
+    return 0
+
+
+def _eval_mixture(run, args) -> int:
+    """`ctxlm eval RUN --mix OTHER`: p = (1 − λ) p_RUN + λ p_OTHER on the dataset's splits, λ given or
+    chosen by maximum likelihood on valid (evaluation/interpolation.py)."""
+    from ..data.load import prepare_data
+    from ..evaluation.interpolation import best_weight, check_mixable, mixed, perplexity, split_log_probs
+    from ..run import load
+
+    if args.file or args.cache or args.precision != "fp32":
+        raise CtxlmError("--mix scores the dataset's splits with both runs in float32; it does not combine with "
+                         "--file, --cache or --precision")
+    other = load(args.mix)
+    check_mixable(run, other)
+    data = prepare_data(run.config, args.data_dir, run.vocab)
+    splits = args.split or ["valid", "test"]
+    for split in splits + ([] if args.mix_weight is not None else ["valid"]):
+        if split not in data.ids:
+            raise CtxlmError(f"--split {split}: dataset {run.config.data.dataset!r} has splits {', '.join(data.ids)}"
+                             + ("" if split in splits else " (λ is chosen on valid: give --mix-weight)"))
+    scores = {}
+    for split in dict.fromkeys(splits + ([] if args.mix_weight is not None else ["valid"])):
+        scores[split] = split_log_probs(run, data.ids[split]), split_log_probs(other, data.ids[split])
+    lam = args.mix_weight if args.mix_weight is not None else best_weight(*scores["valid"])
+    chosen = "given" if args.mix_weight is not None else "maximum likelihood on valid"
+    results = {"lambda": lam, "chosen": chosen, "run": str(args.run), "mix": str(args.mix)}
+    for split in splits:
+        a, b = scores[split]
+        results[split] = {"run": perplexity(a), "mix_run": perplexity(b), "mixture": perplexity(mixed(a, b, lam))}
+    if args.json:
+        print(json_text(results, indent=2))
+        return 0
+    print(f"mixture p = (1 - λ) p_RUN + λ p_MIX with λ = {lam:.4f} ({chosen}); RUN = {args.run}, MIX = {args.mix}")
+    print(f"{'split':<12}{'tokens':>10}{'RUN':>12}{'MIX':>12}{'mixture':>12}")
+    for split in splits:
+        r = results[split]
+        print(f"{split:<12}{r['mixture']['tokens']:>10,}{r['run']['ppl']:>12.2f}{r['mix_run']['ppl']:>12.2f}{r['mixture']['ppl']:>12.2f}")
+    return 0
+
+
+def add_tune_cache(sub) -> None:
+    p = sub.add_parser("tune-cache", help="choose the neural cache's window, θ and λ on validation data",
+                       description="Grid search of the neural cache (Grave et al. 2017) around a trained run, on its "
+                                   "validation split; writes RUN/cache.json (used by `ctxlm eval RUN --cache`) and "
+                                   "RUN/cache_grid.png.")
+    run_argument(p, "run directory of a neural model")
+    p.add_argument("--split", default="valid", choices=["valid", "train"], help="split to tune on (never test)")
+    p.add_argument("--windows", default="100,500,1000,2000", help="cache sizes to try (comma-separated)")
+    p.add_argument("--thetas", default="0.05,0.1,0.2,0.3,0.5,0.7,1.0", help="θ values to try")
+    p.add_argument("--lambdas", default="0.05,0.1,0.15,0.2,0.25,0.3,0.4", help="λ values to try")
+    data_dir_option(p)
+    p.set_defaults(func=cmd_tune_cache)
+
+
+def cmd_tune_cache(args) -> int:
+    import itertools
+
+    from ..analysis.cache import plot_cache_grid
+    from ..evaluation.cache import cache_grid
+    from ..models.cache import CacheSettings
+    from ..run import load
+    from ..training.rundir import git_commit
+
+    def numbers(option, text, kind):
+        try:
+            values = tuple(kind(v) for v in text.split(","))
+        except ValueError:
+            raise CtxlmError(f"{option} {text!r}: expected comma-separated numbers, e.g. {option} 0.1,0.2") from None
+        return values
+
+    windows, thetas, lambdas = (numbers("--windows", args.windows, int), numbers("--thetas", args.thetas, float),
+                                numbers("--lambdas", args.lambdas, float))
+    try:
+        for setting in itertools.product(windows, thetas, lambdas):
+            CacheSettings(*setting).check()
+    except ValueError as exc:
+        raise CtxlmError(f"tune-cache: {exc}") from None
+    run = load(args.run)
+    neural_only(run, "tune-cache")
+    left_to_right(run, "tune-cache")
+    data = split_data(run, args, args.split)
+    result = cache_grid(run.model, data.ids[args.split], windows, thetas, lambdas, run.config.data.eval_chunk)
+    result.update(split=args.split, commit=git_commit())
+    record, plot = CacheSettings.record_path(args.run), Path(args.run) / "cache_grid.png"
+    atomic_write_text(record, json_text(result, indent=1) + "\n")
+    plot_cache_grid(result, plot)
+    best = result["best"]
+    print(f"{args.split} perplexity without cache {result['model_ppl']:.2f}; best with cache {best['ppl']:.2f} "
+          f"({100 * (1 - best['ppl'] / result['model_ppl']):.1f}% lower) at window {best['window']}, "
+          f"theta {best['theta']}, lambda {best['lambda']}")
+    print(f"{'window':>8}{'theta':>8}{'lambda':>8}{'perplexity':>12}")
+    for row in sorted(result["grid"], key=lambda r: r["ppl"])[:10]:
+        print(f"{row['window']:>8}{row['theta']:>8}{row['lambda']:>8}{row['ppl']:>12.2f}")
+    print(f"recorded in {record} (used by `ctxlm eval {args.run} --cache`); grid plot {plot}")
+    return 0
+
+
+def add_lambada(sub) -> None:
+    p = sub.add_parser("lambada", help="LAMBADA: last-word accuracy and perplexities of a run on a passage file",
+                       description="Scores a file in LAMBADA's format (one tokenised passage per line; the target is the "
+                                   "last word): last-word accuracy, target-word and whole-passage perplexity, the "
+                                   "trivial baselines, and with --names the names subset. Conventions: docs/lambada.md.")
+    run_argument(p)
+    p.add_argument("file", help="passages, e.g. $CTXLM_DATA_DIR/lambada/lambada_development_plain_text.txt")
+    p.add_argument("--names", help="capitalised-in-training words, one per line (`ctxlm names` writes one)")
+    p.add_argument("--top", type=option(int, at_least(1)), default=5, help="predictions kept per passage in the JSON (default 5)")
+    out_file_option(p, "lambada.jsonl", "per-passage results, JSON lines")
+    cache_options(p)
+    json_option(p, "print the summary as JSON")
+    p.set_defaults(func=cmd_lambada)
+
+
+def cmd_lambada(args) -> int:
+    from ..data.corpus import read_lambada, read_text
+    from ..evaluation.lambada import score_passages
+    from ..io import Progress
+    from ..run import load
+
+    run = load(args.run)
+    model, _ = with_cache(run, args)
+    names = frozenset(read_text(args.names).split()) if args.names else frozenset()
+    passages = read_lambada(args.file)
+    bar = Progress(len(passages), "lambada")
+    summary, records = score_passages(model, run.vocab, passages, names, args.top, bar)
+    bar.close()
+    out = Path(args.out)
+    atomic_write_text(out, "".join(json_text(r) + "\n" for r in records))
+    summary.update(file=args.file, run=args.run, cache=args.cache, names_file=args.names)
+    if args.json:
+        print(json_text(summary, indent=2))
+        return 0
+    print(f"{args.file}: {summary['passages']:,} passages ({summary['unknown_targets']:,} targets outside the vocabulary)")
+    print(f"last-word accuracy            {100 * summary['accuracy']:6.2f}%")
+    print(f"target-word perplexity   {summary['target_ppl']:11.1f}")
+    print(f"whole-passage perplexity {summary['passage_ppl']:11.2f}")
+    print(f"baseline: random passage word        {100 * summary['baseline_random_word']:6.2f}%")
+    if names:
+        print(f"baseline: random capitalised word    {100 * summary['baseline_random_capitalised']:6.2f}%")
+        print(f"names subset ({summary['names']['passages']:,} passages): accuracy {100 * summary['names']['accuracy']:.2f}%, "
+              f"target perplexity {summary['names']['target_ppl']:.1f}")
+    else:
+        print("(give --names FILE, e.g. from `ctxlm names`, for the names subset and the capitalised-word baseline)")
+    print(f"per-passage results: {out}")
+    return 0
+
+
+def add_complete(sub) -> None:
+    p = sub.add_parser("complete", help="MSR Sentence Completion: accuracy of a run on the five-candidate questions",
+                       description="Fill each blank with each candidate, score the whole sentence (sum of log-probs, "
+                                   "final <eos> included), choose the highest; prints accuracy and writes every "
+                                   "question's scores as JSON (docs/holmes.md).")
+    run_argument(p, "run directory (any model, Kneser-Ney included)")
+    p.add_argument("--questions", help="Kaggle CSV (id,question,a)..e)) or Holmes.machine_format.questions.txt "
+                   "(default: the msr-completion dataset's testing_data.csv, with its answers)")
+    p.add_argument("--answers", help="CSV id,answer or Holmes.machine_format.answers.txt; without it, choices only")
+    out_file_option(p, "completion.json", "per-question results")
+    p.add_argument("--against", metavar="JSON", help="another run's --out file: count the questions each run alone "
+                   "gets right and give the exact McNemar p-value of the difference")
+    p.add_argument("--batch-size", type=option(int, at_least(1)), default=50,
+                   help="sentences per forward pass, five per question (default 50)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu",
+                   help="where the model scores (default cpu; auto: a GPU when there is one)")
+    data_dir_option(p)
+    p.set_defaults(func=cmd_complete)
+
+
+def cmd_complete(args) -> int:
+    from ..data.corpus import read_msr_completion
+    from ..data.registry import locate
+    from ..evaluation.completion import answer_questions, compare_answers, read_answers
+    from ..io import Progress
+    from ..run import load
+    from ..training.preflight import pick_device
+
+    questions_file, answers_file = args.questions, args.answers
+    if questions_file is None:          # the registry's Kaggle CSV and its answers
+        questions_file = locate("msr-completion", "questions", args.data_dir)
+        answers_file = answers_file or locate("msr-completion", "answers", args.data_dir)
+    questions = read_msr_completion(questions_file, answers_file)
+    other = read_answers(args.against, questions) if args.against else None
+    run = load(args.run, pick_device(args.device, "--device"))
+    bar = Progress(len(questions), "complete")
+    summary, records = answer_questions(run.model, run.vocab, questions, args.batch_size, bar.update)
+    bar.close()
+    summary.update(run=str(args.run), model=run.config.model.name, questions_file=str(questions_file),
+                   answers_file=str(answers_file) if answers_file else None)
+    if other is not None:
+        summary["comparison"] = compare_answers(records, other, str(args.against))
+    atomic_write_text(args.out, json_text({**summary, "records": records}, indent=1) + "\n")
+    print(f"{questions_file}: {summary['questions']:,} questions, {summary['unknown_candidates']:,} candidates outside "
+          f"the vocabulary of {args.run} ({summary['seconds']:.0f} s)")
+    if summary["answered"]:
+        print(f"accuracy {100 * summary['accuracy']:.2f}% ({summary['correct']:,} of {summary['answered']:,})")
+    else:
+        print("no answers given (--answers FILE): choices only")
+    if other is not None:
+        c = summary["comparison"]
+        print(f"against {args.against}: both right {c['both']:,}, only this run {c['only_this']:,}, only the other "
+              f"{c['only_other']:,}, neither {c['neither']:,}; exact McNemar p = {c['mcnemar_p']:.3g}")
+    print(f"per-question scores and choices: {args.out}")
+    return 0

@@ -1,0 +1,116 @@
+"""Models and their runs as objects: list the `models`, `info` on a run or preset, `export-arpa`, `import-arpa`."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..checks import at_least, option
+from ..errors import CtxlmError
+from .common import config_from_args, data_dir_option, match_params_option, run_argument, set_option
+
+
+def add_info(sub) -> None:
+    p = sub.add_parser("info", help="configuration, vocabulary size and parameter counts of a run or preset")
+    p.add_argument("target", help="run directory or TOML preset")
+    set_option(p)
+    p.add_argument("--vocab-size", type=option(int, at_least(2)), help="for a preset: use this vocabulary size instead of reading the data")
+    match_params_option(p)
+    data_dir_option(p)
+    p.set_defaults(func=cmd_info)
+
+
+def cmd_info(args) -> int:
+    import torch
+
+    from ..models import build_model
+
+    target = Path(args.target)
+    if target.is_dir():
+        from ..run import load
+
+        run = load(target)
+        config, vocab_size, model = run.config, len(run.vocab), run.model
+    else:
+        args.config = str(target)
+        config = config_from_args(args)
+        if args.vocab_size:
+            vocab_size = args.vocab_size
+        else:
+            from ..data.load import prepare_data
+
+            vocab_size = len(prepare_data(config, args.data_dir).vocab)
+        with torch.device("meta"):          # sizes only: nothing is allocated
+            model = build_model(config.model, vocab_size, config.output)
+    counts = model.parameter_counts()
+    print(config.to_toml())
+    print(f"vocabulary size          {vocab_size:,}")
+    print(f"parameters (θ_W+M)        {counts['total']:,}  ({counts['total'] / 1e6:.2f}M)")
+    print(f"without word embeddings (θ_M) {counts['without_embeddings']:,}  ({counts['without_embeddings'] / 1e6:.2f}M)")
+    return 0
+
+
+def add_export_arpa(sub) -> None:
+    p = sub.add_parser("export-arpa", help="write an n-gram run as an ARPA file (KenLM, SRILM can read it)")
+    run_argument(p, "run directory of a kneser-ney model")
+    p.add_argument("output", help="ARPA file to write")
+    p.set_defaults(func=cmd_export_arpa)
+
+
+def cmd_export_arpa(args) -> int:
+    from ..models.arpa import write_arpa
+    from ..run import load
+
+    run = load(args.run)
+    if not run.model.count_based:
+        raise CtxlmError(f"{args.run}: ARPA export needs an n-gram run (model.name = kneser-ney), not {run.config.model.name!r}")
+    write_arpa(run.model, run.vocab, args.output)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def add_import_arpa(sub) -> None:
+    p = sub.add_parser("import-arpa", help="make a run directory from an ARPA file, to eval and score it like any model")
+    p.add_argument("arpa", help="ARPA file")
+    p.add_argument("run_dir", help="new run directory")
+    set_option(p, "e.g. --set data.dataset=wikitext-2 for `ctxlm eval`")
+    p.set_defaults(func=cmd_import_arpa)
+
+
+def cmd_import_arpa(args) -> int:
+    from ..training.count import import_arpa
+
+    model, vocab = import_arpa(args.arpa, args.run_dir, args.set or [], lambda line: print(line, file=sys.stderr))
+    print(f"imported a {model.order}-gram model with {len(vocab):,} words into {Path(args.run_dir)}")
+    return 0
+
+
+def add_models(sub) -> None:
+    p = sub.add_parser("models", help="list the registered models, or one model's options with their defaults")
+    p.add_argument("name", nargs="?", help="a model name (e.g. attention): print its [model] keys, defaults and meaning")
+    p.set_defaults(func=cmd_models)
+
+
+def cmd_models(args) -> int:
+    from ..config import ModelConfig, _toml_value, described, family_options, shared_fields
+    from ..models import MODELS
+    from ..models.base import softmax_ties
+
+    if not args.name:
+        for name, cls in sorted(MODELS.items()):
+            print(f"{name:<20}{(cls.__doc__ or '').strip().splitlines()[0]}")
+        print("\n`ctxlm models NAME` lists a model's [model] keys with their defaults.")
+        return 0
+    options = family_options(args.name)
+    print(f"{args.name}: {(MODELS[args.name].__doc__ or '').strip().splitlines()[0]}\n")
+    print("[model]  # keys every model shares")
+    for key, default, comment in described(ModelConfig, shared_fields(ModelConfig)):
+        if key in MODELS[args.name].unread_keys:
+            comment = f"not read by {args.name}: leave it out"
+        elif key == "tie_weights" and not softmax_ties(args.name):
+            comment = f"{args.name}'s softmax is untied: true only with output.layer = \"nce\""
+        print(f"{key} = {_toml_value(args.name if key == 'name' else default)}".ljust(28) + f"# {comment}")
+    rows = described(options)
+    print(f"# {args.name}'s own options" if rows else f"# {args.name} has no options of its own")
+    for key, default, comment in rows:
+        print(f"{key} = {_toml_value(default)}".ljust(28) + f"# {comment}")
+    return 0

@@ -1,0 +1,75 @@
+"""`ctxlm reproduce`: train the rows of a source table resumably, and report them beside the source."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..checks import at_least, option
+from ..errors import CtxlmError
+from .common import data_dir_option, set_option
+
+
+def add_reproduce(sub) -> None:
+    p = sub.add_parser("reproduce", help="train the rows of a source table, resumably, and report them beside the source",
+                       description="Each table of the sources is a file in reproductions/ (ctxlm reproduce --list). "
+                       "`ctxlm reproduce TABLE` trains every row without a finished record, each in RUNS/TABLE/ROW, and "
+                       "writes results/TABLE/ROW.json after each; Ctrl-C, SIGTERM or --stop-after leaves every row "
+                       "resumable, and the same command continues. Example: ctxlm reproduce tran-2 --jobs 2 --stop-after 8h")
+    p.add_argument("table", nargs="?", help="table id, e.g. daniluk-4.8 (all tables for --plan, --report, --check)")
+    p.add_argument("rows", nargs="*", help="only these rows of the table")
+    p.add_argument("--jobs", type=option(int, at_least(1)), default=1, help="rows trained at once, as separate processes "
+                   "(default 1); on the CPU each gets cores/N threads unless --set train.threads says otherwise")
+    p.add_argument("--stop-after", metavar="DURATION", help="stop every row, resumably, after this long (e.g. 50m, 8h)")
+    set_option(p, "override a setting for every row, e.g. --set train.device=cuda (resumed rows: train.* only)")
+    p.add_argument("--plan", action="store_true", help="print each row's state, remaining cost and `ctxlm train` command")
+    p.add_argument("--measure", action="store_true", help="with --plan: time a few batches of each unstarted row now")
+    p.add_argument("--report", action="store_true", help="our figures beside the source's, from the records alone (Markdown)")
+    p.add_argument("--page", metavar="FILE", help="with --report: write it between the markers of FILE (docs/results.md)")
+    p.add_argument("--check", action="store_true", help="train each recorded row's first batches again and say which rows "
+                   "today's code no longer trains as recorded")
+    p.add_argument("--list", action="store_true", help="list the tables")
+    p.add_argument("--runs", default="runs/reproduce", help="folder of the rows' run directories (default runs/reproduce)")
+    p.add_argument("--tables", help="folder of table files (default reproductions/)")
+    p.add_argument("--records", help="folder of records (default results/)")
+    data_dir_option(p)
+    p.set_defaults(func=cmd_reproduce)
+
+
+def cmd_reproduce(args) -> int:
+    from ..reproduce import report, runner
+    from ..reproduce.tables import load_tables
+
+    stop_after = runner.parse_duration(args.stop_after) if args.stop_after else None
+    root = _project_root()
+    tables_dir, records_dir = Path(args.tables or root / "reproductions"), Path(args.records or root / "results")
+    if args.list:
+        for table in load_tables(tables_dir):
+            print(f"{table.id:16} {sum(r.runnable for r in table.rows):3} of {len(table.rows):3} rows runnable  {table.title}")
+        return 0
+    names = [args.table] if args.table else []
+    if not names and not (args.plan or args.report or args.check):
+        raise CtxlmError("name a table to train (ctxlm reproduce --list shows them), or give --plan, --report or --check")
+    tables = load_tables(tables_dir, names)
+    runs = runner.row_runs(tables, args.rows, Path(args.runs), records_dir)
+    extra = runner.thread_setting(args.set or [], args.jobs) if not args.check else args.set or []
+    if args.report:
+        text = report.report_markdown(tables, records_dir)
+        if args.page:
+            report.write_page(Path(args.page), text)
+            print(f"wrote the report into {args.page}")
+        else:
+            print(text, end="")
+        return 0
+    if args.plan:
+        print(report.plan_text(runs, extra, args.measure, args.data_dir))
+        return 0
+    if args.check:
+        return 1 if runner.check(runs, args.data_dir) else 0
+    return runner.Runner(args.jobs, stop_after, extra, args.data_dir).run(runs)
+
+
+def _project_root() -> Path:
+    """The folder with reproductions/ and results/: the current one, else this source checkout."""
+    here = Path.cwd()
+    if (here / "reproductions").is_dir():
+        return here
+    return Path(__file__).resolve().parents[3]

@@ -1,0 +1,82 @@
+"""Using a trained run directly: `score` text, `generate` text, `explore` runs in a local web page."""
+from __future__ import annotations
+
+from ..checks import PROBABILITY, SEED, at_least, in_range, option
+from ..jsonio import json_text
+from .common import run_argument
+
+
+def add_score(sub) -> None:
+    p = sub.add_parser("score", help="per-token log-probabilities of text, as JSON lines",
+                       description="Score each input line (whitespace-tokenised, <eos> appended); natural-log probabilities.")
+    run_argument(p)
+    p.add_argument("--input", help="text file, one sentence per line (default: standard input)")
+    p.add_argument("--stream", action="store_true", help="carry the model state from line to line instead of starting each fresh")
+    p.set_defaults(func=cmd_score)
+
+
+def cmd_score(args) -> int:
+    from ..checks import safe_exp
+    from ..data.corpus import iter_lines
+    from ..generate import score_tokens
+    from ..run import load
+
+    run = load(args.run)
+    state = None
+    for line in iter_lines(args.input or "-", allow_empty=True):
+        tokens = line.split() + ["<eos>"]
+        log_probs, new_state = score_tokens(run.model, run.vocab, tokens, state if args.stream else None)
+        state = new_state
+        total = sum(log_probs)
+        print(json_text({"text": line, "tokens": tokens,
+                          "unknown": [t not in run.vocab.index for t in tokens],
+                          "log_probs": [round(x, 5) for x in log_probs], "total": round(total, 5),
+                          "ppl": round(safe_exp(-total / len(tokens)), 4)}))
+    return 0
+
+
+def add_generate(sub) -> None:
+    p = sub.add_parser("generate", help="sample text from a trained run")
+    run_argument(p)
+    p.add_argument("--prompt", default="", help="words to continue")
+    p.add_argument("--max-tokens", type=option(int, at_least(1)), default=50)
+    p.add_argument("--temperature", type=option(float, at_least(0)), default=1.0, help="0 = greedy")
+    p.add_argument("--top-k", type=option(int, at_least(0)), default=0, help="sample among the k most likely words (0 = all)")
+    p.add_argument("--top-p", type=option(float, PROBABILITY), default=1.0, help="nucleus sampling threshold in (0, 1]")
+    p.add_argument("--num", type=option(int, at_least(1)), default=1, help="number of samples")
+    p.add_argument("--seed", type=option(int, SEED), default=0)
+    p.set_defaults(func=cmd_generate)
+
+
+def cmd_generate(args) -> int:
+    import torch
+
+    from ..generate import sample
+    from ..run import load
+
+    run = load(args.run)
+    generator = torch.Generator().manual_seed(args.seed)
+    for _ in range(args.num):
+        words = sample(run.model, run.vocab, args.prompt.split(), args.max_tokens, args.temperature, args.top_k,
+                       args.top_p, generator)
+        print(" ".join(args.prompt.split() + words).replace(" <eos>", "\n").strip())
+    return 0
+
+
+def add_explore(sub) -> None:
+    p = sub.add_parser("explore", help="a local web page: per-token surprisal, top-k, attention of runs side by side",
+                       description="Serve a page (and a JSON API, docs/explore.md) that scores pasted text with "
+                                   "each run. Example: ctxlm explore runs/ptb-lstm runs/ptb-attention")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories, loaded once")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=option(int, in_range(0, 65535)), default=8765, help="port (default 8765; 0 = any free port)")
+    p.add_argument("--cache", action="store_true", help="also serve each neural run with its neural cache "
+                   "(the setting `ctxlm tune-cache` recorded, else window 2000, θ 0.3, λ 0.1)")
+    p.set_defaults(func=cmd_explore)
+
+
+def cmd_explore(args) -> int:
+    from ..explore.server import serve
+
+    serve(args.runs, args.host, args.port, args.cache)
+    return 0

@@ -1,0 +1,54 @@
+"""`ctxlm train`: train a preset into a run directory, or continue one."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import CtxlmError
+from .common import data_dir_option, match_params_option, set_option
+
+
+def add_train(sub) -> None:
+    p = sub.add_parser("train", help="train a model (from a preset) into a run directory",
+                       description="Train a model. Example: ctxlm train --config configs/daniluk/ptb-lstm.toml")
+    p.add_argument("--config", help="TOML preset (see configs/); defaults apply where it is silent")
+    set_option(p, "override one setting, e.g. --set train.epochs=3")
+    p.add_argument("--run-dir", help="where to write the run (default runs/<preset name>); must be new or empty")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run exactly where it stopped")
+    p.add_argument("--allow-changed-data", action="store_true", help="with --resume: go on although the corpus "
+                   "changed since the run recorded its fingerprint (refused otherwise)")
+    match_params_option(p)
+    data_dir_option(p)
+    p.set_defaults(func=cmd_train)
+
+
+def cmd_train(args) -> int:
+    from ..training.distributed import main_process
+    from ..training.launch import train
+    from .common import config_from_args
+
+    if args.resume:
+        if args.config or args.match_params or args.run_dir:
+            raise CtxlmError("--resume continues a run with its own config.toml in its own folder; only --set train.KEY=VALUE may change it")
+        config, run_dir = None, args.resume
+    else:
+        if args.allow_changed_data:
+            raise CtxlmError("--allow-changed-data goes with --resume RUN_DIR (a new run records its data)")
+        config = config_from_args(args)
+        run_dir = args.run_dir or Path("runs") / (Path(args.config).stem if args.config else config.model.name)
+    try:
+        results = train(config, run_dir, args.data_dir, resume=bool(args.resume), allow_changed_data=args.allow_changed_data,
+                        overrides=args.set if args.resume else None)
+    except KeyboardInterrupt:
+        return 130
+    if main_process():        # under torchrun, one process reports
+        print_table(run_dir, results)
+    return 0
+
+
+def print_table(run_dir, results) -> None:
+    print(f"\nrun {run_dir} (best epoch {results['best_epoch']}, {results['train_wall_s']:.0f} s training"
+          + (f", {results['train_tokens']:,} training tokens, vocabulary {results['vocabulary']:,})" if "train_tokens" in results else ")"))
+    print(f"{'split':<8}{'tokens':>10}{'perplexity':>12}")
+    for split in ("valid", "test"):
+        if split in results:
+            print(f"{split:<8}{results[split]['tokens']:>10,}{results[split]['ppl']:>12.2f}")
