@@ -1,8 +1,12 @@
 """Dynamic evaluation (evaluation/dynamic.py): causal, the plain evaluation at a zero rate, the trained
 weights back afterwards, and a step that helps on repeated text; for every neural family."""
+import hashlib
+import json
+
 import pytest
 import torch
 
+from conftest import ctxlm, one_line_error
 from ctxlm.config import ModelConfig
 from ctxlm.evaluation.dynamic import DynamicSetting, evaluate_dynamic, mean_squared_gradients, segment_log_probs
 from ctxlm.evaluation.perplexity import evaluate_stream
@@ -65,3 +69,20 @@ def test_the_steps_learn_a_repeated_sentence():
     plain = evaluate_stream(lstm, ids, batch_size=1, chunk=10)["nll"]
     adapted = evaluate_dynamic(lstm, ids, DynamicSetting("sgd", lr=1.0, decay=0.0, segment=10))["nll"]
     assert adapted < 0.8 * plain
+
+
+def test_eval_dynamic_at_a_zero_rate_reports_the_plain_perplexity_and_leaves_the_run_as_it_was(runs):
+    def digest(run_dir):
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run_dir.iterdir()) if p.is_file()}
+
+    before = digest(runs["lstm"])
+    plain = json.loads(ctxlm("eval", runs["lstm"], "--split", "valid", "--chunk", "20", "--json").stdout)["valid"]
+    zero = ctxlm("eval", runs["lstm"], "--split", "valid", "--dynamic", "--dynamic-lr", "0", "--dynamic-segment", "20", "--json")
+    assert json.loads(zero.stdout)["valid"]["nll"] == pytest.approx(plain["nll"], rel=1e-8, abs=0)
+    adapted = ctxlm("eval", runs["lstm"], "--split", "valid", "--dynamic", "--dynamic-lr", "0.001", "--json")
+    assert json.loads(adapted.stdout)["valid"]["dynamic"]["rule"] == "rms"
+    assert digest(runs["lstm"]) == before
+
+
+def test_eval_dynamic_refuses_an_ngram_run_in_one_line(runs):
+    one_line_error(ctxlm("eval", runs["ngram"], "--dynamic"), "--dynamic", "n-gram")
