@@ -33,22 +33,27 @@ def models(window: int):
     return model, NeuralCache(model, CacheSettings(window, 0.3, 0.1))
 
 
-def probe(variant: str, tokens: int, window: int) -> None:
-    """Run in a child process: evaluate once, print the peak RSS in MB during the evaluation (Linux resets
-    the high-water mark on `5` > /proc/self/clear_refs), else of the whole process."""
-    plain, cached = models(window)
-    stream = torch.randint(0, 10_000, (tokens,))
+def peak_rss_mb(work) -> float:
+    """Peak RSS in MB while `work()` runs (Linux resets the high-water mark on `5` > /proc/self/clear_refs),
+    else of the whole process. Call it in a fresh child process."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
     except OSError:
         pass
-    evaluate_stream(cached if variant == "cache" else plain, stream, 1, 1000)
+    work()
     try:
         status = open("/proc/self/status").read()
-        print(int(next(line for line in status.splitlines() if line.startswith("VmHWM")).split()[1]) / 1024)
+        return int(next(line for line in status.splitlines() if line.startswith("VmHWM")).split()[1]) / 1024
     except (OSError, StopIteration):
-        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def probe(variant: str, tokens: int, window: int) -> None:
+    """Run in a child process: evaluate once, print the peak RSS in MB during the evaluation."""
+    plain, cached = models(window)
+    stream = torch.randint(0, 10_000, (tokens,))
+    print(peak_rss_mb(lambda: evaluate_stream(cached if variant == "cache" else plain, stream, 1, 1000)))
 
 
 def main():

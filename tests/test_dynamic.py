@@ -86,3 +86,26 @@ def test_eval_dynamic_at_a_zero_rate_reports_the_plain_perplexity_and_leaves_the
 
 def test_eval_dynamic_refuses_an_ngram_run_in_one_line(runs):
     one_line_error(ctxlm("eval", runs["ngram"], "--dynamic"), "--dynamic", "n-gram")
+
+
+def test_tune_dynamic_records_the_best_setting_and_eval_uses_it(runs, tmp_path):
+    import shutil
+
+    run = shutil.copytree(runs["lstm"], tmp_path / "run")
+    tuned = ctxlm("tune-dynamic", run, "--rules", "sgd", "--lrs", "0,0.05", "--decays", "0,0.5", "--segments", "10")
+    assert tuned.returncode == 0, tuned.stderr
+    record = json.loads((run / "dynamic.json").read_text())
+    assert len(record["grid"]) == 4 and record["best"]["ppl"] == min(r["ppl"] for r in record["grid"])
+    assert record["model_ppl"] == pytest.approx(next(r["ppl"] for r in record["grid"] if r["lr"] == 0 and r["decay"] == 0), rel=1e-8)
+    used = json.loads(ctxlm("eval", run, "--split", "valid", "--dynamic", "--json").stdout)["valid"]
+    assert used["dynamic"] == {k: record["best"][k] for k in ("rule", "lr", "decay", "segment")}
+    assert used["ppl"] == pytest.approx(record["best"]["ppl"], rel=1e-12)
+    one_line_error(ctxlm("tune-dynamic", run, "--lrs", "fast"), "--lrs")
+
+
+def test_a_damaged_dynamic_record_is_one_line(runs, tmp_path):
+    import shutil
+
+    run = shutil.copytree(runs["lstm"], tmp_path / "run")
+    (run / "dynamic.json").write_text("{not json")
+    one_line_error(ctxlm("eval", run, "--split", "valid", "--dynamic"), "dynamic.json", "tune-dynamic")

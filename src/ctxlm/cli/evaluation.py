@@ -7,7 +7,6 @@ from pathlib import Path
 
 from ..checks import at_least, in_range, option
 from ..errors import CtxlmError
-from ..evaluation.dynamic import DynamicSetting
 from ..io import atomic_write_text
 from ..jsonio import json_text
 from .common import (
@@ -22,6 +21,7 @@ from .common import (
     split_data,
     with_cache,
 )
+from .dynamic import dynamic_options, eval_dynamic
 
 
 def add_eval(sub) -> None:
@@ -43,17 +43,7 @@ def add_eval(sub) -> None:
                    "and vocabulary, e.g. a feed-forward run with a Kneser-Ney trigram as Bengio et al. 2003 mix them)")
     p.add_argument("--mix-weight", type=option(float, in_range(0, 1)), help="λ in [0, 1] for --mix (default: chosen by "
                    "maximum likelihood on the valid split)")
-    dynamic = p.add_argument_group("dynamic evaluation (Krause et al. 2018): each segment, once scored, is a gradient "
-                                   "step that adapts the weights to the text, decaying back to the trained ones; "
-                                   "the run is never changed. Untuned defaults: choose them on valid")
-    dynamic.add_argument("--dynamic", action="store_true", help="score with dynamic evaluation (read as one stream)")
-    dynamic.add_argument("--dynamic-rule", choices=["rms", "sgd"], default="rms", help="rms: steps scaled by the training "
-                         "gradients' RMS, measured first on the train split (default); sgd: plain steps")
-    dynamic.add_argument("--dynamic-lr", type=option(float, at_least(0)), default=DynamicSetting.lr, help="step size η")
-    dynamic.add_argument("--dynamic-decay", type=option(float, in_range(0, 1)), default=DynamicSetting.decay,
-                         help="λ, the pull back to the trained weights per step")
-    dynamic.add_argument("--dynamic-segment", type=option(int, at_least(1)), default=DynamicSetting.segment,
-                         help="tokens per step")
+    dynamic_options(p)
     json_option(p, "print JSON")
     data_dir_option(p)
     p.set_defaults(func=cmd_eval)
@@ -76,7 +66,7 @@ def cmd_eval(args) -> int:
     if args.mix:
         return _eval_mixture(run, args)
     if args.dynamic:
-        return _eval_dynamic(run, args)
+        return eval_dynamic(run, args)
     model, settings = with_cache(run, args)
     if settings is not None:
         run.config.data.batching = "stream"          # the cache spans sentence boundaries (Grave et al.)
@@ -115,34 +105,6 @@ def cmd_eval(args) -> int:
             if "names" in r:
                 n = r["names"]
                 print(f"{'  names':<12}{n['tokens']:>10,}{n['nll'] / max(n['tokens'], 1):>10.4f}{n['ppl']:>12.2f}")
-    return 0
-
-
-def _eval_dynamic(run, args) -> int:
-    """`eval --dynamic`: each split (or --file) as one stream, batch 1, weights adapted segment by segment."""
-    from ..data.corpus import iter_tokens
-    from ..data.vocab import EOS
-    from ..evaluation.dynamic import evaluate_dynamic, mean_squared_gradients
-
-    if run.model.count_based:
-        raise CtxlmError(f"--dynamic takes gradient steps on a neural model's weights; {run.path} is an n-gram run")
-    if args.cache or args.names or args.precision != "fp32":
-        raise CtxlmError("--dynamic goes without --cache, --names and --precision for now: drop them")
-    setting = DynamicSetting(args.dynamic_rule, args.dynamic_lr, args.dynamic_decay, args.dynamic_segment)
-    data = split_data(run, args, *(args.split or []))
-    texts = ({args.file: run.vocab.encode([EOS, *iter_tokens(args.file)])} if args.file else
-             {split: data.ids[split] for split in args.split or [s for s in ("valid", "test") if s in data.ids]})
-    mean_square = (mean_squared_gradients(run.model, data.ids["train"], setting.segment)
-                   if setting.rule == "rms" else None)
-    results = {name: {**evaluate_dynamic(run.model, ids, setting, mean_square), "dynamic": vars(setting)}
-               for name, ids in texts.items()}
-    if args.json:
-        print(json_text(results, indent=2))
-        return 0
-    print(f"dynamic evaluation: rule {setting.rule}, lr {setting.lr}, decay {setting.decay}, segment {setting.segment}")
-    print(f"{'split':<12}{'tokens':>10}{'nll':>10}{'perplexity':>12}")
-    for name, r in results.items():
-        print(f"{name:<12}{r['tokens']:>10,}{r['nll'] / r['tokens']:>10.4f}{r['ppl']:>12.2f}")
     return 0
 
 

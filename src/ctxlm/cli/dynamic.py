@@ -1,0 +1,134 @@
+"""Dynamic evaluation from the command line: `eval --dynamic` (its options and scoring) and `tune-dynamic`,
+which chooses the rule's numbers on validation and records them in RUN/dynamic.json for `eval --dynamic`."""
+from __future__ import annotations
+
+import itertools
+import json
+
+from ..checks import at_least, in_range, option
+from ..errors import CtxlmError
+from ..evaluation.dynamic import DynamicSetting
+from ..io import atomic_write_text
+from ..jsonio import json_text
+from .common import data_dir_option, run_argument, split_data
+
+RECORD = "dynamic.json"
+
+
+def dynamic_options(p) -> None:
+    group = p.add_argument_group("dynamic evaluation (Krause et al. 2018): each segment, once scored, is a gradient "
+                                 "step that adapts the weights to the text, decaying back to the trained ones; the run "
+                                 "is never changed. The numbers: RUN/dynamic.json from `ctxlm tune-dynamic`, else "
+                                 "untuned defaults; the options below override either")
+    group.add_argument("--dynamic", action="store_true", help="score with dynamic evaluation (read as one stream)")
+    group.add_argument("--dynamic-rule", choices=["rms", "sgd"], help="rms: steps scaled by the training gradients' "
+                       "RMS, measured first on the train split (default); sgd: plain steps")
+    group.add_argument("--dynamic-lr", type=option(float, at_least(0)), help=f"step size η (default {DynamicSetting.lr})")
+    group.add_argument("--dynamic-decay", type=option(float, in_range(0, 1)),
+                       help=f"λ, the pull back to the trained weights per step (default {DynamicSetting.decay})")
+    group.add_argument("--dynamic-segment", type=option(int, at_least(1)),
+                       help=f"tokens per step (default {DynamicSetting.segment})")
+
+
+def chosen_setting(run, args) -> DynamicSetting:
+    """RUN/dynamic.json's best setting (or the defaults), with the command line's options on top."""
+    record = run.path / RECORD
+    try:
+        found = json.loads(record.read_text())["best"] if record.is_file() else {}
+        setting = DynamicSetting(**{k: found[k] for k in ("rule", "lr", "decay", "segment") if k in found})
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CtxlmError(f"{record} is unreadable ({type(exc).__name__}: {exc}); run `ctxlm tune-dynamic {run.path}` "
+                         "again or delete it") from None
+    for key in ("rule", "lr", "decay", "segment"):
+        given = getattr(args, f"dynamic_{key}")
+        if given is not None:
+            setattr(setting, key, given)
+    return setting
+
+
+def check_neural(run, what: str) -> None:
+    if run.model.count_based:
+        raise CtxlmError(f"{what} takes gradient steps on a neural model's weights; {run.path} is an n-gram run")
+
+
+def eval_dynamic(run, args) -> int:
+    """`eval --dynamic`: each split (or --file) as one stream, batch 1, weights adapted segment by segment."""
+    from ..data.corpus import iter_tokens
+    from ..data.vocab import EOS
+    from ..evaluation.dynamic import evaluate_dynamic, mean_squared_gradients
+
+    check_neural(run, "--dynamic")
+    if args.cache or args.names or args.precision != "fp32":
+        raise CtxlmError("--dynamic goes without --cache, --names and --precision for now: drop them")
+    setting = chosen_setting(run, args)
+    data = split_data(run, args, *(args.split or []))
+    texts = ({args.file: run.vocab.encode([EOS, *iter_tokens(args.file)])} if args.file else
+             {split: data.ids[split] for split in args.split or [s for s in ("valid", "test") if s in data.ids]})
+    mean_square = mean_squared_gradients(run.model, data.ids["train"], setting.segment) if setting.rule == "rms" else None
+    results = {name: {**evaluate_dynamic(run.model, ids, setting, mean_square), "dynamic": vars(setting)}
+               for name, ids in texts.items()}
+    if args.json:
+        print(json_text(results, indent=2))
+        return 0
+    print(f"dynamic evaluation: rule {setting.rule}, lr {setting.lr}, decay {setting.decay}, segment {setting.segment}")
+    print(f"{'split':<12}{'tokens':>10}{'nll':>10}{'perplexity':>12}")
+    for name, r in results.items():
+        print(f"{name:<12}{r['tokens']:>10,}{r['nll'] / r['tokens']:>10.4f}{r['ppl']:>12.2f}")
+    return 0
+
+
+def add_tune_dynamic(sub) -> None:
+    p = sub.add_parser("tune-dynamic", help="choose dynamic evaluation's rule, step size, decay and segment on validation",
+                       description="Grid search of dynamic evaluation (Krause et al. 2018) around a trained run, on its "
+                                   f"validation split (one full pass per setting); writes RUN/{RECORD}, which "
+                                   "`ctxlm eval RUN --dynamic` then uses.")
+    run_argument(p, "run directory of a neural model")
+    p.add_argument("--split", default="valid", choices=["valid", "train"], help="split to tune on (never test)")
+    p.add_argument("--rules", default="rms", help="rules to try: rms, sgd or rms,sgd")
+    p.add_argument("--lrs", default="0.00002,0.0001,0.0005", help="step sizes η to try (comma-separated)")
+    p.add_argument("--decays", default="0,0.001,0.01", help="decays λ to try")
+    p.add_argument("--segments", default="20", help="segment lengths to try")
+    data_dir_option(p)
+    p.set_defaults(func=cmd_tune_dynamic)
+
+
+def _values(option_name: str, text: str, kind) -> tuple:
+    try:
+        values = tuple(kind(v) for v in text.split(","))
+    except ValueError:
+        raise CtxlmError(f"{option_name} {text!r}: expected comma-separated values, e.g. {option_name} 0.1,0.2") from None
+    return values
+
+
+def cmd_tune_dynamic(args) -> int:
+    from ..evaluation.dynamic import evaluate_dynamic, mean_squared_gradients
+    from ..evaluation.perplexity import evaluate_stream
+    from ..run import load
+    from ..training.rundir import git_commit
+
+    rules, lrs, decays, segments = (_values("--rules", args.rules, str), _values("--lrs", args.lrs, float),
+                                    _values("--decays", args.decays, float), _values("--segments", args.segments, int))
+    if set(rules) - {"rms", "sgd"} or min(lrs) < 0 or not all(0 <= d <= 1 for d in decays) or min(segments) < 1:
+        raise CtxlmError("tune-dynamic: rules are rms or sgd, step sizes ≥ 0, decays in [0, 1], segments ≥ 1")
+    run = load(args.run)
+    check_neural(run, "tune-dynamic")
+    data = split_data(run, args, args.split, "train")
+    ids = data.ids[args.split]
+    plain = evaluate_stream(run.model, ids, 1, run.config.data.eval_chunk)["ppl"]
+    print(f"{args.split} perplexity without steps {plain:.2f}; {len(rules) * len(lrs) * len(decays) * len(segments)} settings")
+    grid = []
+    for segment in segments:
+        mean_square = mean_squared_gradients(run.model, data.ids["train"], segment) if "rms" in rules else None
+        for rule, lr, decay in itertools.product(rules, lrs, decays):
+            setting = DynamicSetting(rule, lr, decay, segment)
+            ppl = evaluate_dynamic(run.model, ids, setting, mean_square if rule == "rms" else None)["ppl"]
+            grid.append({**vars(setting), "ppl": ppl})
+            print(f"  rule {rule}, lr {lr}, decay {decay}, segment {segment}: {ppl:.2f}", flush=True)
+    best = min(grid, key=lambda r: r["ppl"])
+    record = run.path / RECORD
+    atomic_write_text(record, json_text({"split": args.split, "model_ppl": plain, "best": best, "grid": grid,
+                                         "commit": git_commit()}, indent=1) + "\n")
+    print(f"best: {best['ppl']:.2f} ({100 * (1 - best['ppl'] / plain):.1f}% lower) with rule {best['rule']}, "
+          f"lr {best['lr']}, decay {best['decay']}, segment {best['segment']}; recorded in {record} "
+          f"(used by `ctxlm eval {args.run} --dynamic`)")
+    return 0
