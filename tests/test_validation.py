@@ -72,6 +72,9 @@ OPTIONS = [
     ("eval", "--batch-size", int, lambda v: v >= 1),
     ("eval", "--chunk", int, lambda v: v >= 1),
     ("eval", "--mix-weight", float, lambda v: 0 <= v <= 1),
+    ("eval", "--dynamic-lr", float, lambda v: v >= 0),
+    ("eval", "--dynamic-decay", float, lambda v: 0 <= v <= 1),
+    ("eval", "--dynamic-segment", int, lambda v: v >= 1),
     ("generate", "--max-tokens", int, lambda v: v >= 1),
     ("generate", "--temperature", float, lambda v: v >= 0),
     ("generate", "--top-k", int, lambda v: v >= 0),
@@ -279,10 +282,13 @@ def test_models_command_lists_a_family_s_options_with_defaults():
     one_line_error(ctxlm("models", "nope"), "unknown model 'nope'")
 
 
-def allowed_value(key, value):
-    """The value a TOML value (or, as a string, a --set value) should give, or None where it must be refused."""
+def allowed_value(key, value, toml: bool = False):
+    """The value a TOML value (or, as a string, a --set value) should give, or None where it must be refused.
+    In a TOML file (`toml`) a quoted string is never a number or a truth value."""
     kind, allowed = KEYS[key]
     check = allowed if callable(allowed) else lambda v: True
+    if isinstance(value, str) and kind is not str and toml:
+        return None
     if isinstance(value, str) and kind is not str:
         if kind is bool:
             return {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}.get(value.strip().lower())
@@ -336,7 +342,7 @@ def test_every_config_key_is_checked_in_a_preset(tmp_path, key, value):
     preset = tmp_path / "preset.toml"
     family = f'name = "{FAMILY[key]}"\n' if key in FAMILY else ""
     preset.write_text(f"[{section}]\n{name} = {toml_value(value)}\n{family}", encoding="utf-8")
-    want = allowed_value(key, value)
+    want = allowed_value(key, value, toml=True)
     try:
         config = load_toml(preset)
     except CtxlmError as exc:

@@ -23,7 +23,7 @@ from ..evaluation.perplexity import evaluate_split
 from ..io import Progress
 from ..models.base import build_model, detach_state, map_state
 from . import checkpoint, divergence
-from .distributed import LossStep, World, merge_state, split_state, wrap
+from .distributed import LossStep, World, main_process, merge_state, split_state, wrap
 from .optim import build_optimizer, next_lr
 from .precision import emulated_bf16
 from .preflight import check_config, pick_device
@@ -49,7 +49,8 @@ class Trainer:
             raise
 
     def _setup(self, config: Config, data_dir, resume: bool, allow_changed_data: bool) -> None:
-        existing = content(self.run_dir)       # also deletes what writes interrupted by a kill left
+        # rank 0 owns the folder: it deletes what writes interrupted by a kill left (another rank would race its lock file)
+        existing = content(self.run_dir) if main_process() else []
         if resume:      # no state at all (killed before its first checkpoint): start again, with its config
             self.resume_state = resume_state(self.files, self.log)
         else:
