@@ -140,3 +140,11 @@ def with_cache(run, args):
         return NeuralCache(run.model, settings), settings
     except ValueError as exc:
         raise CtxlmError(f"--cache: {exc}") from None
+
+
+def comma_values(option_name: str, text: str, kind) -> tuple:
+    """A grid option's comma-separated values, e.g. --thetas 0.1,0.2, as `kind`; a bad one is a one-line error."""
+    try:
+        return tuple(kind(v) for v in text.split(","))
+    except ValueError:
+        raise CtxlmError(f"{option_name} {text!r}: expected comma-separated numbers, e.g. {option_name} 0.1,0.2") from None

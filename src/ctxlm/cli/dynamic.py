@@ -10,7 +10,7 @@ from ..errors import CtxlmError
 from ..evaluation.dynamic import DynamicSetting
 from ..io import atomic_write_text
 from ..jsonio import json_text
-from .common import data_dir_option, run_argument, split_data
+from .common import comma_values, data_dir_option, run_argument, split_data
 
 RECORD = "dynamic.json"
 
@@ -92,22 +92,14 @@ def add_tune_dynamic(sub) -> None:
     p.set_defaults(func=cmd_tune_dynamic)
 
 
-def _values(option_name: str, text: str, kind) -> tuple:
-    try:
-        values = tuple(kind(v) for v in text.split(","))
-    except ValueError:
-        raise CtxlmError(f"{option_name} {text!r}: expected comma-separated values, e.g. {option_name} 0.1,0.2") from None
-    return values
-
-
 def cmd_tune_dynamic(args) -> int:
     from ..evaluation.dynamic import evaluate_dynamic, mean_squared_gradients
     from ..evaluation.perplexity import evaluate_stream
     from ..run import load
     from ..training.rundir import git_commit
 
-    rules, lrs, decays, segments = (_values("--rules", args.rules, str), _values("--lrs", args.lrs, float),
-                                    _values("--decays", args.decays, float), _values("--segments", args.segments, int))
+    rules, lrs, decays, segments = (comma_values("--rules", args.rules, str), comma_values("--lrs", args.lrs, float),
+                                    comma_values("--decays", args.decays, float), comma_values("--segments", args.segments, int))
     if set(rules) - {"rms", "sgd"} or min(lrs) < 0 or not all(0 <= d <= 1 for d in decays) or min(segments) < 1:
         raise CtxlmError("tune-dynamic: rules are rms or sgd, step sizes ≥ 0, decays in [0, 1], segments ≥ 1")
     run = load(args.run)

@@ -12,6 +12,7 @@ from ..jsonio import json_text
 from .common import (
     SPLITS,
     cache_options,
+    comma_values,
     data_dir_option,
     json_option,
     left_to_right,
@@ -169,15 +170,8 @@ def cmd_tune_cache(args) -> int:
     from ..run import load
     from ..training.rundir import git_commit
 
-    def numbers(option, text, kind):
-        try:
-            values = tuple(kind(v) for v in text.split(","))
-        except ValueError:
-            raise CtxlmError(f"{option} {text!r}: expected comma-separated numbers, e.g. {option} 0.1,0.2") from None
-        return values
-
-    windows, thetas, lambdas = (numbers("--windows", args.windows, int), numbers("--thetas", args.thetas, float),
-                                numbers("--lambdas", args.lambdas, float))
+    windows, thetas, lambdas = (comma_values("--windows", args.windows, int), comma_values("--thetas", args.thetas, float),
+                                comma_values("--lambdas", args.lambdas, float))
     try:
         for setting in itertools.product(windows, thetas, lambdas):
             CacheSettings(*setting).check()
