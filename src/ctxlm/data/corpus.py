@@ -65,6 +65,8 @@ def iter_lines(path: str | Path, allow_empty: bool = False) -> Iterator[str]:
         for number, raw in enumerate(_raw_lines(handle, name), 1):
             if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]
+                if not raw:         # a byte-order mark alone: no line at all
+                    continue
             if b"\x00" in raw:
                 raise CtxlmError(f"{name}, line {number}: looks binary (contains NUL bytes); expected plain text, one sentence per line")
             if len(raw) > MAX_LINE and not raw.endswith(b"\n"):

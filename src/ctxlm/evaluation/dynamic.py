@@ -20,15 +20,15 @@ from ..checks import safe_exp
 from ..data.batching import IGNORE, StreamBatches
 from ..models.base import detach_state
 
-EPSILON = 1e-8     # keeps the rms step finite for weights whose training gradient was always 0
+EPSILON = 2e-5     # bounds the rms step (≤ η/ε · g) where a weight's training gradient was ~0 (rare words' rows)
 
 
 @dataclass
 class DynamicSetting:
     """The update rule and its three numbers, chosen on validation."""
     rule: str = "rms"          # rms or sgd
-    lr: float = 1e-4           # η
-    decay: float = 1e-3        # λ
+    lr: float = 2e-5           # η
+    decay: float = 0.02        # λ
     segment: int = 20          # tokens per step
 
 
