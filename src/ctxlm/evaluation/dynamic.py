@@ -56,11 +56,11 @@ class DynamicWeights:
     def step(self, loss: torch.Tensor) -> None:
         grads = torch.autograd.grad(loss, self.params, allow_unused=True)
         for p, g, p0, scale, pull in zip(self.params, grads, self.trained, self.scale, self.pull):
+            p.lerp_(p0, pull)                       # p + pull · (p0 − p), fused; the pull is from θ before the step
             if g is not None and scale is None:
                 p.add_(g, alpha=-self.setting.lr)
             elif g is not None:
                 p.addcmul_(g, scale, value=-self.setting.lr)
-            p.lerp_(p0, pull)                       # p + pull · (p0 − p), fused
 
     @torch.no_grad()
     def restore(self) -> None:
