@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -114,9 +115,21 @@ def left_to_right(run, what: str) -> None:
                          "(results.json holds the validation pseudo-perplexity that chose its epoch)")
 
 
-def neural_only(run, what: str) -> None:
+def neural_only(run, what: str, because: str = "the neural cache reads a neural model's hidden states") -> None:
     if run.model.count_based:
-        raise CtxlmError(f"{what}: the neural cache reads a neural model's hidden states; {run.path} is an n-gram run")
+        raise CtxlmError(f"{what}: {because}; {run.path} is an n-gram run")
+
+
+def print_perplexities(results: dict) -> None:
+    """The table of `ctxlm eval`: each split's (or file's) tokens, mean NLL and perplexity."""
+    print(f"{'split':<12}{'tokens':>10}{'nll':>10}{'perplexity':>12}")
+    for name, r in results.items():
+        print(f"{name:<12}{r['tokens']:>10,}{r['nll'] / r['tokens']:>10.4f}{r['ppl']:>12.2f}")
+        if not math.isfinite(r["ppl"]):
+            print(f"  ({name}: some target has probability 0, e.g. a word outside a model without <unk>)")
+        if "names" in r:
+            n = r["names"]
+            print(f"{'  names':<12}{n['tokens']:>10,}{n['nll'] / max(n['tokens'], 1):>10.4f}{n['ppl']:>12.2f}")
 
 
 def with_cache(run, args):

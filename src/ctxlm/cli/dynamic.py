@@ -10,9 +10,10 @@ from ..errors import CtxlmError
 from ..evaluation.dynamic import DynamicSetting
 from ..io import atomic_write_text
 from ..jsonio import json_text
-from .common import comma_values, data_dir_option, run_argument, split_data
+from ..training.rundir import RunDir, git_commit
+from .common import comma_values, data_dir_option, neural_only, print_perplexities, run_argument, split_data
 
-RECORD = "dynamic.json"
+STEPS = "dynamic evaluation takes gradient steps on a neural model's weights"
 
 
 def dynamic_options(p) -> None:
@@ -32,7 +33,7 @@ def dynamic_options(p) -> None:
 
 def chosen_setting(run, args) -> DynamicSetting:
     """RUN/dynamic.json's best setting (or the defaults), with the command line's options on top."""
-    record = run.path / RECORD
+    record = RunDir(run.path).dynamic
     try:
         found = json.loads(record.read_text())["best"] if record.is_file() else {}
         setting = DynamicSetting(**{k: found[k] for k in ("rule", "lr", "decay", "segment") if k in found})
@@ -46,22 +47,17 @@ def chosen_setting(run, args) -> DynamicSetting:
     return setting
 
 
-def check_neural(run, what: str) -> None:
-    if run.model.count_based:
-        raise CtxlmError(f"{what} takes gradient steps on a neural model's weights; {run.path} is an n-gram run")
-
-
 def eval_dynamic(run, args) -> int:
     """`eval --dynamic`: each split (or --file) as one stream, batch 1, weights adapted segment by segment."""
     from ..data.corpus import iter_tokens
     from ..data.vocab import EOS
     from ..evaluation.dynamic import evaluate_dynamic, mean_squared_gradients
 
-    check_neural(run, "--dynamic")
+    neural_only(run, "--dynamic", STEPS)
     if args.cache or args.names or args.precision != "fp32":
         raise CtxlmError("--dynamic goes without --cache, --names and --precision for now: drop them")
     setting = chosen_setting(run, args)
-    data = split_data(run, args, *(args.split or []))
+    data = split_data(run, args, *(args.split or [])) if not args.file or setting.rule == "rms" else None   # sgd on a file: no corpus
     texts = ({args.file: run.vocab.encode([EOS, *iter_tokens(args.file)])} if args.file else
              {split: data.ids[split] for split in args.split or [s for s in ("valid", "test") if s in data.ids]})
     mean_square = mean_squared_gradients(run.model, data.ids["train"], setting.segment) if setting.rule == "rms" else None
@@ -71,16 +67,14 @@ def eval_dynamic(run, args) -> int:
         print(json_text(results, indent=2))
         return 0
     print(f"dynamic evaluation: rule {setting.rule}, lr {setting.lr}, decay {setting.decay}, segment {setting.segment}")
-    print(f"{'split':<12}{'tokens':>10}{'nll':>10}{'perplexity':>12}")
-    for name, r in results.items():
-        print(f"{name:<12}{r['tokens']:>10,}{r['nll'] / r['tokens']:>10.4f}{r['ppl']:>12.2f}")
+    print_perplexities(results)
     return 0
 
 
 def add_tune_dynamic(sub) -> None:
     p = sub.add_parser("tune-dynamic", help="choose dynamic evaluation's rule, step size, decay and segment on validation",
                        description="Grid search of dynamic evaluation (Krause et al. 2018) around a trained run, on its "
-                                   f"validation split (one full pass per setting); writes RUN/{RECORD}, which "
+                                   "validation split (one full pass per setting); writes RUN/dynamic.json, which "
                                    "`ctxlm eval RUN --dynamic` then uses.")
     run_argument(p, "run directory of a neural model")
     p.add_argument("--split", default="valid", choices=["valid", "train"], help="split to tune on (never test)")
@@ -96,14 +90,13 @@ def cmd_tune_dynamic(args) -> int:
     from ..evaluation.dynamic import evaluate_dynamic, mean_squared_gradients
     from ..evaluation.perplexity import evaluate_stream
     from ..run import load
-    from ..training.rundir import git_commit
 
     rules, lrs, decays, segments = (comma_values("--rules", args.rules, str), comma_values("--lrs", args.lrs, float),
                                     comma_values("--decays", args.decays, float), comma_values("--segments", args.segments, int))
     if set(rules) - {"rms", "sgd"} or min(lrs) < 0 or not all(0 <= d <= 1 for d in decays) or min(segments) < 1:
         raise CtxlmError("tune-dynamic: rules are rms or sgd, step sizes ≥ 0, decays in [0, 1], segments ≥ 1")
     run = load(args.run)
-    check_neural(run, "tune-dynamic")
+    neural_only(run, "tune-dynamic", STEPS)
     data = split_data(run, args, args.split, "train")
     ids = data.ids[args.split]
     plain = evaluate_stream(run.model, ids, 1, run.config.data.eval_chunk)["ppl"]
@@ -117,7 +110,7 @@ def cmd_tune_dynamic(args) -> int:
             grid.append({**vars(setting), "ppl": ppl})
             print(f"  rule {rule}, lr {lr}, decay {decay}, segment {segment}: {ppl:.2f}", flush=True)
     best = min(grid, key=lambda r: r["ppl"])
-    record = run.path / RECORD
+    record = RunDir(run.path).dynamic
     atomic_write_text(record, json_text({"split": args.split, "model_ppl": plain, "best": best, "grid": grid,
                                          "commit": git_commit()}, indent=1) + "\n")
     print(f"best: {best['ppl']:.2f} ({100 * (1 - best['ppl'] / plain):.1f}% lower) with rule {best['rule']}, "

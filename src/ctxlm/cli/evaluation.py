@@ -2,7 +2,6 @@
 `tune-cache`, `lambada` and `complete`."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from ..checks import at_least, in_range, option
@@ -18,6 +17,7 @@ from .common import (
     left_to_right,
     neural_only,
     out_file_option,
+    print_perplexities,
     run_argument,
     split_data,
     with_cache,
@@ -98,14 +98,7 @@ def cmd_eval(args) -> int:
             print(f"with the neural cache: window {settings.window}, theta {settings.theta}, lambda {settings.lam}")
         if args.precision != "fp32":
             print(f"evaluated under {args.precision} autocast (approximate; the default fp32 is exact)")
-        print(f"{'split':<12}{'tokens':>10}{'nll':>10}{'perplexity':>12}")
-        for name, r in results.items():
-            print(f"{name:<12}{r['tokens']:>10,}{r['nll'] / r['tokens']:>10.4f}{r['ppl']:>12.2f}")
-            if not math.isfinite(r["ppl"]):
-                print(f"  ({name}: some target has probability 0, e.g. a word outside a model without <unk>)")
-            if "names" in r:
-                n = r["names"]
-                print(f"{'  names':<12}{n['tokens']:>10,}{n['nll'] / max(n['tokens'], 1):>10.4f}{n['ppl']:>12.2f}")
+        print_perplexities(results)
     return 0
 
 

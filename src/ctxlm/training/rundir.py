@@ -74,6 +74,11 @@ class RunDir:
     def tensorboard(self) -> Path:
         return self.path / "tensorboard"
 
+    @property
+    def dynamic(self) -> Path:
+        """Dynamic evaluation's setting chosen on validation (`ctxlm tune-dynamic`), read by `eval --dynamic`."""
+        return self.path / "dynamic.json"
+
     def read_config(self, hint: str) -> Config:
         """The run's resolved config; `hint` ends the error of a folder without one."""
         if not self.config.is_file():
