@@ -19,7 +19,8 @@ import torch
 
 from ctxlm.config import ModelConfig
 from ctxlm.evaluation import evaluate_stream
-from ctxlm.evaluation.dynamic import DynamicSetting, evaluate_dynamic
+from ctxlm.evaluation.dynamic import DynamicSetting, DynamicWeights
+from ctxlm.evaluation.perplexity import evaluate_dynamic
 from ctxlm.models import build_model
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
@@ -36,7 +37,7 @@ def model_and_scales():
 def run(variant: str, model, scales, stream, segment: int) -> int:
     if variant == "plain":
         return evaluate_stream(model, stream, 1, 1000)["tokens"]
-    return evaluate_dynamic(model, stream, DynamicSetting("rms", 1e-4, 1e-3, segment), scales)["tokens"]
+    return evaluate_dynamic(model, stream, DynamicWeights(model, DynamicSetting("rms", 1e-4, 1e-3, segment), scales))["tokens"]
 
 
 def main():

@@ -10,7 +10,7 @@ from ctxlm.data.corpus import CompletionQuestion, read_msr_completion
 from ctxlm.data.vocab import Vocabulary
 from ctxlm.errors import CtxlmError
 from ctxlm.evaluation.completion import answer_questions, candidate_sentences, mcnemar_p, sentence_scores
-from ctxlm.generate import score_tokens
+from ctxlm.evaluation.scoring import stream_log_probs
 
 CSV = ("id,question,a),b),c),d),e)\n"
        "7,The cat _____ on a mat.,sat,ran,dog,the,on\n"
@@ -41,8 +41,8 @@ def test_one_question_scored_by_hand():
 
 
 def test_batched_scores_equal_one_sentence_at_a_time(runs, tmp_path):
-    """Kneser-Ney and an LSTM: the scores of sentences batched by length with padding equal `score_tokens`
-    on each sentence alone, and the choice is the argmax."""
+    """Kneser-Ney and an LSTM: the scores of sentences batched by length with padding equal the stream
+    scoring of each sentence alone, and the choice is the argmax."""
     from ctxlm.run import load
 
     questions = read_msr_completion(_write(tmp_path / "q.csv", CSV))
@@ -50,7 +50,7 @@ def test_batched_scores_equal_one_sentence_at_a_time(runs, tmp_path):
         run = load(runs[name])
         sentences = [s for q in questions for s in candidate_sentences(q)]
         batched = sentence_scores(run.model, run.vocab, sentences, batch_size=3)
-        alone = torch.tensor([sum(score_tokens(run.model, run.vocab, s)[0]) for s in sentences],
+        alone = torch.tensor([float(stream_log_probs(run.model, run.vocab.encode(["<eos>"] + s)).sum()) for s in sentences],
                              dtype=torch.float64)
         assert torch.allclose(batched, alone, atol=1e-5), name
         _, records = answer_questions(run.model, run.vocab, questions, batch_size=4)

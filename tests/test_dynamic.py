@@ -8,8 +8,9 @@ import torch
 
 from conftest import ctxlm, one_line_error
 from ctxlm.config import ModelConfig
-from ctxlm.evaluation.dynamic import DynamicSetting, evaluate_dynamic, mean_squared_gradients, segment_log_probs
-from ctxlm.evaluation.perplexity import evaluate_stream
+from ctxlm.evaluation.dynamic import DynamicSetting, DynamicWeights, mean_squared_gradients
+from ctxlm.evaluation.perplexity import evaluate_dynamic, evaluate_stream
+from ctxlm.evaluation.scoring import score_stream, stream_log_probs
 from ctxlm.models import MODELS, build_model
 from test_contract import LEFT_TO_RIGHT, VOCAB, config_of, folder, ready, sentences  # noqa: F401  (folder: a fixture)
 
@@ -17,7 +18,7 @@ NEURAL = sorted(name for name in MODELS if not MODELS[name].count_based)
 
 
 def log_probs(model, ids, setting, mean_square=None):
-    return torch.cat([lp.flatten() for lp in segment_log_probs(model, ids, setting, mean_square)])
+    return stream_log_probs(model, ids, setting.segment, DynamicWeights(model, setting, mean_square))
 
 
 @pytest.fixture(params=NEURAL)
@@ -31,7 +32,7 @@ def test_a_zero_rate_is_plain_evaluation(model):
     plain = evaluate_stream(model, ids, batch_size=1, chunk=7)
     for rule, decay in (("sgd", 0.5), ("rms", 0.5)):
         mean_square = mean_squared_gradients(model, ids, 7, max_segments=3) if rule == "rms" else None
-        dynamic = evaluate_dynamic(model, ids, DynamicSetting(rule, lr=0.0, decay=decay, segment=7), mean_square)
+        dynamic = evaluate_dynamic(model, ids, DynamicWeights(model, DynamicSetting(rule, lr=0.0, decay=decay, segment=7), mean_square))
         # the same up to float rounding: with autograd on, PyTorch's CPU LSTM takes another kernel (~1e-9)
         assert dynamic["nll"] == pytest.approx(plain["nll"], rel=1e-8, abs=0) and dynamic["tokens"] == plain["tokens"]
 
@@ -54,8 +55,9 @@ def test_the_trained_weights_are_back_after_a_pass(model):
     trained = {name: p.detach().clone() for name, p in model.named_parameters()}
     ids = torch.cat([torch.tensor([VOCAB.eos]), sentences(8, 5)])
     mean_square = mean_squared_gradients(model, ids, 6, max_segments=4)
-    evaluate_dynamic(model, ids, DynamicSetting("rms", lr=0.01, decay=0.01, segment=6), mean_square)
-    stream = segment_log_probs(model, ids, DynamicSetting("sgd", lr=0.5, segment=6))
+    evaluate_dynamic(model, ids, DynamicWeights(model, DynamicSetting("rms", lr=0.01, decay=0.01, segment=6), mean_square))
+    stream = score_stream(model, [ids[5 * k + 1:5 * k + 6] for k in range(6)], VOCAB.eos, 6,
+                          DynamicWeights(model, DynamicSetting("sgd", lr=0.5, segment=6)))
     next(stream), next(stream)
     stream.close()                            # stopped half-way: the weights are restored all the same
     assert all(torch.equal(p, trained[name]) for name, p in model.named_parameters())
@@ -67,7 +69,7 @@ def test_the_steps_learn_a_repeated_sentence():
     lstm = build_model(ModelConfig.of(name="lstm", emb_size=12, hidden_size=12, dropout=0.0), len(VOCAB)).eval()
     ids = torch.cat([torch.tensor([VOCAB.eos])] + [sentences(1, 6)] * 20)
     plain = evaluate_stream(lstm, ids, batch_size=1, chunk=10)["nll"]
-    adapted = evaluate_dynamic(lstm, ids, DynamicSetting("sgd", lr=1.0, decay=0.0, segment=10))["nll"]
+    adapted = evaluate_dynamic(lstm, ids, DynamicWeights(lstm, DynamicSetting("sgd", lr=1.0, decay=0.0, segment=10)))["nll"]
     assert adapted < 0.8 * plain
 
 

@@ -336,8 +336,6 @@ def test_page_in_a_real_browser(run_dirs, browser, tmp_path):
 
 def test_cache_runs_show_their_weights_and_attention(run_dirs):
     """`explore --cache`: each neural run also as RUN + cache; its log-probs are the cache wrapper's."""
-    from ctxlm.generate import score_tokens
-
     runs = load_runs(run_dirs[:1], cache=True)
     assert list(runs) == ["lstm", "lstm + cache"]
     lines = tokenize("the cat sat on a mat\nthe cat sat on a mat")
@@ -346,7 +344,7 @@ def test_cache_runs_show_their_weights_and_attention(run_dirs):
     assert plain["mixture_weight"] is None and cached["mixture_weight"][0] == 0.0     # empty cache at the start
     assert set(cached["mixture_weight"][1:]) == {0.1}
     words = [w for line in lines for w in line + ["<eos>"]]
-    expected, _ = score_tokens(runs["lstm + cache"].run.model, runs["lstm + cache"].run.vocab, words)
+    expected = runs["lstm + cache"].run.score([" ".join(words[:-1])], document=True)[0].log_probs
     assert cached["log_probs"] == pytest.approx(expected, abs=1e-4)
     sources = [s for s, _ in cached["attention"][8]]
     assert sources and all(s is not None and -1 <= s < 8 for s in sources)        # only earlier tokens

@@ -252,7 +252,8 @@ def test_nce_starts_as_the_self_normalised_unigram():
 @pytest.mark.parametrize("name", LAYERS)
 def test_every_layer_serves_the_cache_scoring_and_sampling(name):
     from ctxlm.data.vocab import EOS, UNK, Vocabulary
-    from ctxlm.generate import sample, score_tokens
+    from ctxlm.evaluation.scoring import stream_log_probs
+    from ctxlm.generate import sample
     from ctxlm.models.cache import CacheSettings, NeuralCache
 
     vocab = Vocabulary([EOS, UNK] + [f"w{i}" for i in range(58)])
@@ -265,6 +266,6 @@ def test_every_layer_serves_the_cache_scoring_and_sampling(name):
         assert torch.allclose(cached.log_probs(out).exp().sum(-1), torch.ones(1, 29), atol=1e-5)
         assert torch.allclose(cached.target_log_probs(out, ids[:, 1:]),
                               cached.log_probs(out).gather(-1, ids[:, 1:, None]).squeeze(-1), atol=1e-5)
-    log_probs, _ = score_tokens(model, vocab, ["w1", "w2", "w3"])
+    log_probs = stream_log_probs(model, vocab.encode([EOS, "w1", "w2", "w3"])).tolist()
     assert len(log_probs) == 3 and all(lp < 0 for lp in log_probs)
     assert len(sample(model, vocab, ["w1"], 5, top_p=0.9, generator=torch.Generator().manual_seed(0))) == 5

@@ -1,22 +1,9 @@
-"""Scoring text and sampling continuations with any LanguageModel."""
+"""Sampling continuations with any LanguageModel (`Run.generate`, `ctxlm generate`)."""
 from __future__ import annotations
 
 import torch
 
 from .data.vocab import EOS
-
-
-@torch.no_grad()
-def score_tokens(model, vocab, tokens: list[str], state=None, chunk: int = 1000):
-    """log p of every token (natural log) given `<eos>` + the preceding tokens and `state`, `chunk` tokens at a time."""
-    ids = vocab.encode([EOS] + tokens).unsqueeze(0)
-    log_probs = []
-    for start in range(0, ids.size(1) - 1, chunk):
-        piece = ids[:, start:start + chunk + 1]
-        out = model(piece[:, :-1], state)
-        log_probs += model.target_log_probs(out, piece[:, 1:])[0].tolist()
-        state = out.state
-    return log_probs, state
 
 
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:

@@ -1,13 +1,47 @@
-"""Loading a finished run directory: `ctxlm.load(run_dir)` -> Run(model, vocab, config)."""
+"""A trained run from Python: `ctxlm.load(run_dir)` -> Run, which scores, predicts and generates (docs/python.md).
+
+Texts are whitespace-tokenised lines; each ends in `<eos>`, and a word outside the vocabulary is scored
+as `<unk>` (flagged in `unknown`). Log-probabilities are natural logs.
+"""
 from __future__ import annotations
 
+import dataclasses
+import itertools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
+from .checks import safe_exp
 from .config import Config
-from .data.vocab import Vocabulary
+from .data.vocab import EOS, Vocabulary
+from .errors import CtxlmError
+from .evaluation.dynamic import DynamicSetting, DynamicWeights, mean_squared_gradients
+from .evaluation.scoring import model_device, score_sentences, score_stream
+from .generate import sample
 from .models.base import LanguageModel, build_model
+from .models.cache import CacheSettings, NeuralCache
 from .training.rundir import RunDir, identity
+
+GROUP = 1024        # sentences scored together in sentence mode (bounded memory on endless input)
+
+
+@dataclass
+class Scored:
+    """One text's scores: its tokens (`<eos>` last), their log-probabilities, and which were unknown."""
+    text: str
+    tokens: list[str]
+    log_probs: list[float]
+    unknown: list[bool]
+
+    @property
+    def total(self) -> float:
+        return sum(self.log_probs)
+
+    @property
+    def perplexity(self) -> float:
+        return safe_exp(-self.total / len(self.tokens))
 
 
 @dataclass
@@ -16,6 +50,121 @@ class Run:
     config: Config
     vocab: Vocabulary
     model: LanguageModel
+    dynamic: DynamicWeights | None = None      # set by with_dynamic: every text is scored with steps
+
+    # ------------------------------------------------------------ variants
+    def with_cache(self, settings: CacheSettings | None = None) -> "Run":
+        """The run with the neural cache (Grave et al. 2017): `settings`, else those `ctxlm tune-cache` recorded,
+        else the defaults."""
+        self._neural("the neural cache reads a neural model's hidden states")
+        settings = settings or CacheSettings.recorded(self.path) or CacheSettings()
+        return dataclasses.replace(self, model=NeuralCache(self.model, settings))
+
+    def with_dynamic(self, setting: DynamicSetting | None = None, train_ids: torch.Tensor | None = None,
+                     data_dir=None) -> "Run":
+        """The run scoring with dynamic evaluation (Krause et al. 2018): `setting`, else the one `ctxlm tune-dynamic`
+        recorded, else the defaults. The rms rule needs the training gradients' mean squares, measured on
+        `train_ids` (default: the run's training split, read from `data_dir`)."""
+        self._neural("dynamic evaluation takes gradient steps on a neural model's weights")
+        setting = setting or DynamicSetting.read(RunDir(self.path).dynamic) or DynamicSetting()
+        mean_square = None
+        if setting.rule == "rms":
+            if train_ids is None:
+                from .data.load import prepare_data
+                train_ids = prepare_data(self.config, data_dir, self.vocab).ids["train"]
+            mean_square = mean_squared_gradients(self.model, train_ids, setting.segment)
+        return dataclasses.replace(self, dynamic=DynamicWeights(self.model, setting, mean_square))
+
+    def _neural(self, because: str) -> None:
+        if self.model.count_based:
+            raise CtxlmError(f"{self.path} is a count-based model ({self.config.model.name}); {because}")
+
+    def _left_to_right(self, what: str) -> None:
+        if not self.model.left_to_right:
+            raise CtxlmError(f"{what}: model {self.config.model.name!r} of {self.path} predicts each word from the words "
+                             "before and after it; score whole sentences with `sentence_log_probs`")
+
+    # ------------------------------------------------------------ scoring
+    def score(self, texts: str | Iterable[str], document: bool = False, batch_size: int = 32) -> list[Scored]:
+        """Per-token log-probabilities of each text (a line; a string of several lines is split). `document`:
+        the texts are one stream with the state carried (as `ctxlm eval` reads a file); else each is alone."""
+        return list(self.iter_score(texts, document, batch_size))
+
+    def iter_score(self, texts: str | Iterable[str], document: bool = False, batch_size: int = 32) -> Iterator[Scored]:
+        """`score`, one text at a time as it is read (for long inputs)."""
+        self._left_to_right("score")
+        lines = texts.splitlines() if isinstance(texts, str) else texts
+        if document:
+            lines, tokens = itertools.tee((line, line.split() + [EOS]) for line in lines)
+            blocks = (self.vocab.encode(t) for _, t in tokens)
+            for (line, words), log_probs in zip(lines, self._stream(blocks)):
+                yield self._scored(line, words, log_probs)
+            return
+        lines = iter(lines)
+        while group := list(itertools.islice(lines, GROUP)):
+            tokens = [line.split() + [EOS] for line in group]
+            scores = self._sentences([self.vocab.encode(t) for t in tokens], batch_size)
+            for line, words, log_probs in zip(group, tokens, scores):
+                yield self._scored(line, words, log_probs)
+
+    def perplexity(self, texts: str | Iterable[str], document: bool = True) -> float:
+        """exp(−total log-probability / tokens) of the texts, every `<eos>` counted: read as one stream
+        (`document`, `ctxlm eval`'s reading) or each text alone (a sentence-regime model's reading)."""
+        total, count = 0.0, 0
+        for scored in self.iter_score(texts, document):
+            total += sum(scored.log_probs)
+            count += len(scored.log_probs)
+        if not count:
+            raise CtxlmError("perplexity: no text to score")
+        return safe_exp(-total / count)
+
+    def sentence_log_probs(self, texts: Iterable[str], batch_size: int = 50) -> list[float]:
+        """log p of each whole sentence (its words then `<eos>`), for every family — the bidirectional RM
+        included, which scores whole sentences only (`ctxlm complete` chooses candidates with this)."""
+        from .evaluation.completion import sentence_scores
+        return sentence_scores(self.model, self.vocab, [t.split() + [EOS] for t in texts], batch_size).tolist()
+
+    # ------------------------------------------------------------ prediction
+    def next_word_log_probs(self, context: str = "") -> torch.Tensor:
+        """[V] log-probabilities of the word after `context` (read after `<eos>`, its lines joined by `<eos>`)."""
+        self._left_to_right("next-word distribution")
+        kept = []
+        words = [w for line in context.splitlines() or [""] for w in line.split() + [EOS]][:-1]
+        for _ in self._stream([self.vocab.encode(words)], on_output=lambda out: kept.append(self.model.log_probs(out.last_position()))):
+            pass
+        if not kept:                    # no context at all: the distribution after `<eos>`
+            with torch.no_grad():
+                out = self.model(self.vocab.encode([EOS]).view(1, 1).to(model_device(self.model)))
+                kept.append(self.model.log_probs(out))
+        return kept[-1].reshape(-1).float().cpu()
+
+    def top_next_words(self, context: str = "", k: int = 10) -> list[tuple[str, float]]:
+        """The `k` likeliest next words after `context`, with their probabilities."""
+        best = self.next_word_log_probs(context).topk(min(k, len(self.vocab)))
+        return [(self.vocab.words[i], safe_exp(lp)) for lp, i in zip(best.values.tolist(), best.indices.tolist())]
+
+    def generate(self, prompt: str = "", max_tokens: int = 50, temperature: float = 1.0, top_k: int = 0,
+                 top_p: float = 1.0, seed: int | torch.Generator = 0) -> list[str]:
+        """Continue `prompt` by sampling (temperature 0: greedy); the sampled words, `<eos>` included. `seed`: a
+        number, or a torch.Generator to draw several different samples from in turn."""
+        self._left_to_right("generate")
+        if self.dynamic is not None:
+            raise CtxlmError("generate samples from the trained weights; drop with_dynamic")
+        generator = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(seed)
+        return sample(self.model, self.vocab, prompt.split(), max_tokens, temperature, top_k, top_p, generator)
+
+    # ------------------------------------------------------------ the loops, in evaluation/scoring.py
+    def _stream(self, blocks, on_output=None) -> Iterator[torch.Tensor]:
+        chunk = self.dynamic.setting.segment if self.dynamic is not None else self.config.data.eval_chunk
+        return score_stream(self.model, blocks, self.vocab.eos, chunk, self.dynamic, on_output=on_output)
+
+    def _sentences(self, sentences: list[torch.Tensor], batch_size: int) -> list[torch.Tensor]:
+        if self.dynamic is None:
+            return score_sentences(self.model, sentences, self.vocab.eos, batch_size)
+        return [next(self._stream([s])) for s in sentences]       # each from the trained weights
+
+    def _scored(self, line: str, tokens: list[str], log_probs: torch.Tensor) -> Scored:
+        return Scored(line, tokens, log_probs.tolist(), [t not in self.vocab.index for t in tokens])
 
 
 def load(run_dir: str | Path, device: str = "cpu") -> Run:

@@ -3,7 +3,6 @@ which chooses the rule's numbers on validation and records them in RUN/dynamic.j
 from __future__ import annotations
 
 import itertools
-import json
 
 from ..checks import at_least, in_range, option
 from ..errors import CtxlmError
@@ -11,7 +10,7 @@ from ..evaluation.dynamic import DynamicSetting
 from ..io import atomic_write_text
 from ..jsonio import json_text
 from ..training.rundir import RunDir, git_commit
-from .common import comma_values, data_dir_option, neural_only, print_perplexities, run_argument, split_data
+from .common import comma_values, data_dir_option, neural_only, print_perplexities, run_argument, split_data, with_cache
 
 STEPS = "dynamic evaluation takes gradient steps on a neural model's weights"
 
@@ -33,13 +32,7 @@ def dynamic_options(p) -> None:
 
 def chosen_setting(run, args) -> DynamicSetting:
     """RUN/dynamic.json's best setting (or the defaults), with the command line's options on top."""
-    record = RunDir(run.path).dynamic
-    try:
-        found = json.loads(record.read_text())["best"] if record.is_file() else {}
-        setting = DynamicSetting(**{k: found[k] for k in ("rule", "lr", "decay", "segment") if k in found})
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CtxlmError(f"{record} is unreadable ({type(exc).__name__}: {exc}); run `ctxlm tune-dynamic {run.path}` "
-                         "again or delete it") from None
+    setting = DynamicSetting.read(RunDir(run.path).dynamic) or DynamicSetting()
     for key in ("rule", "lr", "decay", "segment"):
         given = getattr(args, f"dynamic_{key}")
         if given is not None:
@@ -47,26 +40,45 @@ def chosen_setting(run, args) -> DynamicSetting:
     return setting
 
 
+def with_dynamic(run, args, data=None):
+    """The run as it is, or with --dynamic: scoring with the chosen setting (the rms rule measures the training
+    gradients first, on `data`'s train split or the run's own)."""
+    if not args.dynamic:
+        return run
+    neural_only(run, "--dynamic", STEPS)
+    setting = chosen_setting(run, args)
+    train = None
+    if setting.rule == "rms":
+        train = (data or split_data(run, args, "train")).ids["train"]
+    return run.with_dynamic(setting, train)
+
+
 def eval_dynamic(run, args) -> int:
-    """`eval --dynamic`: each split (or --file) as one stream, batch 1, weights adapted segment by segment."""
+    """`eval --dynamic` (with --cache too): each split (or --file) as one stream, batch 1, weights adapted
+    segment by segment."""
     from ..data.corpus import iter_tokens
     from ..data.vocab import EOS
-    from ..evaluation.dynamic import evaluate_dynamic, mean_squared_gradients
+    from ..evaluation.perplexity import evaluate_dynamic
 
-    neural_only(run, "--dynamic", STEPS)
-    if args.cache or args.names or args.precision != "fp32":
-        raise CtxlmError("--dynamic goes without --cache, --names and --precision for now: drop them")
-    setting = chosen_setting(run, args)
-    data = split_data(run, args, *(args.split or [])) if not args.file or setting.rule == "rms" else None   # sgd on a file: no corpus
+    if args.names or args.precision != "fp32":
+        raise CtxlmError("--dynamic goes without --names and --precision: drop them")
+    needs_corpus = not args.file or chosen_setting(run, args).rule == "rms"          # sgd on a file: no corpus
+    data = split_data(run, args, *(args.split or [])) if needs_corpus else None
+    run = with_dynamic(run, args, data)
+    model, cache = with_cache(run, args)
     texts = ({args.file: run.vocab.encode([EOS, *iter_tokens(args.file)])} if args.file else
              {split: data.ids[split] for split in args.split or [s for s in ("valid", "test") if s in data.ids]})
-    mean_square = mean_squared_gradients(run.model, data.ids["train"], setting.segment) if setting.rule == "rms" else None
-    results = {name: {**evaluate_dynamic(run.model, ids, setting, mean_square), "dynamic": vars(setting)}
-               for name, ids in texts.items()}
+    setting = run.dynamic.setting
+    results = {name: {**evaluate_dynamic(model, ids, run.dynamic), "dynamic": vars(setting)} for name, ids in texts.items()}
+    if cache is not None:
+        for r in results.values():
+            r["cache"] = {"window": cache.window, "theta": cache.theta, "lambda": cache.lam}
     if args.json:
         print(json_text(results, indent=2))
         return 0
     print(f"dynamic evaluation: rule {setting.rule}, lr {setting.lr}, decay {setting.decay}, segment {setting.segment}")
+    if cache is not None:
+        print(f"with the neural cache: window {cache.window}, theta {cache.theta}, lambda {cache.lam}")
     print_perplexities(results)
     return 0
 
@@ -87,8 +99,8 @@ def add_tune_dynamic(sub) -> None:
 
 
 def cmd_tune_dynamic(args) -> int:
-    from ..evaluation.dynamic import evaluate_dynamic, mean_squared_gradients
-    from ..evaluation.perplexity import evaluate_stream
+    from ..evaluation.dynamic import DynamicWeights, mean_squared_gradients
+    from ..evaluation.perplexity import evaluate_dynamic, evaluate_stream
     from ..run import load
 
     rules, lrs, decays, segments = (comma_values("--rules", args.rules, str), comma_values("--lrs", args.lrs, float),
@@ -106,13 +118,18 @@ def cmd_tune_dynamic(args) -> int:
         mean_square = mean_squared_gradients(run.model, data.ids["train"], segment) if "rms" in rules else None
         for rule, lr, decay in itertools.product(rules, lrs, decays):
             setting = DynamicSetting(rule, lr, decay, segment)
-            ppl = evaluate_dynamic(run.model, ids, setting, mean_square if rule == "rms" else None)["ppl"]
+            weights = DynamicWeights(run.model, setting, mean_square if rule == "rms" else None)
+            ppl = evaluate_dynamic(run.model, ids, weights)["ppl"]
             grid.append({**vars(setting), "ppl": ppl})
             print(f"  rule {rule}, lr {lr}, decay {decay}, segment {segment}: {ppl:.2f}", flush=True)
     best = min(grid, key=lambda r: r["ppl"])
     record = RunDir(run.path).dynamic
-    atomic_write_text(record, json_text({"split": args.split, "model_ppl": plain, "best": best, "grid": grid,
-                                         "commit": git_commit()}, indent=1) + "\n")
+    helped = best["ppl"] < plain
+    atomic_write_text(record, json_text({"split": args.split, "model_ppl": plain, "best": best if helped else None,
+                                         "grid": grid, "commit": git_commit()}, indent=1) + "\n")
+    if not helped:
+        raise CtxlmError(f"tune-dynamic: no setting lowered {args.split} perplexity {plain:.2f} (best {best['ppl']:.2f}); "
+                         f"the grid is in {record}: try smaller --lrs")
     print(f"best: {best['ppl']:.2f} ({100 * (1 - best['ppl'] / plain):.1f}% lower) with rule {best['rule']}, "
           f"lr {best['lr']}, decay {best['decay']}, segment {best['segment']}; recorded in {record} "
           f"(used by `ctxlm eval {args.run} --dynamic`)")

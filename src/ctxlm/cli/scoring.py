@@ -1,37 +1,38 @@
 """Using a trained run directly: `score` text, `generate` text, `explore` runs in a local web page."""
 from __future__ import annotations
 
+import dataclasses
+
 from ..checks import PROBABILITY, SEED, at_least, in_range, option
 from ..jsonio import json_text
-from .common import run_argument
+from .common import cache_options, data_dir_option, run_argument, with_cache
+from .dynamic import dynamic_options, with_dynamic
 
 
 def add_score(sub) -> None:
     p = sub.add_parser("score", help="per-token log-probabilities of text, as JSON lines",
-                       description="Score each input line (whitespace-tokenised, <eos> appended); natural-log probabilities.")
+                       description="Score each input line (whitespace-tokenised, <eos> appended); natural-log probabilities. "
+                                   "The same numbers as the Python API's Run.score (docs/python.md).")
     run_argument(p)
     p.add_argument("--input", help="text file, one sentence per line (default: standard input)")
-    p.add_argument("--stream", action="store_true", help="carry the model state from line to line instead of starting each fresh")
+    p.add_argument("--stream", action="store_true", help="carry the model state from line to line instead of starting each "
+                   "fresh (the lines read as one document, as `ctxlm eval --file` reads them)")
+    cache_options(p)
+    dynamic_options(p)
+    data_dir_option(p)
     p.set_defaults(func=cmd_score)
 
 
 def cmd_score(args) -> int:
-    from ..checks import safe_exp
     from ..data.corpus import iter_lines
-    from ..generate import score_tokens
     from ..run import load
 
-    run = load(args.run)
-    state = None
-    for line in iter_lines(args.input or "-", allow_empty=True):
-        tokens = line.split() + ["<eos>"]
-        log_probs, new_state = score_tokens(run.model, run.vocab, tokens, state if args.stream else None)
-        state = new_state
-        total = sum(log_probs)
-        print(json_text({"text": line, "tokens": tokens,
-                          "unknown": [t not in run.vocab.index for t in tokens],
-                          "log_probs": [round(x, 5) for x in log_probs], "total": round(total, 5),
-                          "ppl": round(safe_exp(-total / len(tokens)), 4)}))
+    run = with_dynamic(load(args.run), args)
+    run = dataclasses.replace(run, model=with_cache(run, args)[0])
+    for scored in run.iter_score(iter_lines(args.input or "-", allow_empty=True), document=args.stream):
+        print(json_text({"text": scored.text, "tokens": scored.tokens, "unknown": scored.unknown,
+                          "log_probs": [round(x, 5) for x in scored.log_probs], "total": round(scored.total, 5),
+                          "ppl": round(scored.perplexity, 4)}))
     return 0
 
 
@@ -51,14 +52,12 @@ def add_generate(sub) -> None:
 def cmd_generate(args) -> int:
     import torch
 
-    from ..generate import sample
     from ..run import load
 
     run = load(args.run)
-    generator = torch.Generator().manual_seed(args.seed)
+    generator = torch.Generator().manual_seed(args.seed)        # one generator: the samples differ, reproducibly
     for _ in range(args.num):
-        words = sample(run.model, run.vocab, args.prompt.split(), args.max_tokens, args.temperature, args.top_k,
-                       args.top_p, generator)
+        words = run.generate(args.prompt, args.max_tokens, args.temperature, args.top_k, args.top_p, generator)
         print(" ".join(args.prompt.split() + words).replace(" <eos>", "\n").strip())
     return 0
 

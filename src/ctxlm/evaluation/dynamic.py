@@ -8,16 +8,19 @@ step, and the weights decay back towards the trained ones θ₀.
 L(s) is the segment's mean NLL; MS is the mean squared gradient of the trained model over training
 segments of the same length (`mean_squared_gradients`), mean √MS the average over every weight.
 Strictly causal: a segment's tokens are scored by the forward pass whose loss then makes the step, so no
-token is scored by weights that have seen it. The weights are θ₀ again when a pass ends.
+token is scored by weights that have seen it (evaluation/scoring.py reads the segments). The weights are θ₀
+again when a pass ends.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
-from ..checks import safe_exp
-from ..data.batching import IGNORE, StreamBatches
+from ..data.batching import StreamBatches
+from ..errors import CtxlmError
 from ..models.base import detach_state
 
 EPSILON = 2e-5     # bounds the rms step (≤ η/ε · g) where a weight's training gradient was ~0 (rare words' rows)
@@ -31,13 +34,38 @@ class DynamicSetting:
     decay: float = 0.02        # λ
     segment: int = 20          # tokens per step
 
+    @classmethod
+    def read(cls, record: Path) -> "DynamicSetting | None":
+        """The setting a `ctxlm tune-dynamic` record (RUN/dynamic.json) chose, None without a record; a record
+        that is unreadable, or whose grid lowered no perplexity, is a CtxlmError saying what to do."""
+        if not record.is_file():
+            return None
+        try:
+            best = json.loads(record.read_text(encoding="utf-8"))["best"]
+            if best is None:
+                raise CtxlmError(f"{record}: no setting tune-dynamic tried lowered the perplexity; tune again with "
+                                 "smaller --lrs, give --dynamic-lr and the others, or delete it")
+            setting = cls(*(best[key] for key in ("rule", "lr", "decay", "segment")))
+            setting.check()
+            return setting
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+            raise CtxlmError(f"{record} is unreadable ({type(exc).__name__}: {exc}); run `ctxlm tune-dynamic` again "
+                             "or delete it") from None
+
+    def check(self) -> None:
+        """ValueError unless the rule is rms or sgd, η ≥ 0, λ in [0, 1] and the segment ≥ 1 token."""
+        kinds = ((self.lr, (int, float)), (self.decay, (int, float)), (self.segment, int))
+        if self.rule not in ("rms", "sgd") or any(isinstance(v, bool) or not isinstance(v, k) for v, k in kinds):
+            raise ValueError(f"a setting is rule rms or sgd, numbers lr and decay, an integer segment: {self}")
+        if self.lr < 0 or not 0 <= self.decay <= 1 or self.segment < 1:
+            raise ValueError(f"lr ≥ 0, decay in [0, 1] and segment ≥ 1, got {self}")
+
 
 class DynamicWeights:
     """The model's weights θ, the trained θ₀ they decay to, and the step of the chosen rule."""
 
     def __init__(self, model: torch.nn.Module, setting: DynamicSetting, mean_square: list[torch.Tensor] | None = None):
-        if setting.rule not in ("rms", "sgd"):
-            raise ValueError(f"dynamic evaluation rule must be rms or sgd, got {setting.rule!r}")
+        setting.check()
         if setting.rule == "rms" and mean_square is None:
             raise ValueError("the rms rule needs the mean squared training gradients (mean_squared_gradients)")
         self.setting = setting
@@ -67,37 +95,6 @@ class DynamicWeights:
         """Back to the trained weights (a new independent item, or the end of a pass)."""
         for p, p0 in zip(self.params, self.trained):
             p.copy_(p0)
-
-
-def segment_log_probs(model, ids: torch.Tensor, setting: DynamicSetting, mean_square=None, device="cpu"):
-    """Yield each segment's target log-probabilities [1, T] (as scored, before its step) over `ids` read as
-    one stream (batch 1, state carried). Each call starts from θ₀ and leaves θ₀ behind, so independent
-    items (passages, questions, files) are one call each."""
-    model.eval()                                    # no dropout: the steps adapt, they do not regularise
-    weights = DynamicWeights(model, setting, mean_square)
-    state = None
-    try:
-        for batch in StreamBatches(ids, 1, setting.segment):
-            inputs, targets = batch.inputs.to(device), batch.targets.to(device)
-            with torch.enable_grad():
-                out = model(inputs, state, None)
-                log_probs = model.target_log_probs(out, targets)       # scored before the step below
-                count = int((targets != IGNORE).sum())
-                if count:
-                    weights.step(-log_probs.sum() / count)
-            state = detach_state(out.state)
-            yield log_probs.detach()
-    finally:
-        weights.restore()
-
-
-def evaluate_dynamic(model, ids: torch.Tensor, setting: DynamicSetting, mean_square=None, device="cpu") -> dict[str, float]:
-    """Perplexity of `ids` (starting with `<eos>`) under dynamic evaluation; summed in float64 (SPEC §0.2)."""
-    total = 0.0
-    for log_probs in segment_log_probs(model, ids, setting, mean_square, device):
-        total -= float(log_probs.sum(dtype=torch.float64))
-    count = int(ids.numel() - 1)
-    return {"nll": total, "tokens": count, "ppl": safe_exp(total / count) if count else float("nan")}
 
 
 def mean_squared_gradients(model, ids: torch.Tensor, segment: int, max_segments: int = 1000,

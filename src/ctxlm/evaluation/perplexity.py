@@ -13,6 +13,8 @@ from ..data.batching import IGNORE, SentenceBatches, SpooledStreamBatches, Strea
 from ..data.corpus import iter_tokens
 from ..data.load import sentences_of
 from ..data.vocab import EOS
+from .dynamic import DynamicWeights
+from .scoring import stream_log_probs
 
 
 def _accumulate(model, batches, device, carry: bool) -> dict[str, float]:
@@ -47,6 +49,14 @@ def stream_outputs(model, ids: torch.Tensor, chunk: int = 1000):
         out = model(batch.inputs, state, batch.reset)
         state = out.state
         yield batch, out
+
+
+def evaluate_dynamic(model, ids: torch.Tensor, weights: DynamicWeights) -> dict[str, float]:
+    """Perplexity of `ids` (starting with `<eos>`) read as one stream under dynamic evaluation (evaluation/dynamic.py),
+    from the trained weights, which are back afterwards. `model` may wrap the one `weights` adapts (the cache)."""
+    log_probs = stream_log_probs(model, ids, weights.setting.segment, weights)
+    total, count = -float(log_probs.double().sum()), log_probs.numel()
+    return {"nll": total, "tokens": count, "ppl": safe_exp(total / count) if count else float("nan")}
 
 
 def evaluate_file(model, vocab, path: str | Path, batch_size: int = 1, chunk: int = 1000, device="cpu") -> dict[str, float]:

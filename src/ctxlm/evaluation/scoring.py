@@ -1,0 +1,100 @@
+"""Per-token scoring, the one loop behind `ctxlm score`, `explore`, LAMBADA, dynamic evaluation and the
+Python API (`Run.score`, docs/python.md).
+
+Two ways to read texts, as SPEC §0.2 and §6.3 define them:
+- a stream: `<eos>` + the texts one after another, state carried, in chunks of `chunk` tokens, batch 1 —
+  the very chunks of `evaluate_stream(model, ids, 1, chunk)`, so the same numbers to the last bit;
+- sentences: each text alone from a fresh state, batched by length as `evaluate_sentences` batches them.
+With dynamic evaluation (evaluation/dynamic.py) a stream is read in segments, each scored, then a step.
+"""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+
+import torch
+
+from ..data.batching import SentenceBatches
+from ..models.base import detach_state
+from .dynamic import DynamicWeights
+
+
+def model_device(model) -> torch.device:
+    """Where the model's weights are (Kneser-Ney has none: its tables are numpy arrays on the CPU)."""
+    weight = next(model.parameters(), None)
+    return weight.device if weight is not None else torch.device("cpu")
+
+
+def score_stream(model, blocks: Iterable[torch.Tensor], eos: int, chunk: int = 1000, dynamic: DynamicWeights | None = None,
+                 fresh: bool = False, on_output: Callable | None = None) -> Iterator[torch.Tensor]:
+    """Yield, block by block, the log-probability of each of the block's ids (float32, on the CPU), reading
+    `<eos>` + the blocks as one stream. `fresh`: each block starts from a fresh state (the chunks stay the same).
+    `dynamic`: each chunk (a segment) is scored, then a step; the trained weights are back when the stream
+    ends or is abandoned. `on_output(out)` sees each chunk's ModelOutput before any step (e.g. for top-k)."""
+    device = model_device(model)
+    model.eval()
+    pending, resets = torch.tensor([eos]), torch.tensor([fresh])     # ids still to be read as inputs
+    lengths, scored, state = deque(), [], None
+
+    def read(ids: torch.Tensor, reset: torch.Tensor) -> None:
+        nonlocal state
+        inputs, targets = ids[:-1].view(1, -1).to(device), ids[1:].view(1, -1).to(device)
+        reset = reset[:-1].view(1, -1).to(device) if fresh else None
+        with torch.set_grad_enabled(dynamic is not None):
+            out = model(inputs, state, reset)
+            log_probs = model.target_log_probs(out, targets)
+        if on_output is not None:
+            with torch.no_grad():
+                on_output(out)
+        if dynamic is not None:
+            dynamic.step(-log_probs.sum() / log_probs.numel())
+        state = out.state if dynamic is None else detach_state(out.state)
+        scored.append(log_probs.detach()[0].float().cpu())
+
+    def finished() -> Iterator[torch.Tensor]:
+        nonlocal scored
+        ready = torch.cat(scored) if scored else torch.zeros(0)
+        while lengths and lengths[0] <= ready.numel():
+            n = lengths.popleft()
+            yield ready[:n]
+            ready = ready[n:]
+        scored = [ready]
+
+    try:
+        for block in blocks:
+            resets[-1] = fresh           # the input before a block's first id starts it afresh
+            pending = torch.cat([pending, block.cpu()])
+            resets = torch.cat([resets, torch.zeros(block.numel(), dtype=torch.bool)])
+            lengths.append(block.numel())
+            while pending.numel() > chunk:
+                read(pending[:chunk + 1], resets[:chunk + 1])
+                pending, resets = pending[chunk:], resets[chunk:]
+            yield from finished()
+        if pending.numel() > 1:
+            read(pending, resets)
+        yield from finished()
+    finally:
+        if dynamic is not None:
+            dynamic.restore()
+
+
+def stream_log_probs(model, ids: torch.Tensor, chunk: int = 1000, dynamic: DynamicWeights | None = None) -> torch.Tensor:
+    """[N − 1] log-probabilities of `ids` (starting with `<eos>`) read as one stream."""
+    return next(score_stream(model, [ids[1:]], int(ids[0]), chunk, dynamic))
+
+
+@torch.no_grad()
+def score_sentences(model, sentences: list[torch.Tensor], eos: int, batch_size: int = 32) -> list[torch.Tensor]:
+    """Each sentence's (ids ending in `<eos>`) token log-probabilities, each read alone from a fresh state,
+    in batches of sentences of similar length."""
+    device = model_device(model)
+    model.eval()
+    batches = SentenceBatches(sentences, batch_size, eos)
+    scores: list[torch.Tensor] = [torch.zeros(0)] * len(sentences)
+    for number, rows in enumerate(batches.indices):
+        batch = batches.batch(number)
+        inputs, targets = batch.inputs.to(device), batch.targets.to(device)
+        log_probs = model.target_log_probs(model(inputs, None, None), targets).float().cpu()
+        for row, sentence in zip(rows, range(len(rows))):
+            scores[row] = log_probs[sentence, :sentences[row].numel()]
+    return scores
