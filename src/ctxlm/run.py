@@ -66,6 +66,7 @@ class Run:
         recorded, else the defaults. The rms rule needs the training gradients' mean squares, measured on
         `train_ids` (default: the run's training split, read from `data_dir`)."""
         self._neural("dynamic evaluation takes gradient steps on a neural model's weights")
+        self._left_to_right("dynamic evaluation")
         setting = setting or DynamicSetting.read(RunDir(self.path).dynamic) or DynamicSetting()
         mean_square = None
         if setting.rule == "rms":
@@ -122,20 +123,18 @@ class Run:
         """log p of each whole sentence (its words then `<eos>`), for every family — the bidirectional RM
         included, which scores whole sentences only (`ctxlm complete` chooses candidates with this)."""
         from .evaluation.completion import sentence_scores
-        return sentence_scores(self.model, self.vocab, [t.split() + [EOS] for t in texts], batch_size).tolist()
+        return sentence_scores(self.model, self.vocab, [t.split() + [EOS] for t in texts], batch_size,
+                               dynamic=self.dynamic).tolist()
 
     # ------------------------------------------------------------ prediction
     def next_word_log_probs(self, context: str = "") -> torch.Tensor:
         """[V] log-probabilities of the word after `context` (read after `<eos>`, its lines joined by `<eos>`)."""
         self._left_to_right("next-word distribution")
         kept = []
-        words = [w for line in context.splitlines() or [""] for w in line.split() + [EOS]][:-1]
-        for _ in self._stream([self.vocab.encode(words)], on_output=lambda out: kept.append(self.model.log_probs(out.last_position()))):
+        words = [w for line in context.splitlines() for w in line.split() + [EOS]][:-1]
+        probe = self.vocab.encode(words + [EOS])        # any last id: its position reads the context's last word
+        for _ in self._stream([probe], on_output=lambda out: kept.append(self.model.log_probs(out.last_position()))):
             pass
-        if not kept:                    # no context at all: the distribution after `<eos>`
-            with torch.no_grad():
-                out = self.model(self.vocab.encode([EOS]).view(1, 1).to(model_device(self.model)))
-                kept.append(self.model.log_probs(out))
         return kept[-1].reshape(-1).float().cpu()
 
     def top_next_words(self, context: str = "", k: int = 10) -> list[tuple[str, float]]:

@@ -15,12 +15,13 @@ from .common import comma_values, data_dir_option, neural_only, print_perplexiti
 STEPS = "dynamic evaluation takes gradient steps on a neural model's weights"
 
 
-def dynamic_options(p) -> None:
+def dynamic_options(p, items: str = "") -> None:
     group = p.add_argument_group("dynamic evaluation (Krause et al. 2018): each segment, once scored, is a gradient "
                                  "step that adapts the weights to the text, decaying back to the trained ones; the run "
                                  "is never changed. The numbers: RUN/dynamic.json from `ctxlm tune-dynamic`, else "
                                  "untuned defaults; the options below override either")
-    group.add_argument("--dynamic", action="store_true", help="score with dynamic evaluation (read as one stream)")
+    group.add_argument("--dynamic", action="store_true", help="score with dynamic evaluation "
+                       f"({items or 'read as one stream'})")
     group.add_argument("--dynamic-rule", choices=["rms", "sgd"], help="rms: steps scaled by the training gradients' "
                        "RMS, measured first on the train split (default); sgd: plain steps")
     group.add_argument("--dynamic-lr", type=option(float, at_least(0)), help=f"step size η (default {DynamicSetting.lr})")

@@ -22,7 +22,7 @@ from .common import (
     split_data,
     with_cache,
 )
-from .dynamic import dynamic_options, eval_dynamic
+from .dynamic import dynamic_options, eval_dynamic, with_dynamic
 
 
 def add_eval(sub) -> None:
@@ -201,7 +201,9 @@ def add_lambada(sub) -> None:
     p.add_argument("--top", type=option(int, at_least(1)), default=5, help="predictions kept per passage in the JSON (default 5)")
     out_file_option(p, "lambada.jsonl", "per-passage results, JSON lines")
     cache_options(p)
+    dynamic_options(p, "each passage from the trained weights")
     json_option(p, "print the summary as JSON")
+    data_dir_option(p)
     p.set_defaults(func=cmd_lambada)
 
 
@@ -211,16 +213,17 @@ def cmd_lambada(args) -> int:
     from ..io import Progress
     from ..run import load
 
-    run = load(args.run)
+    passages = read_lambada(args.file)
+    run = with_dynamic(load(args.run), args)
     model, _ = with_cache(run, args)
     names = frozenset(read_text(args.names).split()) if args.names else frozenset()
-    passages = read_lambada(args.file)
     bar = Progress(len(passages), "lambada")
-    summary, records = score_passages(model, run.vocab, passages, names, args.top, bar)
+    summary, records = score_passages(model, run.vocab, passages, names, args.top, bar, run.dynamic, run.config.data.eval_chunk)
     bar.close()
     out = Path(args.out)
     atomic_write_text(out, "".join(json_text(r) + "\n" for r in records))
-    summary.update(file=args.file, run=args.run, cache=args.cache, names_file=args.names)
+    summary.update(file=args.file, run=args.run, cache=args.cache, names_file=args.names,
+                   dynamic=vars(run.dynamic.setting) if run.dynamic else None)
     if args.json:
         print(json_text(summary, indent=2))
         return 0
@@ -255,6 +258,7 @@ def add_complete(sub) -> None:
                    help="sentences per forward pass, five per question (default 50)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu",
                    help="where the model scores (default cpu; auto: a GPU when there is one)")
+    dynamic_options(p, "each candidate sentence from the trained weights")
     data_dir_option(p)
     p.set_defaults(func=cmd_complete)
 
@@ -273,11 +277,12 @@ def cmd_complete(args) -> int:
         answers_file = answers_file or locate("msr-completion", "answers", args.data_dir)
     questions = read_msr_completion(questions_file, answers_file)
     other = read_answers(args.against, questions) if args.against else None
-    run = load(args.run, pick_device(args.device, "--device"))
+    run = with_dynamic(load(args.run, pick_device(args.device, "--device")), args)
     bar = Progress(len(questions), "complete")
-    summary, records = answer_questions(run.model, run.vocab, questions, args.batch_size, bar.update)
+    summary, records = answer_questions(run.model, run.vocab, questions, args.batch_size, bar.update, run.dynamic)
     bar.close()
     summary.update(run=str(args.run), model=run.config.model.name, questions_file=str(questions_file),
+                   dynamic=vars(run.dynamic.setting) if run.dynamic else None,
                    answers_file=str(answers_file) if answers_file else None)
     if other is not None:
         summary["comparison"] = compare_answers(records, other, str(args.against))

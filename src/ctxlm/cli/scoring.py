@@ -18,7 +18,7 @@ def add_score(sub) -> None:
     p.add_argument("--stream", action="store_true", help="carry the model state from line to line instead of starting each "
                    "fresh (the lines read as one document, as `ctxlm eval --file` reads them)")
     cache_options(p)
-    dynamic_options(p)
+    dynamic_options(p, "each line from the trained weights; with --stream, the lines as one stream")
     data_dir_option(p)
     p.set_defaults(func=cmd_score)
 
@@ -71,11 +71,14 @@ def add_explore(sub) -> None:
     p.add_argument("--port", type=option(int, in_range(0, 65535)), default=8765, help="port (default 8765; 0 = any free port)")
     p.add_argument("--cache", action="store_true", help="also serve each neural run with its neural cache "
                    "(the setting `ctxlm tune-cache` recorded, else window 2000, θ 0.3, λ 0.1)")
+    p.add_argument("--dynamic", action="store_true", help="also serve each neural run with dynamic evaluation (the "
+                   "setting `ctxlm tune-dynamic` recorded, else the defaults; each request from the trained weights)")
+    data_dir_option(p)
     p.set_defaults(func=cmd_explore)
 
 
 def cmd_explore(args) -> int:
     from ..explore.server import serve
 
-    serve(args.runs, args.host, args.port, args.cache)
+    serve(args.runs, args.host, args.port, args.cache, args.dynamic, args.data_dir)
     return 0

@@ -26,6 +26,8 @@ from ..data.batching import SentenceBatches
 from ..data.corpus import BLANK, LETTERS, CompletionQuestion, msr_tokens, read_text
 from ..data.vocab import EOS
 from ..errors import CtxlmError
+from .dynamic import DynamicWeights
+from .scoring import model_device, score_stream
 
 
 def candidate_sentences(question: CompletionQuestion) -> list[list[str]]:
@@ -33,26 +35,34 @@ def candidate_sentences(question: CompletionQuestion) -> list[list[str]]:
     return [msr_tokens(question.question.replace(BLANK, option)) + [EOS] for option in question.options]
 
 
-@torch.no_grad()
-def sentence_scores(model, vocab, sentences: list[list[str]], batch_size: int = 50, progress=None) -> torch.Tensor:
+def sentence_scores(model, vocab, sentences: list[list[str]], batch_size: int = 50, progress=None,
+                    dynamic: DynamicWeights | None = None) -> torch.Tensor:
     """Score of each sentence (tokens ending in `<eos>`), float64: log p(sentence), or the model's own
-    `sentence_log_prob`. `progress(rows)` is called after each batch with the sentence numbers it held."""
+    `sentence_log_prob`. `progress(rows)` is called after each batch with the sentence numbers it held.
+    With `dynamic`, each sentence is an item of its own, read from the trained weights with steps."""
     model.eval()
-    batches = SentenceBatches([vocab.encode(s) for s in sentences], batch_size, vocab.eos)
-    weight = next(model.parameters(), None)          # the batches go where the weights are
-    device = weight.device if weight is not None else torch.device("cpu")       # Kneser-Ney: no weights, numpy tables
     scores = torch.empty(len(sentences), dtype=torch.float64)
-    for number, rows in enumerate(batches.indices):
-        batch = batches.batch(number)
-        inputs, targets = batch.inputs.to(device), batch.targets.to(device)
-        scores[rows] = model.sentence_log_prob(torch.cat([inputs[:, :1], targets], 1)).double().cpu()
-        if progress:
-            progress(rows)
+    if dynamic is not None:
+        for row, sentence in enumerate(sentences):
+            ids = vocab.encode(sentence)
+            scores[row] = float(next(score_stream(model, [ids], vocab.eos, dynamic.setting.segment, dynamic)).double().sum())
+            if progress:
+                progress([row])
+        return scores
+    batches = SentenceBatches([vocab.encode(s) for s in sentences], batch_size, vocab.eos)
+    device = model_device(model)
+    with torch.no_grad():
+        for number, rows in enumerate(batches.indices):
+            batch = batches.batch(number)
+            inputs, targets = batch.inputs.to(device), batch.targets.to(device)
+            scores[rows] = model.sentence_log_prob(torch.cat([inputs[:, :1], targets], 1)).double().cpu()
+            if progress:
+                progress(rows)
     return scores
 
 
 def answer_questions(model, vocab, questions: list[CompletionQuestion], batch_size: int = 50,
-                     progress=None) -> tuple[dict, list[dict]]:
+                     progress=None, dynamic: DynamicWeights | None = None) -> tuple[dict, list[dict]]:
     """(summary, one record per question): scores of the five candidates, the choice, and whether it is right."""
     started = time.time()
     sentences = [s for q in questions for s in candidate_sentences(q)]
@@ -65,7 +75,7 @@ def answer_questions(model, vocab, questions: list[CompletionQuestion], batch_si
             if all(5 * question + k in done for k in range(5)) and progress:
                 progress()
 
-    scores = sentence_scores(model, vocab, sentences, batch_size, tick).view(len(questions), 5)
+    scores = sentence_scores(model, vocab, sentences, batch_size, tick, dynamic).view(len(questions), 5)
     records = []
     for question, row in zip(questions, scores.tolist()):
         choice = LETTERS[max(range(5), key=lambda k: (row[k], -k))]

@@ -22,12 +22,14 @@ from ..checks import safe_exp
 from ..data.corpus import gutenberg_sentences
 from ..data.vocab import EOS, UNK
 from ..errors import CtxlmError
+from .dynamic import DynamicWeights
+from .scoring import score_stream
 
 
-@torch.no_grad()
 def score_passages(model, vocab, passages: list[list[str]], names: frozenset[str] = frozenset(), top: int = 5,
-                   progress=None) -> tuple[dict, list[dict]]:
-    """Summary figures and one record per passage."""
+                   progress=None, dynamic: DynamicWeights | None = None, chunk: int = 1000) -> tuple[dict, list[dict]]:
+    """Summary figures and one record per passage. With `dynamic`, each passage is an item of its own: read from the
+    trained weights, adapted segment by segment, the target predicted by weights that never saw it."""
     model.eval()
     not_words = torch.tensor([w in (EOS, UNK) or not any(c.isalnum() for c in w) for w in vocab.words])
     shown = min(top, int((~not_words).sum()))
@@ -36,9 +38,10 @@ def score_passages(model, vocab, passages: list[list[str]], names: frozenset[str
         if len(tokens) < 2:
             raise CtxlmError(f"passage {index + 1} has {len(tokens)} word(s); each needs context and a last (target) word")
         ids = vocab.encode([EOS] + tokens).unsqueeze(0)
-        out = model(ids[:, :-1])
-        log_probs = model.target_log_probs(out, ids[:, 1:])[0]
-        distribution = model.log_probs(out.last_position())[0, 0]
+        last = []                     # the target's distribution, from the weights before any step that saw it
+        log_probs = next(score_stream(model, [ids[0, 1:]], vocab.eos, dynamic.setting.segment if dynamic else chunk, dynamic,
+                                      on_output=lambda out: last.append(model.log_probs(out.last_position()))))
+        distribution = last[-1][0, 0].float().cpu()
         target, context = tokens[-1], tokens[:-1]
         known = target in vocab.index
         target_lp = float(log_probs[-1])

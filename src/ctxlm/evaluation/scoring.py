@@ -27,7 +27,7 @@ def model_device(model) -> torch.device:
 
 def score_stream(model, blocks: Iterable[torch.Tensor], eos: int, chunk: int = 1000, dynamic: DynamicWeights | None = None,
                  fresh: bool = False, on_output: Callable | None = None) -> Iterator[torch.Tensor]:
-    """Yield, block by block, the log-probability of each of the block's ids (float32, on the CPU), reading
+    """Yield, block by block, the log-probability of each of the block's ids (on the CPU), reading
     `<eos>` + the blocks as one stream. `fresh`: each block starts from a fresh state (the chunks stay the same).
     `dynamic`: each chunk (a segment) is scored, then a step; the trained weights are back when the stream
     ends or is abandoned. `on_output(out)` sees each chunk's ModelOutput before any step (e.g. for top-k)."""
@@ -49,7 +49,7 @@ def score_stream(model, blocks: Iterable[torch.Tensor], eos: int, chunk: int = 1
         if dynamic is not None:
             dynamic.step(-log_probs.sum() / log_probs.numel())
         state = out.state if dynamic is None else detach_state(out.state)
-        scored.append(log_probs.detach()[0].float().cpu())
+        scored.append(log_probs.detach()[0].cpu())
 
     def finished() -> Iterator[torch.Tensor]:
         nonlocal scored
@@ -94,7 +94,7 @@ def score_sentences(model, sentences: list[torch.Tensor], eos: int, batch_size: 
     for number, rows in enumerate(batches.indices):
         batch = batches.batch(number)
         inputs, targets = batch.inputs.to(device), batch.targets.to(device)
-        log_probs = model.target_log_probs(model(inputs, None, None), targets).float().cpu()
+        log_probs = model.target_log_probs(model(inputs, None, None), targets).cpu()
         for row, sentence in zip(rows, range(len(rows))):
             scores[row] = log_probs[sentence, :sentences[row].numel()]
     return scores

@@ -1,6 +1,7 @@
 """What `ctxlm explore` computes for a text: per-token log-probabilities, top-k, ranks, attention (docs/explore.md)."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import threading
@@ -14,7 +15,7 @@ import torch
 from ..checks import safe_exp
 from ..data.vocab import EOS
 from ..errors import CtxlmError
-from ..models.cache import CacheSettings, NeuralCache
+from ..evaluation.scoring import score_stream
 from ..run import Run, load
 
 MAX_TOKENS = 20_000        # words plus one <eos> per line
@@ -37,9 +38,10 @@ class Served:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def load_runs(paths, cache: bool = False) -> dict[str, Served]:
+def load_runs(paths, cache: bool = False, dynamic: bool = False, data_dir=None) -> dict[str, Served]:
     """Load each run once; a run is named by its folder (with `#2`, `#3`, ... where folder names repeat).
-    With `cache`, each neural run is also served with the neural cache it recorded (`NAME + cache`)."""
+    With `cache`, each neural run is also served with the neural cache it recorded (`NAME + cache`); with
+    `dynamic`, with dynamic evaluation on a copy of its weights (`NAME + dynamic`, each request from θ₀)."""
     runs = {}
     for path in paths:
         name = Path(path).resolve().name
@@ -47,10 +49,13 @@ def load_runs(paths, cache: bool = False) -> dict[str, Served]:
         while name in runs:
             n += 1
             name = f"{base}#{n}"
-        runs[name] = Served(load(path))
-        if cache and not runs[name].run.model.count_based:
-            settings = CacheSettings.recorded(path) or CacheSettings()
-            runs[f"{name} + cache"] = Served(dataclasses.replace(runs[name].run, model=NeuralCache(runs[name].run.model, settings)))
+        run = load(path)
+        runs[name] = Served(run)
+        if cache and not run.model.count_based:
+            runs[f"{name} + cache"] = Served(run.with_cache())
+        if dynamic and not run.model.count_based and run.model.left_to_right:
+            own = dataclasses.replace(run, model=copy.deepcopy(run.model))     # steps never touch the plain run
+            runs[f"{name} + dynamic"] = Served(own.with_dynamic(data_dir=data_dir))
     return runs
 
 
@@ -93,32 +98,31 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
     started = time.perf_counter()
     model, vocab = run.model, run.vocab
     tokens = [w for words in lines for w in words + [EOS]]
-    ids = vocab.encode([EOS] + tokens)
-    line_start = torch.zeros(len(tokens), dtype=torch.bool)      # input position of each line's leading <eos>
-    line_start[[0] + torch.tensor([len(words) + 1 for words in lines[:-1]]).cumsum(0).tolist()] = True
+    blocks = [vocab.encode(words + [EOS]) for words in lines]
     result = {"log_probs": [], "top": [] if top_k else None, "rank": [] if top_k else None,
               "attention": [] if model.exposes_attention else None,
               "mixture_weight": [] if model.mixes_distributions else None}
-    chunk, state = run.config.data.eval_chunk, None
-    for start in range(0, len(tokens), chunk):
-        end = min(start + chunk, len(tokens))
-        inputs, targets = ids[start:end].unsqueeze(0), ids[start + 1:end + 1].unsqueeze(0)
-        out = model(inputs, state, None if stream else line_start[start:end].unsqueeze(0))
-        state = out.state
-        if top_k:                       # the full distributions give the targets' log-probabilities too
+    read = [0]                                  # tokens of the text scored so far
+
+    def inspect(out):
+        """Top-k and ranks from each chunk's full distributions, its attention and mixture weights."""
+        start, end = read[0], read[0] + out.hidden.size(1)
+        targets = vocab.encode(tokens[start:end]).view(-1, 1)
+        if top_k:
             log_probs = model.log_probs(out)[0]
-            own = log_probs.gather(1, targets.view(-1, 1))
-            result["log_probs"] += [round(x, 6) for x in own.flatten().tolist()]
-            result["rank"] += ((log_probs > own).sum(1, dtype=torch.int32) + 1).tolist()
+            result["rank"] += ((log_probs > log_probs.gather(1, targets)).sum(1, dtype=torch.int32) + 1).tolist()
             best = log_probs.topk(min(top_k, log_probs.size(1)))
             result["top"] += [[[vocab.words[i], _round_down(safe_exp(lp))] for lp, i in zip(row_lp, row_i)]
                               for row_lp, row_i in zip(best.values.tolist(), best.indices.tolist())]
-        else:
-            result["log_probs"] += [round(x, 6) for x in model.target_log_probs(out, targets)[0].tolist()]
         if model.exposes_attention:
             result["attention"] += _attention(out.attention[0], model.attention_distances(out)[0], start)
         if model.mixes_distributions:
             result["mixture_weight"] += [round(x, 4) for x in model.mixture_weight(out)[0].tolist()]
+        read[0] = end
+
+    chunk = run.dynamic.setting.segment if run.dynamic else run.config.data.eval_chunk
+    for log_probs in score_stream(model, blocks, vocab.eos, chunk, run.dynamic, fresh=not stream, on_output=inspect):
+        result["log_probs"] += [round(x, 6) for x in log_probs.tolist()]
     total = sum(result["log_probs"])
     unknown = [t not in vocab.index for t in tokens]
     return {"model": run.config.model.name, "vocab_size": len(vocab), "tokens": len(tokens),

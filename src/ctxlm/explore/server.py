@@ -148,10 +148,11 @@ def _depth(value, level: int = 1) -> int:
     return max((_depth(v, level + 1) for v in items), default=level)
 
 
-def serve(paths, host: str = "127.0.0.1", port: int = 8765, cache: bool = False) -> None:
+def serve(paths, host: str = "127.0.0.1", port: int = 8765, cache: bool = False, dynamic: bool = False,
+          data_dir=None) -> None:
     """Load the runs once and serve until Ctrl-C."""
     torch.set_num_threads(1)   # requests and runs go in parallel; more threads per request slow a busy CPU
-    runs = load_runs(paths, cache)
+    runs = load_runs(paths, cache, dynamic, data_dir)
     try:
         server = ExploreServer(runs, host, port, verbose=True)
     except OSError as exc:

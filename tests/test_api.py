@@ -1,0 +1,129 @@
+"""The Python API (ctxlm.run.Run, docs/python.md) against the evaluators and the commands, for every family:
+document mode is `evaluate_stream` to the last bit, sentence mode is `evaluate_sentences`, the next-word
+distribution sums to one and agrees with scoring, and `ctxlm score` / `ctxlm eval` print the API's numbers."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import ctxlm, one_line_error
+from ctxlm.data.batching import split_sentences
+from ctxlm.errors import CtxlmError
+from ctxlm.evaluation.dynamic import DynamicSetting, DynamicWeights
+from ctxlm.evaluation.perplexity import evaluate_dynamic, evaluate_sentences, evaluate_stream
+from ctxlm.run import Run, load
+from test_contract import EVERY, VOCAB, config_of, folder, ready, sentences  # noqa: F401  (folder: a fixture)
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "python.md"
+
+
+def texts_of(ids: torch.Tensor) -> list[str]:
+    """The sentences of `ids` (each ending in <eos>) as lines of words."""
+    return [" ".join(VOCAB.words[i] for i in s[:-1].tolist()) for s in split_sentences(ids, VOCAB.eos)]
+
+
+@pytest.fixture(params=EVERY)
+def run(request, folder, tmp_path):  # noqa: F811
+    config = config_of(request.param, folder)
+    config.data.eval_chunk = 7                  # chunks that cut through lines
+    return Run(tmp_path, config, VOCAB, ready(config))
+
+
+def test_document_mode_is_evaluate_stream_to_the_last_bit(run):
+    ids = torch.cat([torch.tensor([VOCAB.eos]), sentences(9, 3)])
+    if not run.model.left_to_right:
+        with pytest.raises(CtxlmError, match="before and after"):
+            run.score(texts_of(ids[1:]), document=True)
+        return
+    scored = run.score(texts_of(ids[1:]), document=True)
+    assert [w for s in scored for w in s.tokens] == [VOCAB.words[i] for i in ids[1:].tolist()]
+    log_probs = torch.tensor([lp for s in scored for lp in s.log_probs], dtype=torch.float64)
+    plain = evaluate_stream(run.model, ids, batch_size=1, chunk=7)
+    assert float(-log_probs.sum()) == pytest.approx(plain["nll"], rel=1e-12, abs=0)
+    assert run.perplexity(texts_of(ids[1:])) == pytest.approx(plain["ppl"], rel=1e-12)
+
+
+def test_sentence_mode_is_evaluate_sentences(run):
+    ids = sentences(11, 4)
+    if not run.model.left_to_right:
+        return
+    scored = run.score(texts_of(ids), batch_size=4)
+    sentence_ids = list(split_sentences(ids, VOCAB.eos))
+    expected = evaluate_sentences(run.model, sentence_ids, VOCAB.eos, batch_size=4)
+    assert sum(-s.total for s in scored) == pytest.approx(expected["nll"], rel=1e-9)
+    for text, s in zip(texts_of(ids), scored):           # batched with padding = each alone
+        alone = run.score([text], document=True)[0]
+        assert s.log_probs == pytest.approx(alone.log_probs, abs=1e-5)
+
+
+def test_the_next_word_distribution_sums_to_one_and_is_what_scoring_gives(run):
+    if not run.model.left_to_right:
+        with pytest.raises(CtxlmError):
+            run.next_word_log_probs("the cat")
+        return
+    for context in ("", "the cat sat on a", "the cat\nsat on a mat and the small red bird flew over the big house"):
+        log_probs = run.next_word_log_probs(context)
+        assert log_probs.shape == (len(VOCAB),)
+        assert float(torch.logsumexp(log_probs.double(), 0)) == pytest.approx(0.0, abs=1e-5)
+        words = (context + " dog").strip().splitlines()
+        assert float(log_probs[VOCAB.index["dog"]]) == pytest.approx(run.score(words, document=True)[-1].log_probs[-2], abs=1e-5)
+    top = run.top_next_words("the cat", k=4)
+    assert [p for _, p in top] == sorted((p for _, p in top), reverse=True) and len(top) == 4
+
+
+def test_sentence_log_probs_work_for_every_family(run):
+    totals = run.sentence_log_probs(["the cat sat", "a dog ran to the mat"])
+    assert len(totals) == 2 and all(isinstance(t, float) for t in totals)
+    if run.model.left_to_right:
+        assert totals[0] == pytest.approx(run.score(["the cat sat"])[0].total, abs=1e-4)
+
+
+def test_dynamic_through_the_api_is_evaluate_dynamic_and_leaves_the_weights(folder, tmp_path):  # noqa: F811
+    config = config_of("lstm", folder)
+    run = Run(tmp_path, config, VOCAB, ready(config))
+    ids = torch.cat([torch.tensor([VOCAB.eos]), sentences(10, 5)])
+    trained = [p.detach().clone() for p in run.model.parameters()]
+    setting = DynamicSetting("sgd", lr=0.3, decay=0.01, segment=6)
+    adapted = run.with_dynamic(setting)
+    total = sum(s.total for s in adapted.score(texts_of(ids[1:]), document=True))
+    expected = evaluate_dynamic(run.model, ids, DynamicWeights(run.model, setting))["nll"]
+    assert -total == pytest.approx(expected, rel=1e-9)
+    assert -total != pytest.approx(evaluate_stream(run.model, ids, 1, 6)["nll"], rel=1e-4)   # the steps did something
+    assert all(torch.equal(p, q) for p, q in zip(run.model.parameters(), trained))
+    zero = run.with_dynamic(DynamicSetting("sgd", lr=0.0, segment=6)).score(texts_of(ids[1:]))
+    assert [x for s in zero for x in s.log_probs] == pytest.approx([x for s in run.score(texts_of(ids[1:])) for x in s.log_probs], abs=1e-5)
+    with pytest.raises(CtxlmError, match="trained weights"):
+        adapted.generate("the")
+
+
+def test_count_based_runs_refuse_the_cache_and_dynamic_evaluation(runs):
+    run = load(runs["ngram"])
+    for variant in (run.with_cache, run.with_dynamic):
+        with pytest.raises(CtxlmError, match="count-based"):
+            variant()
+
+
+@pytest.mark.parametrize("name", ["lstm", "ngram", "attention", "rm", "cnn"])
+def test_ctxlm_score_prints_the_apis_numbers_and_eval_their_sum(runs, name, tmp_path):
+    text = Path(runs["corpus"]) / "test.txt"
+    run = load(runs[name])
+    for stream in (False, True):
+        printed = [json.loads(line) for line in ctxlm("score", runs[name], "--input", text, *["--stream"] * stream).stdout.splitlines()]
+        lines = text.read_text().splitlines()
+        scored = run.score(lines, document=stream)
+        assert [p["log_probs"] for p in printed] == [[round(x, 5) for x in s.log_probs] for s in scored]
+    evaluated = json.loads(ctxlm("eval", runs[name], "--file", text, "--json").stdout)[str(text)]
+    total = sum(s.total for s in scored)                  # the last, document, reading
+    assert -total == pytest.approx(evaluated["nll"], rel=1e-12, abs=0)
+
+
+def test_score_refuses_a_bad_combination_with_one_line(runs):
+    one_line_error(ctxlm("score", runs["ngram"], "--dynamic", "--dynamic-rule", "sgd"), "n-gram run")
+
+
+@pytest.mark.parametrize("block", re.findall(r"```python\n(.*?)```", DOCS.read_text(), flags=re.S))
+def test_the_examples_of_docs_python_md_run(block, runs):
+    namespace = {"run_dir": str(runs["lstm"])}
+    exec(compile("import ctxlm\nrun = ctxlm.load(run_dir)\n" + block, str(DOCS), "exec"), namespace)
