@@ -18,7 +18,7 @@ from .config import Config
 from .data.vocab import EOS, Vocabulary
 from .errors import CtxlmError
 from .evaluation.dynamic import DynamicSetting, DynamicWeights, mean_squared_gradients
-from .evaluation.scoring import model_device, score_sentences, score_stream
+from .evaluation.scoring import score_sentences, score_stream
 from .generate import sample
 from .models.base import LanguageModel, build_model
 from .models.cache import CacheSettings, NeuralCache
