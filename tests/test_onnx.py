@@ -190,3 +190,22 @@ def test_the_python_example_of_docs_onnx_gives_ctxlm_eval_perplexity(folder, tmp
     expected = evaluate_stream(model, VOCAB.encode([EOS] + text.split() + [EOS]), 1, 1000)
     assert -scope["total"] == pytest.approx(expected["nll"], abs=1e-4)
     assert capsys.readouterr().out.strip() == f"perplexity {expected['ppl']:.2f}"
+
+
+def test_onnx_stream_refuses_a_graph_ctxlm_did_not_write_and_a_chunk_without_tokens(folder, tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    from ctxlm.errors import CtxlmError
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    onnx.save(helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x],
+                                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])),
+              tmp_path / "other.onnx")
+    with pytest.raises(CtxlmError, match="not written by `ctxlm export-onnx`"):
+        OnnxStream(tmp_path / "other.onnx")
+    export_onnx(ready(config_of("gru", folder)), VOCAB, "gru", tmp_path / "m.onnx")
+    stream = OnnxStream(tmp_path / "m.onnx")
+    for bad in (np.zeros((2, 0), dtype=np.int64), np.zeros(3, dtype=np.int64)):
+        with pytest.raises(CtxlmError, match=r"tokens must be \[batch, time\]"):
+            stream(bad)
