@@ -8,6 +8,7 @@ written, onnxruntime's log-probabilities are checked against PyTorch's over a st
 """
 from __future__ import annotations
 
+import inspect
 import io
 import json
 import warnings
@@ -29,6 +30,8 @@ FORMAT = 1
 TRACE_LENGTH = 5            # tokens per row of the example traced; the graph takes any chunk length
 CHECK_CHUNKS = (1, 7, 2)    # the stream checked before writing: three chunks of these lengths, three rows
 CHECK_TOLERANCE = 1e-4      # largest |Δ log p| between onnxruntime and PyTorch the check accepts
+# the TorchScript-based exporter: the default before PyTorch 2.9, chosen by dynamo=False from 2.5 (2.4 has no such argument)
+TORCHSCRIPT = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
 
 
 def refusal(cls) -> str | None:
@@ -102,7 +105,7 @@ def _trace(model, layout, structure, vocab_size: int, chunk: int | None, family:
             warnings.simplefilter("ignore")          # tracer warnings; the check after the export is what counts
             torch.onnx.export(StreamGraph(model, structure).eval(), (tokens, *zero_state(layout, 2)), graph,
                               input_names=inputs, output_names=outputs, dynamic_axes=axes, opset_version=OPSET,
-                              dynamo=False)
+                              **TORCHSCRIPT)
     except (RuntimeError, ValueError, TypeError) as exc:      # an operation without a translation, a graph too big
         raise CtxlmError(f"model {family!r}: the ONNX exporter failed: {str(exc).strip().splitlines()[0]}") from None
     return graph.getvalue()
