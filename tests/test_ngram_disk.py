@@ -1,4 +1,4 @@
-"""Kneser-Ney in a memory budget (model.memory): counting on disk in sorted runs gives the in-memory
+"""Kneser-Ney in a memory budget (model.memory_budget): counting on disk in sorted runs gives the in-memory
 estimator's tables bit for bit, cleans up after itself, and refuses a bad budget in one line."""
 import json
 import re
@@ -85,16 +85,16 @@ def test_train_with_memory_gives_the_same_run(tmp_path, corpus):
     assert result.returncode == 0, result.stderr
     a, b = (json.loads((tmp_path / run / "results.json").read_text()) for run in ("memory", "disk"))
     assert (a["valid"], a["test"], a["ngrams"], a["discounts"]) == (b["valid"], b["test"], b["ngrams"], b["discounts"])
-    assert 'memory = "1K"' in (tmp_path / "disk" / "config.toml").read_text()
+    assert 'memory_budget = "1K"' in (tmp_path / "disk" / "config.toml").read_text()
 
 
 def test_a_bad_budget_or_folder_is_one_clear_line(tmp_path, corpus):
     files = ["--set", "data.dataset=files", "--set", f"data.train={corpus['train']}", "--set", f"data.valid={corpus['valid']}",
              "--set", f"data.test={corpus['test']}", "--run-dir", tmp_path / "r"]
     kn = ["train", "--set", "model.name=kneser-ney", *files]
-    one_line_error(ctxlm(*kn, "--set", "model.memory=lots"), "model.memory must be a memory size such as \"2G\"", "'lots'")
+    one_line_error(ctxlm(*kn, "--set", "model.memory_budget=lots"), "model.memory_budget must be a memory size such as \"2G\"", "'lots'")
     one_line_error(ctxlm(*kn, "--memory", "2X"), "--memory", "must be a memory size")
-    one_line_error(ctxlm("train", "--memory", "1G", *files), "unknown key model.memory for model 'lstm'")
+    one_line_error(ctxlm("train", "--memory", "1G", *files), "unknown key model.memory_budget for model 'lstm'")
     one_line_error(ctxlm(*kn, "--memory", "1M", "--set", f"model.tmp_dir={tmp_path / 'nowhere'}"),
                    "cannot make a folder for the sorted runs", "nowhere", "model.tmp_dir")
 

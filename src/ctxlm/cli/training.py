@@ -19,7 +19,7 @@ def add_train(sub) -> None:
                    "changed since the run recorded its fingerprint (refused otherwise)")
     p.add_argument("--memory", metavar="SIZE", type=option(str, MEMORY_SIZE),
                    help="kneser-ney: estimate in about this much working memory, e.g. 2G, counting on disk in sorted runs "
-                        "(the same model, bit for bit; = --set model.memory=SIZE; model.tmp_dir says where the runs go)")
+                        "(the same model, bit for bit; = --set model.memory_budget=SIZE; model.tmp_dir says where the runs go)")
     match_params_option(p)
     data_dir_option(p)
     p.set_defaults(func=cmd_train)
@@ -31,7 +31,7 @@ def cmd_train(args) -> int:
     from .common import config_from_args
 
     if args.memory:
-        args.set = [*(args.set or []), f"model.memory={args.memory}"]
+        args.set = [*(args.set or []), f"model.memory_budget={args.memory}"]
     if args.resume:
         if args.config or args.match_params or args.run_dir:
             raise CtxlmError("--resume continues a run with its own config.toml in its own folder; only --set train.KEY=VALUE may change it")

@@ -51,8 +51,8 @@ class _Table:
 @dataclass
 class KneserNeyOptions:
     order: int = setting(5, at_least(1))  # n: the longest n-gram counted
-    memory: str = setting("", MEMORY_SIZE)  # estimate in this much working memory, e.g. "2G": counts go to disk as sorted runs ("" = all in memory); same tables either way
-    tmp_dir: str = ""               # with memory: the folder for the sorted runs ("" = the system's temporary folder, $TMPDIR)
+    memory_budget: str = setting("", MEMORY_SIZE)  # estimate in this much working memory, e.g. "2G": counts go to disk as sorted runs ("" = all in memory); same tables either way
+    tmp_dir: str = ""               # with memory_budget: the folder for the sorted runs ("" = the system's temporary folder, $TMPDIR)
 
 
 class _MemorySink:
@@ -94,7 +94,7 @@ class KneserNeyLM(LanguageModel):
         self.order, self.vocab_size, self.eos = order, vocab_size, eos
         self.bos = vocab_size
         self.base = vocab_size + 1
-        self.memory, self.tmp_dir = 0, ""      # estimate(): the budget in bytes (0 = none) and the runs' folder
+        self.memory_budget, self.tmp_dir = 0, ""   # estimate(): working memory in bytes (0 = no limit), the runs' folder
         self.tables: list[_Table] = []
         self.discounts: list[tuple[float, float, float]] = []
         self.embedding = nn.Embedding(0, 1)   # the interface's θ_W; an n-gram model has none
@@ -102,17 +102,17 @@ class KneserNeyLM(LanguageModel):
     @classmethod
     def from_config(cls, config, options: KneserNeyOptions, vocab_size: int) -> "KneserNeyLM":
         model = cls(vocab_size, options.order, eos=0)
-        model.memory, model.tmp_dir = parse_size(options.memory), options.tmp_dir
+        model.memory_budget, model.tmp_dir = parse_size(options.memory_budget), options.tmp_dir
         return model
 
     # ------------------------------------------------------------------ estimation
     def estimate(self, ids: np.ndarray, log=None, memory: int | None = None) -> "KneserNeyLM":
         """Estimate from a token-id stream (sentences ending in `eos`); `memory` (bytes; default the
-        model's `memory` option, 0 = no limit) counts on disk within that budget (ngram_disk.py)."""
+        model's `memory_budget` option, 0 = no limit) counts on disk within that budget (ngram_disk.py)."""
         ids = np.asarray(ids, dtype=np.int64)
         if ids.size == 0:
             raise ValueError("cannot estimate an n-gram model from an empty corpus")
-        memory = self.memory if memory is None else memory
+        memory = self.memory_budget if memory is None else memory
         if memory:
             tables, self.discounts = estimate_on_disk(ids, self.order, self.vocab_size, self.eos, memory, self.tmp_dir, log)
             self.tables = [_Table(*table) for table in tables]

@@ -1,4 +1,4 @@
-"""Kneser-Ney estimation in a memory budget (`model.memory`): counts spilled to disk as sorted runs
+"""Kneser-Ney estimation in a memory budget (`model.memory_budget`): counts spilled to disk as sorted runs
 and merged, then the interpolation of ngram_math.py a slice at a time; the same tables, bit for
 bit, as the in-memory estimator of ngram.py.
 
