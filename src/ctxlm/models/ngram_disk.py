@@ -56,7 +56,7 @@ def _append(path: Path, array: np.ndarray) -> None:
 
 def _unique(keys: np.ndarray):
     """(sorted distinct keys, the index of each key among them, argsort of keys, where each distinct key starts)."""
-    order = np.argsort(keys)
+    order = np.argsort(keys, kind="stable")     # timsort: fast on concatenated sorted runs (the merge), faster on the rest too
     ordered = keys[order]
     new = np.ones(keys.size, dtype=bool)
     np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
