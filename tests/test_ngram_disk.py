@@ -67,6 +67,16 @@ def test_n_grams_across_block_boundaries_and_odd_streams(case, tmp_path):
     assert_identical(budgeted, KneserNeyLM(20, order).estimate(ids))
 
 
+def test_a_memory_mapped_int32_corpus_is_read_a_block_at_a_time(tmp_path):
+    ids = np.concatenate(random_sentences(3000, 25, seed=12))
+    np.save(tmp_path / "train.npy", ids.astype(np.int32))
+    mapped = np.load(tmp_path / "train.npy", mmap_mode="r")
+    (tmp_path / "runs").mkdir()
+    budgeted, runs = estimate_budgeted(mapped, 25, 5, 1, tmp_path / "runs")
+    assert_identical(budgeted, KneserNeyLM(25, 5).estimate(ids))
+    assert all(r >= 4 for r in runs), runs
+
+
 def test_a_failure_leaves_no_runs_behind(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise OSError(28, "No space left on device")

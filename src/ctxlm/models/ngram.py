@@ -109,7 +109,7 @@ class KneserNeyLM(LanguageModel):
     def estimate(self, ids: np.ndarray, log=None, memory: int | None = None) -> "KneserNeyLM":
         """Estimate from a token-id stream (sentences ending in `eos`); `memory` (bytes; default the
         model's `memory_budget` option, 0 = no limit) counts on disk within that budget (ngram_disk.py)."""
-        ids = np.asarray(ids, dtype=np.int64)
+        ids = np.asarray(ids)         # with a budget, read a block at a time (a memory-mapped int32 corpus stays on disk)
         if ids.size == 0:
             raise ValueError("cannot estimate an n-gram model from an empty corpus")
         memory = self.memory_budget if memory is None else memory
@@ -117,7 +117,7 @@ class KneserNeyLM(LanguageModel):
             tables, self.discounts = estimate_on_disk(ids, self.order, self.vocab_size, self.eos, memory, self.tmp_dir, log)
             self.tables = [_Table(*table) for table in tables]
             return self
-        counts = self._count(ids)
+        counts = self._count(ids.astype(np.int64, copy=False))
         sink = _MemorySink([len(k) for k in counts.keys])
         self.discounts = interpolate(counts, sink, self.vocab_size, self.bos, None, log)
         self.tables = [_Table(keys, sink.lower(n), sink.backoffs[n - 1]) for n, keys in enumerate(counts.keys, 1)]

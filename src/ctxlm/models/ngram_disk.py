@@ -12,8 +12,9 @@ local ids to merged ones for pass n + 1. Adjusted counts follow from the merged 
 (continuation counts) and the n-grams that start with `<s>`.
 
 Working memory: blocks of `memory / BYTES_PER_ROW` positions, merge steps and interpolation slices
-of as many rows; beside them, per order, its continuation counts, the lower order's log-probabilities
-and `<s>` flags: 17 bytes per distinct n-gram of the largest order, outside the budget. Files are
+of as many rows; beside them, outside the budget, arrays of one order's size: the continuation
+counts of the order below (8 bytes per n-gram) and `<s>` flags (1 byte) while counting, the lower
+order's log-probabilities (8 bytes per n-gram) while interpolating. Files are
 read with plain reads, never mapped, so their page cache is not the process's memory; the result's
 tables are mapped from their files (copy-on-write), whose names are removed at once.
 """
@@ -69,7 +70,7 @@ def _unique(keys: np.ndarray):
 def _blocks(ids: np.ndarray, bos: int, eos: int, size: int):
     """The padded stream of ngram.py (`<s>` first and after every `<eos>` but a final one), in blocks."""
     for i in range(0, ids.size, size):
-        part = ids[i:i + size]
+        part = np.asarray(ids[i:i + size], dtype=np.int64)
         ends = np.flatnonzero(part[: ids.size - 1 - i] == eos) + 1
         seq = np.insert(part, ends, bos)
         yield np.concatenate([[bos], seq]) if i == 0 else seq
@@ -89,8 +90,10 @@ class _Spill:
 
     def count(self) -> Counts:
         base, bos = self.base, self.bos
-        keys, raw, suffix = [np.arange(base, dtype=np.int64)], [np.bincount(self.ids, minlength=base).astype(np.int64)], [None]
-        adjusted = [raw[0]]
+        unigrams = np.zeros(base, dtype=np.int64)
+        for start in range(0, self.ids.size, self.rows):
+            unigrams += np.bincount(self.ids[start:start + self.rows], minlength=base)
+        keys, raw, suffix, adjusted = [np.arange(base, dtype=np.int64)], [unigrams], [None], [unigrams]
         first_is_bos = keys[0] == bos
         for n in range(2, self.order + 1):
             self._count_order(n)
@@ -101,7 +104,7 @@ class _Spill:
             suffix.append(merged[2])
             adjusted[n - 2] = self._adjust(n - 1, raw[n - 2], first_is_bos, merged[2])
             first_is_bos = np.concatenate([first_is_bos[k // base] for k in self._slices(merged[0])] or [np.zeros(0, bool)])
-            adjusted.append(merged[1])
+            adjusted.append(merged[1])      # raw counts: order n's adjusted counts once order n + 1 is merged, but the highest's
         adjusted[0][bos] = 0
         return Counts(keys, adjusted, suffix)
 
