@@ -126,7 +126,7 @@ def real_ids(dataset):
 def test_real_corpora_budgeted_equals_in_memory(dataset, tmp_path):
     ids, vocab_size = real_ids(dataset)
     for order in (3, 5, 7):
-        budgeted, runs = estimate_budgeted(ids, vocab_size, order, 16 * 2**20, tmp_path)    # 16 MB: blocks of 87k positions
+        budgeted, runs = estimate_budgeted(ids, vocab_size, order, 16 * 2**20, tmp_path)    # 16 MB: blocks of 87k positions, 11 (PTB) and 24 runs
         assert all(r >= 10 for r in runs), runs
         assert_identical(budgeted, KneserNeyLM(vocab_size, order).estimate(ids))
         del budgeted
