@@ -17,6 +17,9 @@ log p and, for every n-gram that is a context, log b. Unseen n-grams back off:
 log p(w|h) = log b(h) + log p(w|h′). Everything is integer-encoded in NumPy: the n-gram ending at
 position i has id = index of (id of its (n−1)-gram prefix) · B + w in the sorted key table of its
 order, B = |V| + 1; `<s>` is the extra word id |V|.
+
+Counting is here (in memory) or in ngram_disk.py (in a memory budget, `memory_budget`); everything
+after counting is ngram_math.py, shared by both, so both give the same tables bit for bit.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ from .ngram_disk import estimate_on_disk
 from .ngram_math import FALLBACK_DISCOUNTS, Counts, discounts_from_counts, interpolate
 
 __all__ = ["FALLBACK_DISCOUNTS", "KneserNeyLM", "KneserNeyOptions", "discounts_from_counts"]
+
 
 class _Table:
     """One order: sorted int64 keys, natural-log probabilities and backoffs (0 where not a context)."""
@@ -52,7 +56,7 @@ class _Table:
 class KneserNeyOptions:
     order: int = setting(5, at_least(1))  # n: the longest n-gram counted
     memory_budget: str = setting("", MEMORY_SIZE)  # estimate in this much working memory, e.g. "2G": counts go to disk as sorted runs ("" = all in memory); same tables either way
-    tmp_dir: str = ""               # with memory_budget: the folder for the sorted runs ("" = the system's temporary folder, $TMPDIR)
+    tmp_dir: str = ""               # with memory_budget: the folder for the sorted runs ("" = the system's temporary folder, $TMPDIR; a disk, not a RAM-backed /tmp)
 
 
 class _MemorySink:
