@@ -5,7 +5,9 @@ exit status 2; a good one works. The tables below say independently of the code 
 and key allows, and tests check that they cover every option of the parser and every config key.
 """
 import argparse
+import contextlib
 import dataclasses
+import io
 import json
 import math
 import subprocess
@@ -19,6 +21,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import ctxlm, examples, one_line_error
+from ctxlm.checks import parse_size
 from ctxlm.cli import build_parser
 from ctxlm.config import Config, apply_overrides, load_toml, shared_fields
 from ctxlm.errors import CtxlmError
@@ -102,6 +105,7 @@ OPTIONS = [
     ("complete", "--batch-size", int, lambda v: v >= 1),
     ("reproduce", "--jobs", int, lambda v: v >= 1),
 ]
+SIZE_OPTIONS = [("train", "--memory")]      # memory sizes ("2G"): test_ngram_disk.py and test_size_options_are_checked
 WORK = {"--max-tokens": 200, "--num": 5, "--port": -1, "--valid-sentences": 3}    # valid values above these are only parsed, not run
 
 ODD = ["", " ", "0", "-0", "1", "2", "+3", " 4 ", "12", "13", "1e3", "1.5", "0.5", "1.", ".5", "0x10", "1_000",
@@ -132,7 +136,19 @@ def typed_options(parser, prefix=""):
 
 
 def test_the_table_covers_every_typed_option():
-    assert sorted(typed_options(build_parser())) == sorted((c, o) for c, o, _, _ in OPTIONS)
+    assert sorted(typed_options(build_parser())) == sorted([(c, o) for c, o, _, _ in OPTIONS] + SIZE_OPTIONS)
+
+
+@pytest.mark.parametrize("text, size", [("2G", 2**31), ("1.5g", 3 * 2**29), ("512MB", 2**29), ("800KiB", 819_200), ("4096", 4096),
+                                        ("", 0), ("abc", None), ("0", None), ("-1G", None), ("G", None), ("1e3", None), ("nan", None)])
+def test_size_options_are_checked(text, size):
+    assert parse_size(text) == size
+    for command, option in SIZE_OPTIONS:
+        if size is None:
+            with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
+                build_parser().parse_args([command, f"{option}={text}"])
+        else:
+            assert getattr(build_parser().parse_args([command, f"{option}={text}"]), option[2:]) == text
 
 
 def _command(command, option, runs, out, holmes=None):
@@ -211,7 +227,7 @@ KEYS = {
     "model.name": (str, tuple(MODELS)), "model.emb_size": (int, lambda v: v >= 1), "model.hidden_size": (int, lambda v: v >= 1),
     "model.layers": (int, lambda v: v >= 1), "model.dropout": (float, lambda v: 0 <= v < 1),
     "model.tie_weights": (bool, None), "model.init_range": (float, lambda v: v >= 0), "model.forget_bias": (float, None),
-    "model.order": (int, lambda v: v >= 1), "model.window": (int, lambda v: v >= 1), "model.ngram": (int, lambda v: v >= 1),
+    "model.order": (int, lambda v: v >= 1), "model.memory_budget": (str, lambda v: parse_size(v) is not None), "model.tmp_dir": (str, None), "model.window": (int, lambda v: v >= 1), "model.ngram": (int, lambda v: v >= 1),
     "model.score": (str, ("single", "combined")), "model.input_dropout": (float, lambda v: 0 <= v < 1),
     "model.state_dropout": (float, lambda v: 0 <= v < 1), "model.output_dropout": (float, lambda v: 0 <= v < 1),
     "model.base": (str, ("lstm", "gru", "rnn-tanh", "rnn-relu")), "model.names": (str, None),
@@ -298,7 +314,7 @@ def allowed_value(key, value, toml: bool = False):
     if type(value) is not kind:
         return None
     if kind is str:
-        return value if allowed is None or value in allowed else None
+        return value if allowed is None or (allowed(value) if callable(allowed) else value in allowed) else None
     return value if kind is bool else expected(kind, check, repr(value))
 
 

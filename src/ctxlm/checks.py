@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,9 +23,12 @@ class Allowed:
     low_open: bool = False
     high_open: bool = False
     choices: tuple[str, ...] = ()
+    size: bool = False              # a memory size: "" (none), bytes, or a number with K, M, G or T (powers of 1024)
 
     def describe(self, kind: type) -> str:
         """What is allowed, in words: "an integer ≥ 1", "a number in (0, 1]", "one of a, b"."""
+        if self.size:
+            return 'a memory size such as "2G", "512M" or "800K" (powers of 1024; a plain number is bytes) or "" for none'
         if self.choices:
             return "one of " + ", ".join(self.choices)
         if kind is bool:
@@ -43,6 +47,8 @@ class Allowed:
         """Whether a value already of the right type is allowed (finite, 64-bit, within bounds or choices)."""
         if self.choices:
             return value in self.choices
+        if self.size:
+            return parse_size(value) is not None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return True
         if isinstance(value, float) and not math.isfinite(value):
@@ -75,6 +81,23 @@ def in_range(low: float, high: float, low_open: bool = False, high_open: bool = 
 
 def one_of(*choices: str) -> Allowed:
     return Allowed(choices=choices)
+
+
+MEMORY_SIZE = Allowed(size=True)
+_SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(?:I?B)?", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int | None:
+    """Bytes in a memory size ("2G", "1.5g", "512MB", "800KiB", "4096"; 0 for ""), None if it is none."""
+    if not isinstance(text, str):
+        return None
+    if not text.strip():
+        return 0
+    match = _SIZE.fullmatch(text.strip())
+    if not match:
+        return None
+    value = float(match.group(1)) * 1024 ** " KMGT".find(match.group(2).upper() or " ")
+    return int(value) if 0 < value < 2**63 else None
 
 
 PROBABILITY = in_range(0, 1, low_open=True)     # (0, 1]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..checks import MEMORY_SIZE, option
 from ..errors import CtxlmError
 from .common import data_dir_option, match_params_option, set_option
 
@@ -16,6 +17,9 @@ def add_train(sub) -> None:
     p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run exactly where it stopped")
     p.add_argument("--allow-changed-data", action="store_true", help="with --resume: go on although the corpus "
                    "changed since the run recorded its fingerprint (refused otherwise)")
+    p.add_argument("--memory", metavar="SIZE", type=option(str, MEMORY_SIZE),
+                   help="kneser-ney: estimate in about this much working memory, e.g. 2G, counting on disk in sorted runs "
+                        "(the same model, bit for bit; = --set model.memory_budget=SIZE; model.tmp_dir says where the runs go)")
     match_params_option(p)
     data_dir_option(p)
     p.set_defaults(func=cmd_train)
@@ -26,6 +30,8 @@ def cmd_train(args) -> int:
     from ..training.launch import train
     from .common import config_from_args
 
+    if args.memory:
+        args.set = [*(args.set or []), f"model.memory_budget={args.memory}"]
     if args.resume:
         if args.config or args.match_params or args.run_dir:
             raise CtxlmError("--resume continues a run with its own config.toml in its own folder; only --set train.KEY=VALUE may change it")

@@ -17,6 +17,9 @@ log p and, for every n-gram that is a context, log b. Unseen n-grams back off:
 log p(w|h) = log b(h) + log p(w|h′). Everything is integer-encoded in NumPy: the n-gram ending at
 position i has id = index of (id of its (n−1)-gram prefix) · B + w in the sorted key table of its
 order, B = |V| + 1; `<s>` is the extra word id |V|.
+
+Counting is here (in memory) or in ngram_disk.py (in a memory budget, `memory_budget`); everything
+after counting is ngram_math.py, shared by both, so both give the same tables bit for bit.
 """
 from __future__ import annotations
 
@@ -26,23 +29,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..checks import at_least, setting
+from ..checks import MEMORY_SIZE, at_least, parse_size, setting
 from ..data.batching import IGNORE
 from .base import LanguageModel, ModelOutput, register, reset_segments
+from .ngram_disk import estimate_on_disk
+from .ngram_math import FALLBACK_DISCOUNTS, Counts, discounts_from_counts, interpolate
 
-FALLBACK_DISCOUNTS = (0.5, 1.0, 1.5)   # as KenLM's --discount_fallback, for corpora too small to estimate
-
-
-def discounts_from_counts(adjusted: np.ndarray) -> tuple[tuple[float, float, float], bool]:
-    """Chen & Goodman's D_1, D_2, D_3+ from count-of-counts; (fallback, True) where they are undefined."""
-    t = [int(np.count_nonzero(adjusted == k)) for k in (1, 2, 3, 4)]
-    if min(t) == 0:
-        return FALLBACK_DISCOUNTS, True
-    y = t[0] / (t[0] + 2 * t[1])
-    d = tuple(k - (k + 1) * y * t[k] / t[k - 1] for k in (1, 2, 3))
-    if not all(0 < d_k < k for d_k, k in zip(d, (1, 2, 3))):
-        return FALLBACK_DISCOUNTS, True
-    return d, False
+__all__ = ["FALLBACK_DISCOUNTS", "KneserNeyLM", "KneserNeyOptions", "discounts_from_counts"]
 
 
 class _Table:
@@ -62,6 +55,26 @@ class _Table:
 @dataclass
 class KneserNeyOptions:
     order: int = setting(5, at_least(1))  # n: the longest n-gram counted
+    memory_budget: str = setting("", MEMORY_SIZE)  # estimate in this much working memory, e.g. "2G": counts go to disk as sorted runs ("" = all in memory); same tables either way
+    tmp_dir: str = ""               # with memory_budget: the folder for the sorted runs ("" = the system's temporary folder, $TMPDIR; a disk, not a RAM-backed /tmp)
+
+
+class _MemorySink:
+    """ngram_math.Sink that keeps the tables in memory."""
+
+    def __init__(self, sizes: list[int]):
+        self.probs = [[] for _ in sizes]
+        self.backoffs = [np.zeros(size) for size in sizes]
+
+    def prob(self, n: int, piece: np.ndarray) -> None:
+        self.probs[n - 1].append(piece)
+
+    def backoff(self, n: int, start: int, piece: np.ndarray) -> None:
+        self.backoffs[n - 1][start:start + piece.size] = piece
+
+    def lower(self, n: int) -> np.ndarray:
+        pieces = self.probs[n - 1]
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces) if pieces else np.zeros(0)
 
 
 @register("kneser-ney")
@@ -85,20 +98,37 @@ class KneserNeyLM(LanguageModel):
         self.order, self.vocab_size, self.eos = order, vocab_size, eos
         self.bos = vocab_size
         self.base = vocab_size + 1
+        self.memory_budget, self.tmp_dir = 0, ""   # estimate(): working memory in bytes (0 = no limit), the runs' folder
         self.tables: list[_Table] = []
         self.discounts: list[tuple[float, float, float]] = []
         self.embedding = nn.Embedding(0, 1)   # the interface's θ_W; an n-gram model has none
 
     @classmethod
     def from_config(cls, config, options: KneserNeyOptions, vocab_size: int) -> "KneserNeyLM":
-        return cls(vocab_size, options.order, eos=0)
+        model = cls(vocab_size, options.order, eos=0)
+        model.memory_budget, model.tmp_dir = parse_size(options.memory_budget), options.tmp_dir
+        return model
 
     # ------------------------------------------------------------------ estimation
-    def estimate(self, ids: np.ndarray, log=None) -> "KneserNeyLM":
-        """Estimate from a token-id stream (sentences ending in `eos`)."""
-        ids = np.asarray(ids, dtype=np.int64)
+    def estimate(self, ids: np.ndarray, log=None, memory: int | None = None) -> "KneserNeyLM":
+        """Estimate from a token-id stream (sentences ending in `eos`); `memory` (bytes; default the
+        model's `memory_budget` option, 0 = no limit) counts on disk within that budget (ngram_disk.py)."""
+        ids = np.asarray(ids)         # with a budget, read a block at a time (a memory-mapped int32 corpus stays on disk)
         if ids.size == 0:
             raise ValueError("cannot estimate an n-gram model from an empty corpus")
+        memory = self.memory_budget if memory is None else memory
+        if memory:
+            tables, self.discounts = estimate_on_disk(ids, self.order, self.vocab_size, self.eos, memory, self.tmp_dir, log)
+            self.tables = [_Table(*table) for table in tables]
+            return self
+        counts = self._count(ids.astype(np.int64, copy=False))
+        sink = _MemorySink([len(k) for k in counts.keys])
+        self.discounts = interpolate(counts, sink, self.vocab_size, self.bos, None, log)
+        self.tables = [_Table(keys, sink.lower(n), sink.backoffs[n - 1]) for n, keys in enumerate(counts.keys, 1)]
+        return self
+
+    def _count(self, ids: np.ndarray) -> Counts:
+        """Keys, adjusted counts and suffix ids per order, all in memory: one `np.unique` per order."""
         order, bos, base = self.order, self.bos, self.base
         eos_at = np.flatnonzero(ids[:-1] == self.eos) + 1
         seq = np.insert(ids, eos_at, bos)
@@ -135,38 +165,8 @@ class KneserNeyLM(LanguageModel):
             continuation = np.bincount(ending[n][first_at[n + 1]], minlength=keys[n].size).astype(np.int64)
             adjusted[n] = np.where(starts_bos[n], raw[n], continuation)
         adjusted[1][bos] = 0
-
-        # discounts, pseudo-probabilities and backoffs per order; interpolate bottom-up
-        self.discounts, self.tables = [], []
-        log_prob_lower = None
-        backoff_of_context = [None] * (order + 1)
-        for n in range(1, order + 1):
-            a = adjusted[n].astype(np.float64)
-            (d1, d2, d3), fell_back = discounts_from_counts(adjusted[n][adjusted[n] > 0])
-            if fell_back and log:
-                log(f"warning: order {n}: too little data to estimate discounts; using {FALLBACK_DISCOUNTS}")
-            self.discounts.append((d1, d2, d3))
-            discount = np.select([a == 0, a == 1, a == 2], [0.0, d1, d2], d3)
-            context = np.zeros(a.size, dtype=np.int64) if n == 1 else keys[n] // base
-            contexts = 1 if n == 1 else keys[n - 1].size
-            total = np.bincount(context, weights=a, minlength=contexts)
-            mass = np.bincount(context, weights=discount * (a > 0), minlength=contexts)
-            safe_total = np.where(total > 0, total, 1.0)
-            u = (a - discount) / safe_total[context]
-            backoff = np.where(total > 0, mass / safe_total, 1.0)
-            if n == 1:
-                prob = u + backoff[0] / self.vocab_size
-                prob[bos] = 0.0
-            else:
-                suffix = ending[n - 1][first_at[n]]
-                prob = u + backoff[context] * np.exp(log_prob_lower[suffix])
-                backoff_of_context[n - 1] = np.log(backoff)   # 0 where the (n−1)-gram is no context
-            with np.errstate(divide="ignore"):
-                log_prob_lower = np.log(prob)
-            self.tables.append(_Table(keys[n], log_prob_lower, np.zeros(keys[n].size)))
-        for n in range(1, order):
-            self.tables[n - 1].log_backoff = backoff_of_context[n]
-        return self
+        suffix = [None] + [ending[n - 1][first_at[n]] for n in range(2, order + 1)]
+        return Counts(keys[1:], adjusted[1:], suffix)
 
     # ------------------------------------------------------------------ scoring
     def forward(self, inputs, state=None, reset=None) -> ModelOutput:
