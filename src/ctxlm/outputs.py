@@ -18,6 +18,8 @@ OUTPUTS = {
     "import-arpa": ("run_dir", ("arpa",)),
     "complete": ("out", ("run", "questions", "answers", "against")),
     "lambada": ("out", ("run", "file", "names")),
+    "harness": ("out", ("run", "include_path")),
+    "lambada-task": ("out", ("file",)),
     "names": ("out", ("files",)),
     "attention": ("out", ("run",)),
     "analyze": ("out", ("run", "runs")),
