@@ -20,6 +20,7 @@ OUTPUTS = {
     "lambada": ("out", ("run", "file", "names")),
     "harness": ("out", ("run", "include_path")),
     "lambada-task": ("out", ("file",)),
+    "rescore": ("out", ("run", "nbest", "refs", "dev", "dev_refs", "mix")),
     "names": ("out", ("files",)),
     "attention": ("out", ("run",)),
     "analyze": ("out", ("run", "runs")),
