@@ -11,7 +11,9 @@ import sys
 import pytest
 
 from conftest import ctxlm, one_line_error
-from ctxlm.run import load, pair_words
+from ctxlm.errors import CtxlmError
+from ctxlm.run import Run, load, pair_words
+from test_contract import EVERY, VOCAB, config_of, folder, ready  # noqa: F401  (folder: a fixture)
 
 # The harness reads these when the `datasets` and `huggingface_hub` modules are first imported: never the network.
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -49,6 +51,33 @@ def test_pair_words_maps_line_breaks_to_one_eos():
     assert pair_words("\nthe cat\n\n", "sat\non") == [["the", "cat", "<eos>"], ["sat", "<eos>", "on"]]
     assert pair_words("the cat", "\nsat") == [["the", "cat"], ["<eos>", "sat"]]
     assert pair_words("", "  a  b ") == [[], ["a", "b"]]
+
+
+@pytest.fixture(params=EVERY)
+def family_run(request, folder, tmp_path):  # noqa: F811
+    config = config_of(request.param, folder)
+    config.data.eval_chunk = 7                  # chunks that cut through the context and the continuation
+    return Run(tmp_path, config, VOCAB, ready(config))
+
+
+def test_continuation_is_the_stream_for_every_family(family_run):
+    """Run.continuation (the harness's loglikelihood): the stream's own log-probabilities of the continuation's
+    words, and at each position the likeliest token and word of the next-word distribution there."""
+    run, context, continuation = family_run, "the cat sat on a mat\nand the small red bird", " flew over the big house"
+    if not run.model.left_to_right:
+        with pytest.raises(CtxlmError, match="before and after"):
+            run.continuation(context, continuation)
+        return
+    after = run.continuation(context, continuation)
+    stream = run.score(["the cat sat on a mat", "and the small red bird flew over the big house"], document=True)[1]
+    assert after.tokens == continuation.split() and after.unknown == [False] * 5
+    assert after.log_probs == pytest.approx(stream.log_probs[5:10], abs=1e-5)
+    words = context.split("\n")[1].split()
+    for k, token in enumerate(after.tokens):
+        distribution = run.next_word_log_probs(f"the cat sat on a mat\n{' '.join(words)}")
+        assert after.best_token[k] == VOCAB.words[int(distribution.argmax())]
+        assert after.best_word[k] not in ("<eos>", "<unk>")
+        words.append(token)
 
 
 def test_lambada_task_files(runs, tmp_path):
@@ -147,7 +176,6 @@ def test_requests_map_to_words(runs):
 def test_generation_and_bad_input_refused(runs, tmp_path):
     from lm_eval.api.instance import Instance
 
-    from ctxlm.errors import CtxlmError
     from ctxlm.harness.model import CtxlmLM
 
     model = CtxlmLM(runs["lstm"], progress=False)

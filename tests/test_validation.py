@@ -101,8 +101,17 @@ OPTIONS = [
     ("prepare", "--seed", int, lambda v: v >= 0),
     ("complete", "--batch-size", int, lambda v: v >= 1),
     ("reproduce", "--jobs", int, lambda v: v >= 1),
+    ("harness", "--limit", int, lambda v: v >= 1),
+    ("harness", "--num-fewshot", int, lambda v: v >= 0),
+    ("harness", "--bootstrap-iters", int, lambda v: v >= 0),
+    ("rescore", "--lm-weight", float, lambda v: v >= 0),
+    ("rescore", "--penalty", float, lambda v: True),
+    ("rescore", "--mix-weight", float, lambda v: 0 <= v <= 1),
+    ("rescore", "--batch-size", int, lambda v: v >= 1),
 ]
-WORK = {"--max-tokens": 200, "--num": 5, "--port": -1, "--valid-sentences": 3}    # valid values above these are only parsed, not run
+# valid values above these are only parsed, not run (the harness's: lm-eval is not run for each value)
+WORK = {"--max-tokens": 200, "--num": 5, "--port": -1, "--valid-sentences": 3, "--limit": 0, "--num-fewshot": -1,
+        "--bootstrap-iters": -1}    # valid values above these are only parsed, not run
 
 ODD = ["", " ", "0", "-0", "1", "2", "+3", " 4 ", "12", "13", "1e3", "1.5", "0.5", "1.", ".5", "0x10", "1_000",
        "١٢", "nan", "-nan", "inf", "-inf", "1e-400", "1e400", "True", "None", "3 4", "0.999999", "1.0000001",
@@ -145,8 +154,14 @@ def _command(command, option, runs, out, holmes=None):
         return ["analyze", "memory", runs["rm"], "--out", out]
     if command in ("analyze kernel-ngrams", "analyze lesion"):
         return ["analyze", command.split()[1], runs["cnn"], "--out", out]
-    if option == "--mix-weight":
+    if option == "--mix-weight" and command == "eval":
         return ["eval", runs["cnn"], "--split", "valid", "--mix", runs["ngram"]]
+    if command == "rescore":
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "nbest.txt").write_text("u1 -1 the cat sat\nu1 -2 the cat\nu2 0 a dog ran\n")
+        mix = ["--mix", runs["ngram"]] if option == "--mix-weight" else []
+        return ["rescore", runs["ngram"], out / "nbest.txt", "--lm-weight", "1", *mix, "--out", out / "r.jsonl",
+                "--one-best", out / "b.txt"]
     return {"eval": ["eval", runs["lstm"], "--file", runs["corpus"] / "valid.txt", *cache],
             "lambada": ["lambada", runs["lstm"], runs["corpus"] / "valid.txt", "--out", out / "lambada.jsonl", *cache],
             "names": ["names", runs["corpus"] / "train.txt", "--out", out / "names.txt"],
@@ -158,6 +173,7 @@ def _command(command, option, runs, out, holmes=None):
             "prepare": ["prepare", "holmes", "--data-dir", holmes, "--out", out, "--force", "--valid-sentences", "3"],
             "complete": ["complete", runs["ngram"], "--questions", _questions(out), "--out", out / "completion.json"],
             "reproduce": ["reproduce", "--plan", "--tables", _tables(out)],
+            "harness": ["harness", runs["lstm"], "--tasks", "lambada_local"],
             }[command.split()[0]]
 
 

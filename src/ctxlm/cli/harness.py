@@ -2,14 +2,11 @@
 `lambada-task` (the LAMBADA file as the harness's local task)."""
 from __future__ import annotations
 
-import dataclasses
-
 from ..checks import at_least, option
 from ..errors import CtxlmError
 from ..io import atomic_write_text
 from ..jsonio import json_text
-from .common import cache_options, data_dir_option, json_option, out_file_option, run_argument, with_cache
-from .dynamic import dynamic_options, with_dynamic
+from .common import data_dir_option, json_option, out_file_option, run_argument
 
 INSTALL = "pip install 'ctxlm[harness]' (or pip install lm-eval)"
 
@@ -46,8 +43,11 @@ def add_harness(sub) -> None:
                    help="bootstrap samples for the standard errors (default 1000; 0: none)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu", help="where the model scores (default cpu)")
     out_file_option(p, "harness.json", "the harness's results, JSON")
-    cache_options(p)
-    dynamic_options(p, "each request from the trained weights")
+    p.add_argument("--cache", action="store_true", help="add the neural cache with the settings `ctxlm tune-cache` "
+                   "recorded in the run (else the defaults)")
+    p.add_argument("--dynamic", action="store_true", help="score with dynamic evaluation, each request from the trained "
+                   "weights, with the setting `ctxlm tune-dynamic` recorded (else the defaults; the rms rule reads the "
+                   "run's training split from --data-dir)")
     json_option(p, "print the results as JSON")
     data_dir_option(p)
     p.set_defaults(func=cmd_harness)
@@ -58,8 +58,9 @@ def cmd_harness(args) -> int:
     from ..training.preflight import pick_device
 
     harness = harness_module()
-    run = with_dynamic(load(args.run, pick_device(args.device, "--device")), args)
-    run = dataclasses.replace(run, model=with_cache(run, args)[0])
+    run = load(args.run, pick_device(args.device, "--device"))
+    run = run.with_cache() if args.cache else run
+    run = run.with_dynamic(data_dir=args.data_dir) if args.dynamic else run
     if args.only_include_path and not args.include_path:
         raise CtxlmError("--only-include-path: give --include-path DIR too (the folder of task YAML files to use)")
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]

@@ -21,9 +21,9 @@ def add_rescore(sub) -> None:
     p.add_argument("--dev", metavar="NBEST", help="development n-best lists on which α and β are chosen (never the lists rescored)")
     p.add_argument("--dev-refs", metavar="FILE", help="the development lists' references (needed with --dev)")
     p.add_argument("--lm-weight", type=option(float, at_least(0)), help="α, instead of choosing it on --dev")
-    p.add_argument("--penalty", type=float, help="β with --lm-weight (default 0)")
+    p.add_argument("--penalty", type=option(float), help="β with --lm-weight (default 0)")
     p.add_argument("--lm-weights", help="the α grid for --dev, comma-separated (default 0,0.05,0.1,...,20)")
-    p.add_argument("--penalties", help="the β grid for --dev, comma-separated (default -5,-4,...,5)")
+    p.add_argument("--penalties", help="the β grid for --dev, comma-separated (default -10,-7,-5,...,5,7,10)")
     p.add_argument("--mix", metavar="OTHER_RUN", help="score with the mixture (1 - λ) p_RUN + λ p_OTHER per token "
                    "(same vocabulary; e.g. an LSTM with a Kneser-Ney 5-gram)")
     p.add_argument("--mix-weight", type=option(float, in_range(0, 1)), help="λ for --mix (default: maximum likelihood "

@@ -22,7 +22,7 @@ from ..run import Run
 from .nbest import Hypothesis, word_errors
 
 LM_WEIGHTS = (0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3, 5, 7, 10, 15, 20)
-PENALTIES = (-5, -4, -3, -2, -1.5, -1, -0.5, 0, 0.5, 1, 1.5, 2, 3, 4, 5)
+PENALTIES = (-10, -7, -5, -4, -3, -2, -1.5, -1, -0.5, 0, 0.5, 1, 1.5, 2, 3, 4, 5, 7, 10)
 
 
 def check_runs(runs: list[Run]) -> None:
