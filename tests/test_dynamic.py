@@ -111,3 +111,41 @@ def test_a_damaged_dynamic_record_is_one_line(runs, tmp_path):
     run = shutil.copytree(runs["lstm"], tmp_path / "run")
     (run / "dynamic.json").write_text("{not json")
     one_line_error(ctxlm("eval", run, "--split", "valid", "--dynamic"), "dynamic.json", "tune-dynamic")
+
+
+def test_tune_dynamic_records_no_setting_when_none_helps(runs, tmp_path):
+    import shutil
+
+    run = shutil.copytree(runs["lstm"], tmp_path / "run")
+    one_line_error(ctxlm("tune-dynamic", run, "--rules", "sgd", "--lrs", "50", "--decays", "0", "--segments", "5"),
+                   "no setting lowered", "--lrs")
+    assert json.loads((run / "dynamic.json").read_text())["best"] is None
+    one_line_error(ctxlm("eval", run, "--split", "valid", "--dynamic"), "dynamic.json", "no setting")
+
+
+def test_lambada_passages_are_items_and_the_target_never_steps_its_own_prediction(runs):
+    """Each passage from the trained weights (alone = among others), and changing a passage's target changes
+    neither its prediction nor its top words, however large the steps."""
+    from ctxlm.evaluation.lambada import score_passages
+    from ctxlm.run import load
+
+    run = load(runs["lstm"]).with_dynamic(DynamicSetting("sgd", lr=0.5, decay=0.0, segment=3))
+    passages = [["the", "cat", "sat", "on", "a", "mat", "and", "the", "dog"], ["a", "bird", "flew", "over", "the", "house"]]
+    _, together = score_passages(run.model, run.vocab, passages, dynamic=run.dynamic)
+    _, alone = score_passages(run.model, run.vocab, passages[1:], dynamic=run.dynamic)
+    assert together[1]["top"] == alone[0]["top"] and together[1]["passage_log_prob"] == alone[0]["passage_log_prob"]
+    _, changed = score_passages(run.model, run.vocab, [passages[0][:-1] + ["bird"]], dynamic=run.dynamic)
+    assert changed[0]["top"] == together[0]["top"] and changed[0]["predicted"] == together[0]["predicted"]
+    _, plain = score_passages(run.model, run.vocab, passages)
+    assert plain[0]["top"] != together[0]["top"]            # the steps changed what the context predicts
+
+
+def test_complete_scores_each_candidate_from_the_trained_weights(runs):
+    from ctxlm.evaluation.completion import sentence_scores
+    from ctxlm.run import load
+
+    run = load(runs["lstm"]).with_dynamic(DynamicSetting("sgd", lr=0.5, decay=0.0, segment=3))
+    sentences = [["the", "cat", "sat", "on", "a", "mat", "<eos>"], ["a", "dog", "ran", "to", "the", "red", "house", "<eos>"]]
+    both = sentence_scores(run.model, run.vocab, sentences, dynamic=run.dynamic)
+    assert float(both[1]) == float(sentence_scores(run.model, run.vocab, sentences[1:], dynamic=run.dynamic)[0])
+    assert float(both[1]) != pytest.approx(float(sentence_scores(run.model, run.vocab, sentences[1:])[0]), abs=1e-3)

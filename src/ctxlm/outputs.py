@@ -15,6 +15,7 @@ from .errors import CtxlmError
 # command (or `analyze`'s analyses): (attribute of the output path, attributes of the paths it reads)
 OUTPUTS = {
     "export-arpa": ("output", ("run",)),
+    "export-onnx": ("output", ("run",)),
     "import-arpa": ("run_dir", ("arpa",)),
     "complete": ("out", ("run", "questions", "answers", "against")),
     "lambada": ("out", ("run", "file", "names")),
@@ -62,6 +63,19 @@ def check_output(output, option: str, inputs) -> Path:
             raise CtxlmError(f"{option} {output}: inside {given}, which this command reads; writing there could "
                              f"replace its files: choose an {option} outside it")
     return out
+
+
+def check_writable_file(output, option: str) -> None:
+    """Before any work: refuse an output file that is a folder, or whose nearest existing folder is a file or
+    cannot be written (the command would otherwise fail only when it writes, at the end)."""
+    out = Path(output)
+    if out.is_dir():
+        raise CtxlmError(f"{option} {output}: that is a folder; give a file name inside it")
+    folder = next(parent for parent in out.absolute().parents if parent.exists())
+    if not folder.is_dir():
+        raise CtxlmError(f"{option} {output}: {folder} is a file, not a folder; choose another {option}")
+    if not os.access(folder, os.W_OK):
+        raise CtxlmError(f"{option} {output}: the folder {folder} cannot be written; choose another {option}")
 
 
 def _resolved(path: Path) -> Path:

@@ -258,7 +258,8 @@ def cmd_lesion(args) -> int:
 def cmd_categories(args) -> int:
     from ..analysis.attention import write_json
     from ..analysis.categories import plot_categories
-    from ..evaluation.categories import category_perplexities, stream_log_probs
+    from ..evaluation.categories import category_perplexities
+    from ..evaluation.scoring import stream_log_probs
     from ..run import load
 
     tables = {}

@@ -95,6 +95,8 @@ def add_tune_dynamic(sub) -> None:
     p.add_argument("--lrs", default="0.00001,0.00002,0.00005", help="step sizes η to try (comma-separated)")
     p.add_argument("--decays", default="0,0.02,0.1", help="decays λ to try")
     p.add_argument("--segments", default="20", help="segment lengths to try")
+    p.add_argument("--tokens", type=option(int, at_least(1)), help="tune on the split's first N tokens only (default: all; "
+                   "one pass per setting costs about 3 backward passes per token)")
     data_dir_option(p)
     p.set_defaults(func=cmd_tune_dynamic)
 
@@ -111,9 +113,10 @@ def cmd_tune_dynamic(args) -> int:
     run = load(args.run)
     neural_only(run, "tune-dynamic", STEPS)
     data = split_data(run, args, args.split, "train")
-    ids = data.ids[args.split]
+    ids = data.ids[args.split][:args.tokens + 1 if args.tokens else None]
     plain = evaluate_stream(run.model, ids, 1, run.config.data.eval_chunk)["ppl"]
-    print(f"{args.split} perplexity without steps {plain:.2f}; {len(rules) * len(lrs) * len(decays) * len(segments)} settings")
+    print(f"{args.split} ({ids.numel() - 1:,} tokens) perplexity without steps {plain:.2f}; "
+          f"{len(rules) * len(lrs) * len(decays) * len(segments)} settings")
     grid = []
     for segment in segments:
         mean_square = mean_squared_gradients(run.model, data.ids["train"], segment) if "rms" in rules else None
@@ -126,7 +129,7 @@ def cmd_tune_dynamic(args) -> int:
     best = min(grid, key=lambda r: r["ppl"])
     record = RunDir(run.path).dynamic
     helped = best["ppl"] < plain
-    atomic_write_text(record, json_text({"split": args.split, "model_ppl": plain, "best": best if helped else None,
+    atomic_write_text(record, json_text({"split": args.split, "tokens": ids.numel() - 1, "model_ppl": plain, "best": best if helped else None,
                                          "grid": grid, "commit": git_commit()}, indent=1) + "\n")
     if not helped:
         raise CtxlmError(f"tune-dynamic: no setting lowered {args.split} perplexity {plain:.2f} (best {best['ppl']:.2f}); "

@@ -53,9 +53,9 @@ def add_eval(sub) -> None:
 def cmd_eval(args) -> int:
     from ..data.vocab import read_names
     from ..evaluation import evaluate_file
-    from ..evaluation.categories import stream_log_probs
     from ..evaluation.names import names_perplexity
     from ..evaluation.perplexity import evaluate_split
+    from ..evaluation.scoring import stream_log_probs
     from ..run import load
     from ..training.precision import autocast
 

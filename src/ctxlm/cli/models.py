@@ -1,4 +1,5 @@
-"""Models and their runs as objects: list the `models`, `info` on a run or preset, `export-arpa`, `import-arpa`."""
+"""Models and their runs as objects: list the `models`, `info` on a run or preset, `export-arpa`, `import-arpa`,
+`export-onnx`."""
 from __future__ import annotations
 
 import sys
@@ -65,6 +66,28 @@ def cmd_export_arpa(args) -> int:
         raise CtxlmError(f"{args.run}: ARPA export needs an n-gram run (model.name = kneser-ney), not {run.config.model.name!r}")
     write_arpa(run.model, run.vocab, args.output)
     print(f"wrote {args.output}")
+    return 0
+
+
+def add_export_onnx(sub) -> None:
+    p = sub.add_parser("export-onnx", help="write a neural run as an ONNX graph whose state is an input and an output "
+                       "(stream it with onnxruntime, docs/onnx.md)")
+    run_argument(p, "run directory of a neural model")
+    p.add_argument("output", help="ONNX file to write")
+    p.set_defaults(func=cmd_export_onnx)
+
+
+def cmd_export_onnx(args) -> int:
+    from ..export import export_onnx
+    from ..outputs import check_writable_file
+    from ..run import load
+
+    check_writable_file(args.output, "OUTPUT")
+    run = load(args.run)
+    written = export_onnx(run.model, run.vocab, run.config.model.name, args.output)
+    chunks = "chunks of any length" if written["chunk"] is None else f"{written['chunk']} token per call"
+    print(f"wrote {args.output}: {written['family']}, {written['bytes'] / 1e6:.1f} MB, {len(written['state'])} state "
+          f"tensors, {chunks}; onnxruntime's log-probabilities within {written['max_difference']:.1e} of PyTorch's")
     return 0
 
 

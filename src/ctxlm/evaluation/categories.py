@@ -12,7 +12,6 @@ import re
 import torch
 
 from ..checks import safe_exp
-from .perplexity import stream_outputs
 
 # Brown tag (after stripping -TL/-HL/-NC/FW- and taking the first part of a contraction) -> category
 POS_CATEGORIES = {
@@ -33,13 +32,6 @@ def brown_category(tag: str) -> str | None:
     dod* -> Verbs, in -> None."""
     base = re.sub(r"^FW-|(?:-(?:TL|HL|NC))+$|\*$", "", tag.upper().split("+")[0])
     return _TAG_TO_CATEGORY.get(base)
-
-
-def stream_log_probs(model, ids: torch.Tensor, chunk: int = 1000) -> torch.Tensor:
-    """log p of every target ids[1:], in order, reading the stream with batch 1 and carried state."""
-    with torch.no_grad():
-        return torch.cat([model.target_log_probs(out, batch.targets)[0].double()
-                          for batch, out in stream_outputs(model, ids, chunk)])
 
 
 def category_perplexities(log_probs: torch.Tensor, ids: torch.Tensor, vocab, tags: list[str] | None) -> list[dict]:

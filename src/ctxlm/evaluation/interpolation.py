@@ -14,7 +14,7 @@ import torch
 
 from ..checks import safe_exp
 from ..errors import CtxlmError
-from .categories import stream_log_probs
+from .scoring import stream_log_probs
 
 
 def check_mixable(a, b) -> None:

@@ -79,8 +79,8 @@ def score_stream(model, blocks: Iterable[torch.Tensor], eos: int, chunk: int = 1
 
 
 def stream_log_probs(model, ids: torch.Tensor, chunk: int = 1000, dynamic: DynamicWeights | None = None) -> torch.Tensor:
-    """[N − 1] log-probabilities of `ids` (starting with `<eos>`) read as one stream."""
-    return next(score_stream(model, [ids[1:]], int(ids[0]), chunk, dynamic))
+    """[N − 1] log-probabilities (float64) of `ids` (starting with `<eos>`) read as one stream."""
+    return next(score_stream(model, [ids[1:]], int(ids[0]), chunk, dynamic)).double()
 
 
 @torch.no_grad()

@@ -197,7 +197,8 @@ class ClassOutput(nn.Module):
         logits = widen(F.linear(hidden, self.weight, self.bias))
         bounds = self.bounds.tolist()
         within = torch.cat([torch.log_softmax(logits[..., s:e], -1) for s, e in zip(bounds[:-1], bounds[1:])], -1)
-        return within + self.class_log_probs(hidden).repeat_interleave(self.bounds.diff(), dim=-1)
+        sizes = torch.tensor([e - s for s, e in zip(bounds[:-1], bounds[1:])], device=self.bounds.device)  # constants when traced for ONNX
+        return within + self.class_log_probs(hidden).repeat_interleave(sizes, dim=-1)
 
     def target_log_probs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         flat_hidden, flat_targets = hidden.flatten(0, -2), targets.flatten()

@@ -114,7 +114,7 @@ class AttentiveLM(LanguageModel):
     """
 
     Options = AttentiveOptions
-    exposes_attention = rnn_state_first = True
+    exposes_attention = rnn_state_first = growing_state = True
 
     def __init__(self, vocab_size: int, emb_size: int = 650, hidden_size: int = 650, layers: int = 2,
                  dropout: float = 0.5, score: str = "single", init_range: float = 0.05, eos: int = 0):

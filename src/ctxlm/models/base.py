@@ -143,6 +143,8 @@ class LanguageModel(nn.Module):
     memory_block = False          # that attention is a Memory Block's over the recent input words (analyze memory)
     mixes_distributions = False   # scores a mixture of two distributions, weighted by `mixture_weight`
     rnn_state_first = False       # the carried state opens with `self.rnn`'s (h, c) or h, layers first
+    growing_state = False         # the carried state's length changes with the text (a memory of the sentence so far)
+    steps_through_time = False    # forward loops over the time steps in Python (its recurrence reads its attention)
 
     @classmethod
     def from_config(cls, config, options, vocab_size: int) -> "LanguageModel":

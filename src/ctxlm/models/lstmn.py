@@ -44,7 +44,7 @@ class LSTMN(LanguageModel):
 
     Options = LSTMNOptions
     unread_keys = ("layers",)
-    exposes_attention = True
+    exposes_attention = steps_through_time = True
 
     def __init__(self, vocab_size: int, emb_size: int = 277, hidden_size: int = 277, window: int = 5,
                  dropout: float = 0.0, tie_weights: bool = False, init_range: float = 0.1, forget_bias: float = 1.0):

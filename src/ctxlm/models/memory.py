@@ -105,8 +105,9 @@ BLOCK = 64      # positions per banded product: the cost is T · (BLOCK + w − 
 
 
 def _blocks(x: torch.Tensor, length: int):
-    """Positions in blocks of K = min(T, BLOCK): (x padded to a multiple of K positions, K, number of blocks)."""
-    size = min(length, BLOCK)
+    """Positions in blocks of K = min(T, BLOCK): (x padded to a multiple of K positions, K, number of blocks).
+    Traced for ONNX, K = T (one block): the graph's shapes then follow each chunk's length."""
+    size = length if torch.onnx.is_in_onnx_export() else min(length, BLOCK)
     count = -(-length // size)
     return F.pad(x, (0, 0, 0, count * size - length)), size, count
 

@@ -1,0 +1,73 @@
+"""An exported model in onnxruntime, streamed chunk by chunk with its state carried (docs/onnx.md).
+
+Reads only the ONNX file: the graph, and the metadata `ctxlm export-onnx` wrote ("ctxlm": the state's
+inputs and outputs, the chunk length, the special ids; "ctxlm.vocab": the words, one per line, by id).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import CtxlmError
+
+
+def need_onnxruntime():
+    """The onnxruntime module, or one line saying how to install it."""
+    try:
+        import onnxruntime
+    except ImportError:
+        raise CtxlmError("ONNX needs the onnx and onnxruntime packages: pip install 'ctxlm[onnx]'") from None
+    return onnxruntime
+
+
+class OnnxStream:
+    """`stream(tokens [B, T] int64) -> log-probabilities [B, T, V]` of the next word after each token, the
+    state carried from call to call. A graph made for a fixed chunk length (`chunk`, families that step
+    through time) is run that many tokens at a time, so any T works here."""
+
+    def __init__(self, model: str | Path | bytes, threads: int = 0):
+        ort = need_onnxruntime()
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        source = model if isinstance(model, bytes) else str(model)
+        self.session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        metadata = self.session.get_modelmeta().custom_metadata_map
+        if "ctxlm" not in metadata:
+            raise CtxlmError(f"{model if not isinstance(model, bytes) else 'the graph'}: not written by `ctxlm export-onnx` "
+                             "(no \"ctxlm\" metadata)")
+        info = json.loads(metadata["ctxlm"])
+        self.family, self.chunk, self.pieces = info["family"], info["chunk"], info["state"]
+        self.words = metadata.get("ctxlm.vocab", "").split("\n")
+        self.state: list[np.ndarray] | None = None
+
+    def start(self, batch: int) -> None:
+        """A fresh state (all zeros) for `batch` rows."""
+        self.state = []
+        for piece in self.pieces:
+            shape = [batch if size is None else size for size in piece["shape"]]
+            self.state.append(np.zeros(shape, dtype=piece["dtype"]))
+
+    def restart(self, rows) -> None:
+        """Forget the text so far in `rows` (a new document there); the other rows go on."""
+        for i, piece in enumerate(self.pieces):
+            self.state[i] = self.state[i].copy()
+            index = [slice(None)] * self.state[i].ndim
+            index[piece["batch_axis"]] = rows
+            self.state[i][tuple(index)] = 0
+
+    def __call__(self, tokens: np.ndarray) -> np.ndarray:
+        tokens = np.ascontiguousarray(tokens, dtype=np.int64)
+        if tokens.ndim != 2 or tokens.shape[1] == 0:
+            raise CtxlmError(f"tokens must be [batch, time] with at least one token, got shape {list(tokens.shape)}")
+        if self.state is None:
+            self.start(tokens.shape[0])
+        step = self.chunk or tokens.shape[1]
+        return np.concatenate([self._run(tokens[:, start:start + step]) for start in range(0, tokens.shape[1], step)], 1)
+
+    def _run(self, tokens: np.ndarray) -> np.ndarray:
+        feed = {"tokens": tokens, **{piece["input"]: array for piece, array in zip(self.pieces, self.state)}}
+        log_probs, *self.state = self.session.run(["log_probs", *(piece["output"] for piece in self.pieces)], feed)
+        return log_probs
