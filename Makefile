@@ -12,7 +12,7 @@ $(BIN)/ctxlm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	# CPU build of PyTorch, pinned (a plain `torch` would pull the multi-GB CUDA build)
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test,onnx]'
+	$(BIN)/pip install -q -e '.[test,onnx,harness]'
 	touch $@
 
 demo: $(BIN)/ctxlm

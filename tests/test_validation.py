@@ -78,6 +78,19 @@ OPTIONS = [
     ("eval", "--dynamic-lr", float, lambda v: v >= 0),
     ("eval", "--dynamic-decay", float, lambda v: 0 <= v <= 1),
     ("eval", "--dynamic-segment", int, lambda v: v >= 1),
+    ("score", "--dynamic-lr", float, lambda v: v >= 0),
+    ("score", "--dynamic-decay", float, lambda v: 0 <= v <= 1),
+    ("score", "--dynamic-segment", int, lambda v: v >= 1),
+    ("lambada", "--dynamic-lr", float, lambda v: v >= 0),
+    ("lambada", "--dynamic-decay", float, lambda v: 0 <= v <= 1),
+    ("lambada", "--dynamic-segment", int, lambda v: v >= 1),
+    ("complete", "--dynamic-lr", float, lambda v: v >= 0),
+    ("complete", "--dynamic-decay", float, lambda v: 0 <= v <= 1),
+    ("complete", "--dynamic-segment", int, lambda v: v >= 1),
+    ("score", "--cache-window", int, lambda v: v >= 1),
+    ("score", "--cache-theta", float, lambda v: v >= 0),
+    ("score", "--cache-lambda", float, lambda v: 0 <= v <= 1),
+    ("tune-dynamic", "--tokens", int, lambda v: v >= 1),
     ("generate", "--max-tokens", int, lambda v: v >= 1),
     ("generate", "--temperature", float, lambda v: v >= 0),
     ("generate", "--top-k", int, lambda v: v >= 0),
@@ -104,9 +117,18 @@ OPTIONS = [
     ("prepare", "--seed", int, lambda v: v >= 0),
     ("complete", "--batch-size", int, lambda v: v >= 1),
     ("reproduce", "--jobs", int, lambda v: v >= 1),
+    ("harness", "--limit", int, lambda v: v >= 1),
+    ("harness", "--num-fewshot", int, lambda v: v >= 0),
+    ("harness", "--bootstrap-iters", int, lambda v: v >= 0),
+    ("rescore", "--lm-weight", float, lambda v: v >= 0),
+    ("rescore", "--penalty", float, lambda v: True),
+    ("rescore", "--mix-weight", float, lambda v: 0 <= v <= 1),
+    ("rescore", "--batch-size", int, lambda v: v >= 1),
 ]
 SIZE_OPTIONS = [("train", "--memory")]      # memory sizes ("2G"): test_ngram_disk.py and test_size_options_are_checked
-WORK = {"--max-tokens": 200, "--num": 5, "--port": -1, "--valid-sentences": 3}    # valid values above these are only parsed, not run
+# valid values above these are only parsed, not run (the harness's: lm-eval is not run for each value)
+WORK = {"--max-tokens": 200, "--num": 5, "--port": -1, "--valid-sentences": 3, "--limit": 0, "--num-fewshot": -1,
+        "--bootstrap-iters": -1}
 
 ODD = ["", " ", "0", "-0", "1", "2", "+3", " 4 ", "12", "13", "1e3", "1.5", "0.5", "1.", ".5", "0x10", "1_000",
        "١٢", "nan", "-nan", "inf", "-inf", "1e-400", "1e400", "True", "None", "3 4", "0.999999", "1.0000001",
@@ -161,8 +183,14 @@ def _command(command, option, runs, out, holmes=None):
         return ["analyze", "memory", runs["rm"], "--out", out]
     if command in ("analyze kernel-ngrams", "analyze lesion"):
         return ["analyze", command.split()[1], runs["cnn"], "--out", out]
-    if option == "--mix-weight":
+    if option == "--mix-weight" and command == "eval":
         return ["eval", runs["cnn"], "--split", "valid", "--mix", runs["ngram"]]
+    if command == "rescore":
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "nbest.txt").write_text("u1 -1 the cat sat\nu1 -2 the cat\nu2 0 a dog ran\n")
+        mix = ["--mix", runs["ngram"]] if option == "--mix-weight" else []
+        return ["rescore", runs["ngram"], out / "nbest.txt", "--lm-weight", "1", *mix, "--out", out / "r.jsonl",
+                "--one-best", out / "b.txt"]
     return {"eval": ["eval", runs["lstm"], "--file", runs["corpus"] / "valid.txt", *cache],
             "lambada": ["lambada", runs["lstm"], runs["corpus"] / "valid.txt", "--out", out / "lambada.jsonl", *cache],
             "names": ["names", runs["corpus"] / "train.txt", "--out", out / "names.txt"],
@@ -174,6 +202,7 @@ def _command(command, option, runs, out, holmes=None):
             "prepare": ["prepare", "holmes", "--data-dir", holmes, "--out", out, "--force", "--valid-sentences", "3"],
             "complete": ["complete", runs["ngram"], "--questions", _questions(out), "--out", out / "completion.json"],
             "reproduce": ["reproduce", "--plan", "--tables", _tables(out)],
+            "harness": ["harness", runs["lstm"], "--tasks", "lambada_local"],
             }[command.split()[0]]
 
 

@@ -6,6 +6,7 @@ as `<unk>` (flagged in `unknown`). Log-probabilities are natural logs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from .config import Config
 from .data.vocab import EOS, Vocabulary
 from .errors import CtxlmError
 from .evaluation.dynamic import DynamicSetting, DynamicWeights, mean_squared_gradients
+from .evaluation.lambada import not_answers
 from .evaluation.scoring import score_sentences, score_stream
 from .generate import sample
 from .models.base import LanguageModel, build_model
@@ -42,6 +44,34 @@ class Scored:
     @property
     def perplexity(self) -> float:
         return safe_exp(-self.total / len(self.tokens))
+
+
+@dataclass
+class Continued:
+    """A continuation after a context: its tokens, their log-probabilities, which were unknown, and at each of
+    its positions the likeliest token and the likeliest word (not `<unk>`, `<eos>` or punctuation: what
+    `ctxlm lambada` predicts)."""
+    tokens: list[str]
+    log_probs: list[float]
+    unknown: list[bool]
+    best_token: list[str]
+    best_word: list[str]
+
+
+def pair_words(*texts: str) -> list[list[str]]:
+    """The words of texts read one after another, each text's own: whitespace-separated, a line break `<eos>`
+    (one for several, none at the start: the stream starts after one)."""
+    pieces, last = [], EOS
+    for text in texts:
+        words = []
+        for number, line in enumerate(text.split("\n")):
+            if number and last != EOS:
+                words.append(EOS)
+                last = EOS
+            words += line.split()
+            last = words[-1] if words else last
+        pieces.append(words)
+    return pieces
 
 
 @dataclass
@@ -125,6 +155,32 @@ class Run:
         from .evaluation.completion import sentence_scores
         return sentence_scores(self.model, self.vocab, [t.split() + [EOS] for t in texts], batch_size,
                                dynamic=self.dynamic).tolist()
+
+    def continuation(self, context: str, continuation: str) -> Continued:
+        """The words of `continuation` after those of `context` (`pair_words`), read as one stream after `<eos>` with
+        nothing appended, as `ctxlm lambada` reads a passage (lm-evaluation-harness's `loglikelihood`, ctxlm.harness)."""
+        self._left_to_right("continuation")
+        before, after = pair_words(context, continuation)
+        if not after:
+            raise CtxlmError(f"continuation {continuation!r} has no word to score")
+        start, kept, seen = len(before), [], [0]       # output position p predicts token p
+
+        def keep(out) -> None:
+            length = out.hidden.shape[1]
+            if seen[0] + length > start:
+                kept.append(self.model.log_probs(out.from_position(max(0, start - seen[0])))[0].float().cpu())
+            seen[0] += length
+
+        log_probs = next(self._stream([self.vocab.encode(before + after)], on_output=keep))[start:]
+        distributions = torch.cat(kept)
+        words = distributions.masked_fill(self._not_answers, -torch.inf)
+        return Continued(after, log_probs.tolist(), [t not in self.vocab.index for t in after],
+                         [self.vocab.words[i] for i in distributions.argmax(1).tolist()],
+                         [self.vocab.words[i] for i in words.argmax(1).tolist()])
+
+    @functools.cached_property
+    def _not_answers(self) -> torch.Tensor:
+        return not_answers(self.vocab)
 
     # ------------------------------------------------------------ prediction
     def next_word_log_probs(self, context: str = "") -> torch.Tensor:

@@ -31,7 +31,7 @@ def score_passages(model, vocab, passages: list[list[str]], names: frozenset[str
     """Summary figures and one record per passage. With `dynamic`, each passage is an item of its own: read from the
     trained weights, adapted segment by segment, the target predicted by weights that never saw it."""
     model.eval()
-    not_words = torch.tensor([w in (EOS, UNK) or not any(c.isalnum() for c in w) for w in vocab.words])
+    not_words = not_answers(vocab)
     shown = min(top, int((~not_words).sum()))
     records, total_lp, total_tokens = [], 0.0, 0
     for index, tokens in enumerate(passages):
@@ -46,11 +46,11 @@ def score_passages(model, vocab, passages: list[list[str]], names: frozenset[str
         known = target in vocab.index
         target_lp = float(log_probs[-1])
         words = distribution.masked_fill(not_words, -math.inf)    # the answer is a word
-        best = torch.topk(words, shown)
+        best, choice = torch.topk(words, shown), int(words.argmax())     # argmax: a tie goes to the first word listed
         capitalised = [w for w in context if w in names]
         records.append({
             "passage": index + 1, "target": target, "known_target": known,
-            "predicted": vocab.words[int(best.indices[0])], "correct": known and int(best.indices[0]) == vocab.index[target],
+            "predicted": vocab.words[choice], "correct": known and choice == vocab.index[target],
             "target_log_prob": round(target_lp, 5), "rank": int((words > words[ids[0, -1]]).sum()) + 1 if known else None,
             "top": [{"word": vocab.words[int(i)], "log_prob": round(float(v), 5)} for v, i in zip(best.values, best.indices)],
             "passage_log_prob": round(float(log_probs.double().sum()), 5), "tokens": len(tokens),
@@ -71,6 +71,11 @@ def score_passages(model, vocab, passages: list[list[str]], names: frozenset[str
         summary["baseline_random_capitalised"] = _mean(r["random_capitalised"] for r in records)
         summary["names"] = {"passages": len(named), **_figures(named)}
     return summary, records
+
+
+def not_answers(vocab) -> torch.Tensor:
+    """[V] True for the tokens that are never a LAMBADA answer: `<eos>`, `<unk>` and punctuation (no letter or digit)."""
+    return torch.tensor([w in (EOS, UNK) or not any(c.isalnum() for c in w) for w in vocab.words])
 
 
 def _mean(values) -> float:

@@ -89,10 +89,14 @@ class ModelOutput:
 
     def last_position(self) -> "ModelOutput":
         """The output at the last position only, for the next-word distribution after a context."""
+        return self.from_position(-1)
+
+    def from_position(self, start: int) -> "ModelOutput":
+        """The output at positions `start`, `start` + 1, ... only (a negative `start` counts from the end)."""
         per_position = self.words is not None and self.words.dim() == 3
-        return ModelOutput(self.hidden[:, -1:], self.state, None if self.attention is None else self.attention[:, -1:],
-                           self.words[:, -1:] if per_position else self.words,
-                           None if self.inner is None else self.inner.last_position())
+        return ModelOutput(self.hidden[:, start:], self.state, None if self.attention is None else self.attention[:, start:],
+                           self.words[:, start:] if per_position else self.words,
+                           None if self.inner is None else self.inner.from_position(start))
 
 
 def map_state(state: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:

@@ -1,0 +1,129 @@
+"""The ctxlm model in lm-evaluation-harness (`lm-eval`, EleutherAI): the class `CtxlmLM`, registered in the
+harness as `ctxlm` when this module is imported, and the evaluation behind `ctxlm harness` (docs/harness.md).
+
+The harness hands a model strings. ctxlm's models are word-level: a request's context and continuation are
+split on whitespace, a line break is `<eos>` (`ctxlm.run.pair_words`), and a word outside the vocabulary is
+scored as `<unk>`. `loglikelihood` reads the context and continuation as one stream after `<eos>` with nothing
+appended, as `ctxlm lambada` reads a passage (`Run.continuation`); `loglikelihood_rolling` reads a document as
+`ctxlm eval --file` reads a file (`Run.score(..., document=True)`). Generation tasks are refused.
+
+Importing this module needs `lm-eval` (the `harness` extra); the CLI imports it only for `ctxlm harness`.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sys
+from pathlib import Path
+
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+from tqdm import tqdm
+
+from ..errors import CtxlmError
+from ..run import Run, load
+
+GREEDY = ("token", "word")
+
+
+@register_model("ctxlm")
+class CtxlmLM(LM):
+    """A ctxlm run in the harness: `--model ctxlm --model_args run=RUN[,greedy=word][,cache=True][,dynamic=True]`.
+
+    `greedy`: when a continuation counts as the model's own choice (the harness's `acc` on LAMBADA):
+    `token` (the harness's definition: each of its tokens is the likeliest token, punctuation, `<eos>` and
+    `<unk>` included) or `word` (`ctxlm lambada`'s: the likeliest word, those passed over). A continuation
+    with a word outside the vocabulary is never greedy (its `<unk>` stands for every unknown word at once).
+    """
+
+    def __init__(self, run: str | Path | Run, greedy: str = "token", cache: bool = False, dynamic: bool = False,
+                 device: str | None = None, progress: bool = True, **_harness):   # the harness adds batch_size etc.
+        super().__init__()
+        if greedy not in GREEDY:
+            raise CtxlmError(f"model_args greedy={greedy}: give greedy=token (the harness's own acc) or greedy=word "
+                             "(ctxlm lambada's accuracy)")
+        device = str(device or "cpu")
+        if not isinstance(run, Run):
+            from ..training.preflight import pick_device
+            where = pick_device(device.split(":")[0], "model_args device")       # cuda:1 as the harness may give it
+            run = load(run, device if device.startswith("cuda:") else where)
+        if not run.model.left_to_right:
+            raise CtxlmError(f"model {run.config.model.name!r} of {run.path} predicts each word from the words before and "
+                             "after it: it has no next-word probabilities for the harness to read")
+        run = run.with_cache() if _flag(cache, "cache") else run
+        self.run = run.with_dynamic() if _flag(dynamic, "dynamic") else run
+        self.greedy, self.progress = greedy, progress
+        self._device = device
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        results = []
+        for request in tqdm(requests, "ctxlm loglikelihood", disable=disable_tqdm or not self.progress):
+            context, continuation = request.args
+            scored = self.run.continuation(context, continuation)
+            best = scored.best_word if self.greedy == "word" else scored.best_token
+            result = (sum(scored.log_probs), not any(scored.unknown) and best == scored.tokens)
+            self.cache_hook.add_partial("loglikelihood", (context, continuation), result)
+            results.append(result)
+        return results
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        results = []
+        for request in tqdm(requests, "ctxlm loglikelihood_rolling", disable=disable_tqdm or not self.progress):
+            text = request.args[0]
+            lines = text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")     # as `ctxlm eval --file`
+            total = sum(scored.total for scored in self.run.iter_score(lines, document=True))
+            self.cache_hook.add_partial("loglikelihood_rolling", (text,), total)
+            results.append(total)
+        return results
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        tasks = sorted({str(r.task_name) for r in requests})
+        raise CtxlmError(f"task {', '.join(tasks)} asks for free generation (generate_until), which the ctxlm model does "
+                         "not do: choose loglikelihood or multiple-choice tasks (LAMBADA, perplexity, multiple choice)")
+
+
+def _flag(value, name: str) -> bool:
+    if isinstance(value, str):                 # from a model_args string the harness did not turn into a bool
+        if value.lower() not in ("true", "false"):
+            raise CtxlmError(f"model_args {name}={value}: give {name}=True or {name}=False")
+        return value.lower() == "true"
+    return bool(value)
+
+
+def evaluate(run: str | Path | Run, tasks: list[str], include_path: str | None = None, limit: int | None = None,
+             num_fewshot: int | None = None, bootstrap_iters: int = 1000, harness_tasks: bool = True, **model_args) -> dict:
+    """The harness's results (its `evaluate`) of the run on `tasks`, found among the harness's own (unless not
+    `harness_tasks`: indexing its 14,000 takes a while) and those in `include_path`. Generation tasks are refused
+    before anything is scored."""
+    import datasets
+    from lm_eval.evaluator import evaluate as harness_evaluate
+    from lm_eval.tasks import TaskManager
+
+    logging.getLogger("lm_eval").setLevel(logging.WARNING)
+    datasets.disable_progress_bars()                      # one bar per split read: noise around a one-line error
+    if include_path is not None and not Path(include_path).is_dir():
+        raise CtxlmError(f"--include-path {include_path}: no such folder; give the folder holding the task's YAML file")
+    manager = TaskManager(include_path=include_path, include_defaults=harness_tasks)
+    places = (["lm-eval's own"] if harness_tasks else []) + ([include_path] if include_path else [])
+    for name in tasks:
+        if name not in manager.all_tasks:
+            raise CtxlmError(f"--tasks {name}: no such task, group or tag in {' or '.join(places)}; check the name "
+                             "(`lm-eval ls tasks` lists the harness's) or give --include-path for a local task")
+    model = CtxlmLM(run, **model_args)
+    loaded = manager.load(tasks)
+    generating = [name for name, task in loaded["tasks"].items() if task.get_config("output_type") == "generate_until"]
+    if generating:
+        raise CtxlmError(f"--tasks: {', '.join(generating)} ask(s) for free generation (generate_until), which the ctxlm "
+                         "model does not do; choose loglikelihood or multiple-choice tasks")
+    for task in loaded["tasks"].values():     # as the harness's simple_evaluate sets them
+        if num_fewshot is not None and task.get_config("num_fewshot") != 0:
+            task.set_config(key="num_fewshot", value=num_fewshot)
+        elif task.get_config("num_fewshot") is None:
+            task.set_config(key="num_fewshot", value=0)
+        task.set_fewshot_seed(seed=1234)
+    with contextlib.redirect_stdout(sys.stderr):          # the harness prints its progress: keep stdout for results
+        results = harness_evaluate(lm=model, task_dict=loaded, limit=limit, bootstrap_iters=bootstrap_iters,
+                                   log_samples=False, verbosity="WARNING")
+    return json.loads(json.dumps({key: results[key] for key in ("results", "groups", "n-samples", "versions", "higher_is_better")
+                                  if key in results}, default=str))

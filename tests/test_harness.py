@@ -1,0 +1,196 @@
+"""lm-evaluation-harness (docs/harness.md): the real harness, offline, on a local LAMBADA task built from a few
+passages; its accuracy and perplexity equal `ctxlm lambada`'s (greedy=word) or the likeliest-token rule
+(greedy=token); rolling log-likelihood is `ctxlm eval --file`'s reading; generation is refused; the commands'
+bad input gives one line. Tests needing lm-eval skip only where it is not installed."""
+import importlib
+import json
+import math
+import os
+import sys
+
+import pytest
+
+from conftest import ctxlm, one_line_error
+from ctxlm.errors import CtxlmError
+from ctxlm.run import Run, load, pair_words
+from test_contract import EVERY, VOCAB, config_of, folder, ready  # noqa: F401  (folder: a fixture)
+
+# The harness reads these when the `datasets` and `huggingface_hub` modules are first imported: never the network.
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+needs_lm_eval = pytest.mark.skipif(importlib.util.find_spec("lm_eval") is None,
+                                   reason="lm-eval is not installed (pip install 'ctxlm[harness]')")
+
+
+def passages(runs, name: str = "lstm") -> list[str]:
+    """LAMBADA-style lines from the synthetic corpus, the run's likeliest word after each context as the target of
+    every other one and its second likeliest otherwise: long contexts (pairs of sentences, where <eos> is often the
+    likeliest token at the end) and short ones; and one target outside the vocabulary."""
+    from ctxlm.evaluation.lambada import not_answers
+
+    run = load(runs[name])
+    lines = (runs["corpus"] / "test.txt").read_text().split("\n")[:12]
+    contexts = [f"{a} {b}" for a, b in zip(lines[0::2], lines[1::2])] + lines[:6]
+    texts = []
+    for number, context in enumerate(contexts):
+        words = run.next_word_log_probs(context).masked_fill(not_answers(run.vocab), -math.inf)
+        texts.append(f"{context} {run.vocab.words[int(words.topk(2).indices[number % 2])]}")
+    return texts + ["the cat sat on a zebra"]
+
+
+def write_passages(tmp_path, runs, name: str = "lstm") -> tuple:
+    texts = passages(runs, name)
+    path = tmp_path / "passages.txt"
+    path.write_text("\n".join(texts) + "\n")
+    return path, texts
+
+
+def test_pair_words_maps_line_breaks_to_one_eos():
+    assert pair_words("the cat", " sat") == [["the", "cat"], ["sat"]]
+    assert pair_words("\nthe cat\n\n", "sat\non") == [["the", "cat", "<eos>"], ["sat", "<eos>", "on"]]
+    assert pair_words("the cat", "\nsat") == [["the", "cat"], ["<eos>", "sat"]]
+    assert pair_words("", "  a  b ") == [[], ["a", "b"]]
+
+
+@pytest.fixture(params=EVERY)
+def family_run(request, folder, tmp_path):  # noqa: F811
+    config = config_of(request.param, folder)
+    config.data.eval_chunk = 7                  # chunks that cut through the context and the continuation
+    return Run(tmp_path, config, VOCAB, ready(config))
+
+
+def test_continuation_is_the_stream_for_every_family(family_run):
+    """Run.continuation (the harness's loglikelihood): the stream's own log-probabilities of the continuation's
+    words, and at each position the likeliest token and word of the next-word distribution there."""
+    run, context, continuation = family_run, "the cat sat on a mat\nand the small red bird", " flew over the big house"
+    if not run.model.left_to_right:
+        with pytest.raises(CtxlmError, match="before and after"):
+            run.continuation(context, continuation)
+        return
+    after = run.continuation(context, continuation)
+    stream = run.score(["the cat sat on a mat", "and the small red bird flew over the big house"], document=True)[1]
+    assert after.tokens == continuation.split() and after.unknown == [False] * 5
+    assert after.log_probs == pytest.approx(stream.log_probs[5:10], abs=1e-5)
+    words = context.split("\n")[1].split()
+    for k, token in enumerate(after.tokens):
+        distribution = run.next_word_log_probs(f"the cat sat on a mat\n{' '.join(words)}")
+        assert after.best_token[k] == VOCAB.words[int(distribution.argmax())]
+        assert after.best_word[k] not in ("<eos>", "<unk>")
+        words.append(token)
+
+
+def test_lambada_task_files(runs, tmp_path):
+    path, texts = write_passages(tmp_path, runs)
+    result = ctxlm("lambada-task", path, "--out", tmp_path / "task", "--name", "mini")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in (tmp_path / "task" / "mini.jsonl").read_text().splitlines()]
+    assert [r["text"] for r in rows] == [" ".join(t.split()) for t in texts]
+    task = (tmp_path / "task" / "mini.yaml").read_text()
+    assert "task: mini" in task and json.dumps(str((tmp_path / "task" / "mini.jsonl").resolve())) in task
+    assert "doc_to_text: \"{{text.split(' ')[:-1]|join(' ')}}\"" in task
+    one_line_error(ctxlm("lambada-task", path, "--out", tmp_path / "t2", "--name", "a b"), "--name", "letters")
+    (tmp_path / "bad.txt").write_text("fine passage here\nalone\n")
+    one_line_error(ctxlm("lambada-task", tmp_path / "bad.txt", "--out", tmp_path / "t3"), "bad.txt, line 2", "one word")
+
+
+def test_harness_without_lm_eval_says_how_to_install(runs, monkeypatch):
+    monkeypatch.setitem(sys.modules, "lm_eval", None)            # as if it were not installed
+    monkeypatch.delitem(sys.modules, "ctxlm.harness.model", raising=False)
+    one_line_error(ctxlm("harness", runs["lstm"], "--tasks", "lambada_local"), "lm-evaluation-harness", "pip install")
+
+
+@needs_lm_eval
+def test_harness_lambada_equals_ctxlm_lambada(runs, tmp_path):
+    """The real harness end to end through `ctxlm harness`: acc with greedy=word is `ctxlm lambada`'s accuracy, and
+    its perplexity is the target-word perplexity."""
+    path, texts = write_passages(tmp_path, runs)
+    assert ctxlm("lambada-task", path, "--out", tmp_path / "task").returncode == 0
+    lambada = ctxlm("lambada", runs["lstm"], path, "--out", tmp_path / "lambada.jsonl", "--json")
+    expected = json.loads(lambada.stdout)
+    result = ctxlm("harness", runs["lstm"], "--tasks", "lambada_local", "--include-path", tmp_path / "task",
+                   "--only-include-path", "--greedy", "word", "--out", tmp_path / "h.json", "--json")
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout)["results"]["lambada_local"]
+    assert json.loads((tmp_path / "h.json").read_text())["results"]["lambada_local"] == figures
+    assert figures["acc,none"] == pytest.approx(expected["accuracy"], abs=1e-12)
+    assert figures["perplexity,none"] == pytest.approx(expected["target_ppl"], rel=1e-4)   # ctxlm rounds to 1e-5 nats
+    assert expected["unknown_targets"] == 1 and expected["accuracy"] == pytest.approx(6 / 13)
+
+
+@needs_lm_eval
+def test_token_greedy_through_the_registered_model(runs, tmp_path):
+    """`import ctxlm.harness.model` registers `ctxlm`: lm_eval.simple_evaluate(model="ctxlm") runs it, and acc with
+    greedy=token is the share of passages whose target is the likeliest token of all (<eos> included). On the
+    Kneser-Ney run, after whose contexts <eos> is often the likeliest."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    importlib.import_module("ctxlm.harness.model")          # registers the model
+
+    path, texts = write_passages(tmp_path, runs, "ngram")
+    assert ctxlm("lambada-task", path, "--out", tmp_path / "task").returncode == 0
+    results = lm_eval.simple_evaluate(model="ctxlm", model_args=f"run={runs['ngram']},progress=False", tasks=["lambada_local"],
+                                      task_manager=TaskManager(include_path=str(tmp_path / "task"), include_defaults=False),
+                                      bootstrap_iters=0)
+    run = load(runs["ngram"])
+    chosen, word_chosen, log_probs = [], [], []
+    for text in texts:
+        *context, target = text.split()
+        distribution = run.next_word_log_probs(" ".join(context))
+        known = target in run.vocab.index
+        chosen.append(known and int(distribution.argmax()) == run.vocab.index[target])
+        best_word = run.continuation(" ".join(context), " " + target).best_word[0]
+        word_chosen.append(known and best_word == target)
+        log_probs.append(float(distribution[run.vocab.index.get(target, run.vocab.unk)]))
+    figures = results["results"]["lambada_local"]
+    assert figures["acc,none"] == pytest.approx(sum(chosen) / len(texts), abs=1e-12)
+    assert figures["perplexity,none"] == pytest.approx(math.exp(-sum(log_probs) / len(texts)), rel=1e-5)
+    assert sum(word_chosen) > sum(chosen)      # the passages tell the two rules apart (<eos> likeliest somewhere)
+
+
+@needs_lm_eval
+def test_requests_map_to_words(runs):
+    """A continuation of several words, an unknown word, a line break; rolling log-likelihood is the document's
+    total as `ctxlm eval --file` reads it."""
+    from lm_eval.api.instance import Instance
+
+    from ctxlm.harness.model import CtxlmLM
+
+    run = load(runs["lstm"])
+    model = CtxlmLM(run, progress=False)
+    asked = [("the cat", " sat on a mat"), ("the cat", " sat on a zebra"), ("the cat\n", "the dog")]
+    answers = model.loglikelihood([Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(asked)])
+    whole = run.score(["the cat sat on a mat"], document=True)[0]
+    assert answers[0][0] == pytest.approx(sum(whole.log_probs[2:6]), abs=1e-5)
+    assert answers[1][1] is False                                  # an unknown word is never the model's choice
+    after_eos = run.score(["the cat", "the dog"], document=True)[1]
+    assert answers[2][0] == pytest.approx(sum(after_eos.log_probs[:2]), abs=1e-5)
+    text = "the cat sat\n\na dog ran\n"
+    rolling = model.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)])[0]
+    tokens = 3 + 1 + 1 + 3 + 1                                       # every line's <eos>, the empty line's too
+    assert math.exp(-rolling / tokens) == pytest.approx(run.perplexity(["the cat sat", "", "a dog ran"]), rel=1e-9)
+
+
+@needs_lm_eval
+def test_generation_and_bad_input_refused(runs, tmp_path):
+    from lm_eval.api.instance import Instance
+
+    from ctxlm.harness.model import CtxlmLM
+
+    model = CtxlmLM(runs["lstm"], progress=False)
+    with pytest.raises(CtxlmError, match="my_task asks for free generation"):
+        model.generate_until([Instance("generate_until", {}, ("the cat", {}), 0, ("my_task", 0, 1))])
+    with pytest.raises(CtxlmError, match="greedy=word"):
+        CtxlmLM(runs["lstm"], greedy="words")
+    path, _ = write_passages(tmp_path, runs)
+    assert ctxlm("lambada-task", path, "--out", tmp_path / "task").returncode == 0
+    task = (tmp_path / "task" / "lambada_local.yaml").read_text()
+    (tmp_path / "task" / "gen.yaml").write_text(task.replace("task: lambada_local", "task: gen_local")
+                                                .replace("output_type: loglikelihood", "output_type: generate_until"))
+    local = ("--include-path", tmp_path / "task", "--only-include-path", "--out", tmp_path / "h.json")
+    one_line_error(ctxlm("harness", runs["lstm"], "--tasks", "lambada_local,gen_local", *local), "gen_local", "generation")
+    one_line_error(ctxlm("harness", runs["lstm"], "--tasks", "lambada_nowhere", *local), "lambada_nowhere", "no such task")
+    one_line_error(ctxlm("harness", runs["lstm"], "--tasks", "x", "--include-path", tmp_path / "none"), "--include-path", "no such folder")
+    one_line_error(ctxlm("harness", runs["lstm"], "--tasks", "x", "--only-include-path"), "--only-include-path")
+    assert not (tmp_path / "h.json").exists()
