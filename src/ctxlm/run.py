@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,10 +127,14 @@ class Run:
         self._left_to_right("score")
         lines = texts.splitlines() if isinstance(texts, str) else texts
         if document:
-            lines, tokens = itertools.tee((line, line.split() + [EOS]) for line in lines)
-            blocks = (self.vocab.encode(t) for _, t in tokens)
-            for (line, words), log_probs in zip(lines, self._stream(blocks)):
-                yield self._scored(line, words, log_probs)
+            read = deque()                      # lines read ahead of their scores (one or two)
+
+            def blocks():
+                for line in lines:
+                    read.append((line, line.split() + [EOS]))
+                    yield self.vocab.encode(read[-1][1])
+            for log_probs in self._stream(blocks()):
+                yield self._scored(*read.popleft(), log_probs)
             return
         lines = iter(lines)
         while group := list(itertools.islice(lines, GROUP)):
