@@ -348,3 +348,19 @@ def test_cache_runs_show_their_weights_and_attention(run_dirs):
     assert cached["log_probs"] == pytest.approx(expected, abs=1e-4)
     sources = [s for s, _ in cached["attention"][8]]
     assert sources and all(s is not None and -1 <= s < 8 for s in sources)        # only earlier tokens
+
+
+def test_dynamic_runs_adapt_on_a_copy_and_start_each_request_from_the_trained_weights(run_dirs):
+    runs = load_runs(run_dirs[:1], dynamic=True)
+    assert list(runs) == ["lstm", "lstm + dynamic"]
+    plain, adapted = runs["lstm"].run, runs["lstm + dynamic"].run
+    assert adapted.dynamic is not None and adapted.model is not plain.model
+    trained = [p.detach().clone() for p in plain.model.parameters()]
+    lines = tokenize("the cat sat on a mat\n" * 6)
+    first, again = score_run(adapted, lines, top_k=3), score_run(adapted, lines, top_k=3)
+    assert first["log_probs"] == again["log_probs"]                     # each request from θ₀
+    segment = adapted.dynamic.setting.segment
+    reference = score_run(plain, lines, top_k=3)
+    assert first["log_probs"][:segment] == pytest.approx(reference["log_probs"][:segment], abs=1e-5)
+    assert first["log_probs"][segment:] != pytest.approx(reference["log_probs"][segment:], abs=1e-5)
+    assert all(torch.equal(p, q) for p, q in zip(plain.model.parameters(), trained))

@@ -40,14 +40,15 @@ def score_stream(model, blocks: Iterable[torch.Tensor], eos: int, chunk: int = 1
         nonlocal state
         inputs, targets = ids[:-1].view(1, -1).to(device), ids[1:].view(1, -1).to(device)
         reset = reset[:-1].view(1, -1).to(device) if fresh else None
-        with torch.set_grad_enabled(dynamic is not None):
+        with torch.set_grad_enabled(dynamic is not None):          # whatever the caller's grad mode
             out = model(inputs, state, reset)
             log_probs = model.target_log_probs(out, targets)
+            loss = -log_probs.sum() / log_probs.numel()
         if on_output is not None:
             with torch.no_grad():
                 on_output(out)
         if dynamic is not None:
-            dynamic.step(-log_probs.sum() / log_probs.numel())
+            dynamic.step(loss)
         state = out.state if dynamic is None else detach_state(out.state)
         scored.append(log_probs.detach()[0].cpu())
 
