@@ -186,8 +186,8 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
-@pytest.mark.parametrize("point", ["spool", "train", "manifest"])
-@pytest.mark.parametrize("earlier", [False, True], ids=["fresh", "over-a-complete-one"])
+@pytest.mark.parametrize("point, earlier", [("spool", False), ("train", False), ("manifest", False), ("train", True)],
+                         ids=["spool", "train.npy", "manifest", "train.npy-over-a-complete-one"])
 def test_a_killed_preparation_is_detected_and_done_again(tmp_path, point, earlier):
     for name, seed in (("a", 0), ("b", 1)):
         (tmp_path / name).mkdir()

@@ -72,6 +72,11 @@ def prepare(recipe: Recipe, folder: Path, force: bool = False, command: str = ""
     from filelock import FileLock, Timeout
 
     folder = Path(folder)
+    if not recipe.valid:
+        raise CtxlmError("no validation split: give --valid FILE or --valid-sentences N (random sentences held out)")
+    for split, rule in (("valid", recipe.valid), ("test", recipe.test)):
+        if isinstance(rule, str) and rule:
+            _amount(rule, 0, f"--{split}-sentences")           # its form, before the long pass
     if folder.exists() and not folder.is_dir():
         raise CtxlmError(f"--out {folder}: is a file; give a folder to write the prepared corpus into")
     folder.mkdir(parents=True, exist_ok=True)
@@ -251,8 +256,6 @@ def _hold_out(recipe: Recipe, extents: Extents, spools: dict, encoder: Encoder):
             encoder.encode(rule, recipe.text, spools[split])
         elif rule:
             drawn[split] = _amount(rule, total, f"--{split}-sentences")
-    if not recipe.valid:
-        raise CtxlmError("no validation split: give --valid FILE or --valid-sentences N (random sentences held out)")
     held = None
     if drawn:
         want = sum(drawn.values())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -55,6 +56,7 @@ def input_files(inputs: list[str | Path], option: str = "INPUT") -> list[Path]:
     return found
 
 
+@lru_cache(maxsize=4)
 def tokenizer(options: TextOptions) -> Callable[[str], list[str]]:
     """The function from one sentence's text to its tokens, normalised as `options` say."""
     if options.tokenize not in TOKENIZERS:
