@@ -163,7 +163,7 @@ class Prepared:
         return self.manifest["vocabulary"]["max_vocab"]
 
     def _rows(self):
-        with open(self.folder / "words.tsv", encoding="utf-8") as handle:
+        with open(self.folder / "words.tsv", encoding="utf-8", newline="") as handle:     # lines end at "\n" only
             for line in handle:
                 word, _, count = line.rstrip("\n").rpartition("\t")
                 yield word, int(count)
