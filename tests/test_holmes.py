@@ -11,6 +11,7 @@ from ctxlm.config import Config
 from ctxlm.data import holmes
 from ctxlm.data.corpus import gutenberg_body, msr_tokens, read_gutenberg, split_sentences_text
 from ctxlm.data.load import load_corpus
+from ctxlm.data.prepared import Prepared
 from ctxlm.data.vocab import EOS, Vocabulary
 from ctxlm.errors import CtxlmError
 
@@ -24,8 +25,8 @@ def prepare(holmes_data, out, *extra):
 
 
 def sentences(folder: Path, split: str) -> list[tuple[str, ...]]:
-    corpus = holmes.load_prepared(folder)
-    words = [corpus.words[i] for i in corpus.splits[split].tolist()]
+    vocabulary = Prepared(folder).words()
+    words = [vocabulary[i] for i in np.load(folder / f"{split}.npy").tolist()]
     out, current = [], []
     for word in words:
         current.append(word)
@@ -64,7 +65,7 @@ def test_prepare_writes_int_arrays_that_round_trip(holmes_data, tmp_path):
     assert "prepared in" in result.stdout and "source (Tran et al. 2016)" in result.stdout
     folder = tmp_path / "out" / "holmes"
     manifest = json.loads((folder / "manifest.json").read_text())
-    assert manifest["sentences"] == {"train": 9, "valid": 3} and manifest["books"] == 2
+    assert manifest["sentences"] == {"train": 9, "valid": 3} and manifest["inputs"] == 2
     books = sorted((holmes_data / "gutenberg" / "Holmes_Training_Data").iterdir())
     expected = sorted(tuple(s) for book in books for s in read_gutenberg(book))
     train, valid = sentences(folder, "train"), sentences(folder, "valid")
@@ -104,7 +105,7 @@ def test_running_again_is_a_no_op_and_damage_is_reported(holmes_data, tmp_path):
     manifest = json.loads((folder / "manifest.json").read_text())
     (folder / "manifest.json").write_text(json.dumps({**manifest, "format": "holmes-0"}))
     with pytest.raises(CtxlmError, match="prepared by another ctxlm version"):
-        holmes.load_prepared(folder)
+        Prepared(folder)
     assert "prepared in" in prepare(holmes_data, tmp_path / "out").stdout    # an older format is redone
     one_line_error(ctxlm("prepare", "holmes", "--data-dir", holmes_data, "--out", tmp_path / "x", "--valid-sentences", "12"),
                    "--valid-sentences 12: the corpus has only 12 sentences")
@@ -118,14 +119,13 @@ def test_missing_novel_is_one_line(holmes_data, tmp_path):
 def test_the_encoded_route_equals_the_string_route(holmes_data, tmp_path):
     prepare(holmes_data, tmp_path / "out")
     corpus = load_corpus("holmes", tmp_path / "out")
-    encoded = corpus.encoded
     for min_count, max_size in ((1, 0), (2, 0), (1, 10)):
-        vocab = encoded.vocabulary(max_size, min_count)
+        vocab = corpus.prepared.vocabulary(max_size, min_count)
         train = corpus.splits["train"]                       # decoded on demand
         assert vocab.words == Vocabulary.build(train, max_size, min_count).words
-        ids = encoded.ids(vocab)
+        streams = corpus.prepared.streams(vocab)
         for split in ("train", "valid"):
-            assert ids[split].tolist() == vocab.encode([EOS] + corpus.splits[split]).tolist()
+            assert streams[split].tensor().tolist() == vocab.encode([EOS] + corpus.splits[split]).tolist()
 
 
 def test_max_train_tokens_keeps_whole_sentences(holmes_data, tmp_path, corpus):
@@ -137,7 +137,7 @@ def test_max_train_tokens_keeps_whole_sentences(holmes_data, tmp_path, corpus):
     data = prepare_data(config, tmp_path / "out")
     train = data.ids["train"]
     assert 0 < train.numel() - 1 <= 20 and train[-1] == data.vocab.eos
-    full = holmes.load_prepared(tmp_path / "out" / "holmes").splits["train"]
+    full = np.load(tmp_path / "out" / "holmes" / "train.npy")
     ends = np.flatnonzero(full == 0) + 1
     assert train.numel() - 1 == ends[ends <= 20].max()        # the longest run of whole sentences
     config.data.max_train_tokens = 1

@@ -113,8 +113,11 @@ OPTIONS = [
     ("names", "--min-count", int, lambda v: v >= 1),
     ("names", "--share", float, lambda v: 0 < v <= 1),
     ("explore", "--port", int, lambda v: 0 <= v <= 65535),
-    ("prepare", "--valid-sentences", int, lambda v: v >= 1),
-    ("prepare", "--seed", int, lambda v: v >= 0),
+    ("prepare holmes", "--valid-sentences", int, lambda v: v >= 1),
+    ("prepare holmes", "--seed", int, lambda v: v >= 0),
+    ("prepare text", "--seed", int, lambda v: v >= 0),
+    ("prepare text", "--min-count", int, lambda v: v >= 1),
+    ("prepare text", "--max-vocab", int, lambda v: v >= 0),
     ("complete", "--batch-size", int, lambda v: v >= 1),
     ("reproduce", "--jobs", int, lambda v: v >= 1),
     ("harness", "--limit", int, lambda v: v >= 1),
@@ -183,6 +186,8 @@ def _command(command, option, runs, out, holmes=None):
         return ["analyze", "memory", runs["rm"], "--out", out]
     if command in ("analyze kernel-ngrams", "analyze lesion"):
         return ["analyze", command.split()[1], runs["cnn"], "--out", out]
+    if command == "prepare text":
+        return ["prepare", "text", runs["corpus"] / "train.txt", "--valid", runs["corpus"] / "valid.txt", "--out", out / "prep", "--force"]
     if option == "--mix-weight" and command == "eval":
         return ["eval", runs["cnn"], "--split", "valid", "--mix", runs["ngram"]]
     if command == "rescore":
@@ -247,7 +252,7 @@ def test_every_numeric_option_is_checked(runs, tmp_path, holmes_data, command, o
 # ------------------------------------------------------------------------------------------------ config keys
 # Every key: type and what is allowed (None: any value of the type; a tuple: the choices).
 KEYS = {
-    "data.dataset": (str, None), "data.train": (str, None), "data.valid": (str, None), "data.test": (str, None),
+    "data.dataset": (str, None), "data.train": (str, None), "data.valid": (str, None), "data.test": (str, None), "data.prepared": (str, None),
     "data.batching": (str, ("stream", "sentence", "window")), "data.batch_size": (int, lambda v: v >= 1),
     "data.bptt": (int, lambda v: v >= 1), "data.max_sentence_len": (int, lambda v: v >= 0),
     "data.sentence_ends": (str, None), "data.eval_batch_size": (int, lambda v: v >= 1),

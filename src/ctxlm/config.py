@@ -17,10 +17,11 @@ from .registry import MODELS
 
 @dataclass
 class DataConfig:
-    dataset: str = "ptb"            # registry name, or "files" with train/valid/test paths below
+    dataset: str = "ptb"            # registry name, "files" with train/valid/test paths below, or "prepared"
     train: str = ""                 # user corpus files (dataset = "files")
     valid: str = ""
     test: str = ""
+    prepared: str = ""              # a folder made by `ctxlm prepare text` (dataset = "prepared"; docs/prepare.md)
     batching: str = setting("stream", one_of("stream", "sentence", "window"))  # SPEC §0.4 regimes A, B and C (window: feed-forward models)
     batch_size: int = setting(64, at_least(1))
     bptt: int = setting(20, at_least(1))  # stream: tokens per chunk

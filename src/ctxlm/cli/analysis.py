@@ -57,7 +57,8 @@ def cmd_attention(args) -> int:
         from ..data.vocab import EOS
 
         d = run.config.data
-        splits = load_corpus(d.dataset, args.data_dir, {"train": d.train, "valid": d.valid, "test": d.test}).splits
+        splits = load_corpus(d.dataset, args.data_dir, {"train": d.train, "valid": d.valid, "test": d.test},
+                             prepared=d.prepared).splits
         if args.split not in splits:
             raise CtxlmError(f"--split {args.split}: dataset {d.dataset!r} has splits {', '.join(splits)}")
         lines = [list(words) for end, words in itertools.groupby(splits[args.split], lambda t: t == EOS) if not end]

@@ -10,28 +10,107 @@ from .common import data_dir_option, out_file_option
 
 
 def add_prepare(sub) -> None:
-    p = sub.add_parser("prepare", help="prepare a corpus once, as integer arrays (holmes: the MSR training novels)",
-                       description="Holmes: strip the Project Gutenberg licence from the 522 novels, split sentences, "
-                                   "tokenise and lower-case like the MSR questions, hold out random validation "
-                                   "sentences, and write int32 arrays to ROOT/holmes/ (docs/holmes.md). Running it "
-                                   "again is a no-op.")
-    p.add_argument("dataset", choices=["holmes"], help="the corpus to prepare")
-    p.add_argument("--out", metavar="ROOT", help="data folder to write ROOT/holmes/ into (default: the user cache, "
+    p = sub.add_parser("prepare", help="prepare a corpus once, as int32 arrays on disk (your text, or holmes)",
+                       description="Read a corpus once and write it as int32 token streams with a vocabulary and a "
+                                   "manifest of checksums, which train, eval and the n-gram estimator then read from "
+                                   "disk (docs/prepare.md). Running it again is a no-op.")
+    kinds = p.add_subparsers(dest="dataset", metavar="{text,holmes}", required=True)
+    add_prepare_text(kinds)
+    h = kinds.add_parser("holmes", help="the MSR Sentence Completion training novels (docs/holmes.md)",
+                         description="Holmes: strip the Project Gutenberg licence from the 522 novels, split sentences, "
+                                     "tokenise and lower-case like the MSR questions, hold out random validation "
+                                     "sentences, and write ROOT/holmes/ (docs/holmes.md). Running it again is a no-op.")
+    h.add_argument("--out", metavar="ROOT", help="data folder to write ROOT/holmes/ into (default: the user cache, "
                    "~/.cache/ctxlm/data); give training the same folder with --data-dir or $CTXLM_DATA_DIR")
-    p.add_argument("--valid-sentences", type=option(int, at_least(1)), default=19_000,
+    h.add_argument("--valid-sentences", type=option(int, at_least(1)), default=19_000,
                    help="random sentences held out for validation (default 19,000, as Tran et al.)")
-    p.add_argument("--seed", type=option(int, SEED), default=1, help="seed of the hold-out and the book order (default 1)")
-    p.add_argument("--force", action="store_true", help="prepare again even if a complete copy exists")
-    data_dir_option(p)
-    p.set_defaults(func=cmd_prepare)
+    h.add_argument("--seed", type=option(int, SEED), default=1, help="seed of the hold-out and the book order (default 1)")
+    h.add_argument("--force", action="store_true", help="prepare again even if a complete copy exists")
+    data_dir_option(h)
+    h.set_defaults(func=cmd_prepare_holmes)
 
 
-def cmd_prepare(args) -> int:
+def add_prepare_text(kinds) -> None:
+    from ..data.text import SENTENCES, TOKENIZERS
+
+    p = kinds.add_parser("text", help="any corpus: text files or folders (.gz is fine) -> a prepared folder",
+                         description="Read text files (plain or gzip; folders are read recursively, in path order) in "
+                                     "one streaming pass, tokenise and normalise them if asked, hold out validation "
+                                     "and test, and write FOLDER (docs/prepare.md). Train on it with "
+                                     "--set data.dataset=prepared --set data.prepared=FOLDER.")
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="training text: files or folders of them")
+    p.add_argument("--out", metavar="FOLDER", required=True, help="the folder to write (made if missing)")
+    p.add_argument("--sentences", choices=SENTENCES, default="lines",
+                   help="lines: one sentence per line (default); gutenberg: Project Gutenberg books, licence dropped, "
+                        "paragraphs cut into sentences")
+    p.add_argument("--tokenize", choices=TOKENIZERS, default="whitespace",
+                   help="whitespace: the text is tokenised already (default); moses: sacremoses (punctuation "
+                        "normaliser and tokeniser); msr: the MSR Sentence Completion tokens, lower-cased")
+    p.add_argument("--lang", default="en", help="language of the text, for --tokenize moses (default en)")
+    p.add_argument("--lower", action="store_true", help="lower-case every token (as PTB)")
+    p.add_argument("--numbers", metavar="TOKEN", default="", help="write every number as TOKEN (PTB: N)")
+    for split, required in (("valid", "validation"), ("test", "test")):
+        group = p.add_mutually_exclusive_group()
+        group.add_argument(f"--{split}", nargs="+", metavar="FILE", help=f"{required} text files or folders, read like INPUT")
+        group.add_argument(f"--{split}-sentences", metavar="N|P%",
+                           help=f"hold out N random sentences (or P percent) of INPUT for {required} (seeded, kept in corpus order)")
+    p.add_argument("--seed", type=option(int, SEED), default=1, help="seed of the held-out sentences and --shuffle-files (default 1)")
+    p.add_argument("--shuffle-files", action="store_true", help="training files in a random order (seeded), "
+                   "so that data.max_train_tokens takes a random sample of them")
+    p.add_argument("--min-count", type=option(int, at_least(1)), default=1,
+                   help="default vocabulary: training words seen at least this many times (default 1; data.min_count overrides)")
+    p.add_argument("--max-vocab", type=option(int, at_least(0)), default=0,
+                   help="default vocabulary: at most this many entries with <eos> and <unk> (0 = no limit; data.max_vocab overrides)")
+    p.add_argument("--force", action="store_true", help="prepare again even if a complete copy of another recipe exists")
+    p.set_defaults(func=cmd_prepare_text)
+
+
+def _command(args) -> str:
+    """The command line that does this preparation again (said by the error on an interrupted folder)."""
+    import shlex
+
+    words = ["ctxlm", "prepare", "text", *args.inputs, "--out", args.out]
+    for key in ("sentences", "tokenize", "lang", "numbers", "valid_sentences", "test_sentences", "seed", "min_count", "max_vocab"):
+        value = getattr(args, key)
+        if value not in (None, "", 0) and value != {"sentences": "lines", "tokenize": "whitespace", "lang": "en", "seed": 1,
+                                                     "min_count": 1}.get(key):
+            words += [f"--{key.replace('_', '-')}", str(value)]
+    for key in ("valid", "test"):
+        if getattr(args, key):
+            words += [f"--{key}", *getattr(args, key)]
+    words += [f"--{key.replace('_', '-')}" for key in ("lower", "shuffle_files", "force") if getattr(args, key)]
+    return shlex.join(words)
+
+
+def cmd_prepare_text(args) -> int:
+    from ..data.prepare import Recipe, prepare
+    from ..data.text import TextOptions, input_files
+
+    text = TextOptions(args.sentences, args.tokenize, args.lang, args.lower, args.numbers)
+    recipe = Recipe(input_files(args.inputs), text,
+                    valid=input_files(args.valid, "--valid") if args.valid else (args.valid_sentences or ""),
+                    test=input_files(args.test, "--test") if args.test else (args.test_sentences or ""),
+                    seed=args.seed, shuffle_files=args.shuffle_files, min_count=args.min_count, max_vocab=args.max_vocab)
+    manifest, made = prepare(recipe, Path(args.out), args.force, _command(args))
+    print(f"prepared in {manifest['seconds']:.0f} s ({manifest['tokens_per_s']:,} tokens/s)" if made else
+          f"already prepared, nothing to do (prepared in {manifest['seconds']:.0f} s; --force prepares it again)")
+    size = sum(entry["bytes"] for entry in manifest["files"].values())
+    print(f"{args.out}: {manifest['inputs']:,} input files, {size / 1e6:.1f} MB")
+    for split, tokens in manifest["tokens"].items():
+        print(f"{split:<6} {manifest['sentences'][split]:>12,} sentences {tokens:>14,} tokens with <eos>")
+    v = manifest["vocabulary"]
+    print(f"vocabulary: {v['size']:,} entries with <eos> and <unk> (training words seen ≥ {v['min_count']} times"
+          + (f", at most {v['max_vocab']:,}" if v["max_vocab"] else "") + f"; {manifest['types']['train']:,} types in train)")
+    print(f"train on it: --set data.dataset=prepared --set data.prepared={args.out}")
+    return 0
+
+
+def cmd_prepare_holmes(args) -> int:
     from ..data import holmes
     from ..data.registry import spec
 
     folder, manifest, made = holmes.prepare(args.data_dir, args.out, args.valid_sentences, args.seed, args.force)
-    print(f"prepared in {manifest['seconds']:.0f} s" if made else
+    print(f"prepared in {manifest['seconds']:.0f} s ({manifest['tokens_per_s']:,} tokens/s)" if made else
           f"already prepared, nothing to do (prepared in {manifest['seconds']:.0f} s; --force prepares it again)")
     for line in holmes.summary(folder, manifest, spec("holmes").min_count):
         print(line)

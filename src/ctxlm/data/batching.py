@@ -61,24 +61,20 @@ class StreamBatches:
         return (self.batch(i) for i in range(len(self)))
 
 
-class SpooledStreamBatches:
-    """The batches of `StreamBatches(ids, batch_size, bptt)`, with `ids` in a file of int32 (see `spool_ids`).
-
-    Each batch reads only its own span of every row, so memory does not grow with the stream.
+class ReadStreamBatches:
+    """The batches of `StreamBatches(ids, batch_size, bptt)` with `ids` on disk: `read(start, n)` returns
+    ids[start:start + n] (int64). Each batch reads only its own span of every row (B reads of T + 1 ids),
+    so memory does not grow with the stream (a prepared folder's training split, an evaluation spool).
     """
 
-    def __init__(self, spool, num_ids: int, batch_size: int, bptt: int):
-        self.spool, self.bptt = spool, bptt
+    def __init__(self, read, num_ids: int, batch_size: int, bptt: int):
+        self.read, self.bptt = read, bptt
         self.num_tokens = count = num_ids - 1
         self.rows = max(1, min(batch_size, count))
         self.length = -(-count // self.rows)
 
     def __len__(self) -> int:
         return -(-self.length // self.bptt)
-
-    def _read(self, start: int, count: int) -> torch.Tensor:
-        self.spool.seek(4 * start)
-        return torch.from_numpy(np.frombuffer(self.spool.read(4 * count), dtype=np.int32).astype(np.int64))
 
     def batch(self, index: int) -> Batch:
         start = index * self.bptt
@@ -89,12 +85,24 @@ class SpooledStreamBatches:
             first = row * self.length + start          # targets before this one in the stream
             n = max(0, min(width, self.num_tokens - first))
             if n:
-                ids = self._read(first, n + 1)
+                ids = self.read(first, n + 1)
                 inputs[row, :n], targets[row, :n] = ids[:-1], ids[1:]
         return Batch(inputs, targets, None)
 
     def __iter__(self):
         return (self.batch(i) for i in range(len(self)))
+
+
+class SpooledStreamBatches(ReadStreamBatches):
+    """`ReadStreamBatches` over a file of int32 ids (see `spool_ids`)."""
+
+    def __init__(self, spool, num_ids: int, batch_size: int, bptt: int):
+        super().__init__(self._read, num_ids, batch_size, bptt)
+        self.spool = spool
+
+    def _read(self, start: int, count: int) -> torch.Tensor:
+        self.spool.seek(4 * start)
+        return torch.from_numpy(np.frombuffer(self.spool.read(4 * count), dtype=np.int32).astype(np.int64))
 
 
 def spool_ids(ids: Iterable[torch.Tensor], spool) -> int:

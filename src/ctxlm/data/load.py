@@ -1,5 +1,7 @@
-"""Loading a language-modelling corpus by name (ctxlm.data.registry says where its files are) or from files,
-as token ids per split (`prepare_data`) and, for sentence batching, as sentences (`sentences_of`)."""
+"""Loading a language-modelling corpus by name (ctxlm.data.registry says where its files are), from files or
+from a prepared folder, as token ids per split (`prepare_data`) and, for sentence batching, as sentences
+(`sentences_of`). A prepared corpus (`data.dataset = "prepared"`, and holmes) stays on disk: its splits
+are `TokenStream`s, read a piece at a time, and become tensors only where a whole split is asked for."""
 from __future__ import annotations
 
 import sys
@@ -13,7 +15,7 @@ from ..config import Config
 from ..errors import CtxlmError
 from . import corpus as readers
 from .batching import Sentences, cap_sentences, split_sentences
-from .encoded import DecodedSplits, EncodedCorpus
+from .prepared import DecodedSplits, Prepared, TokenStream
 from .registry import DatasetSpec, locate, spec
 from .vocab import EOS, Vocabulary
 
@@ -22,18 +24,22 @@ from .vocab import EOS, Vocabulary
 class Corpus:
     """Token streams per split, every line/sentence ending in `<eos>`; POS tags where the corpus has them.
 
-    A prepared corpus (holmes) comes as `encoded` int32 arrays; its `splits` decode a split only when read.
+    A prepared corpus (a prepared folder, holmes) comes as `prepared` int32 arrays on disk, of which
+    `train_length` training tokens are used; its `splits` decode a split only when read.
     """
     name: str
     splits: Mapping[str, list[str]]
     tags: dict[str, list[str]] | None = None
     min_count: int = 1
-    encoded: EncodedCorpus | None = None
+    prepared: Prepared | None = None
+    train_length: int | None = None
+    max_vocab: int = 0
 
 
 def load_corpus(dataset: str, data_dir: str | Path | None = None, files: dict[str, str] | None = None,
-                max_train_tokens: int = 0) -> Corpus:
-    """Load a language-modelling corpus by registry name, or `files` with train/valid/test paths.
+                max_train_tokens: int = 0, prepared: str = "") -> Corpus:
+    """Load a language-modelling corpus by registry name, `files` with train/valid/test paths, or the
+    `prepared` folder (dataset "prepared").
 
     `max_train_tokens` (0 = all) keeps the longest run of whole training sentences with at most that
     many tokens, `<eos>` counted (`data.max_train_tokens`).
@@ -44,6 +50,10 @@ def load_corpus(dataset: str, data_dir: str | Path | None = None, files: dict[st
             raise CtxlmError(f"dataset = \"files\" needs data.{missing[0]} = PATH (train, valid and test files)")
         corpus = Corpus("files", {s: readers.read_tokens(p) for s, p in files.items()})
         return _truncated(corpus, max_train_tokens)
+    if dataset == "prepared":
+        if not prepared:
+            raise CtxlmError('dataset = "prepared" needs data.prepared = FOLDER (made by `ctxlm prepare text`)')
+        return _prepared("prepared", Prepared(Path(prepared)), max_train_tokens)
     info = spec(dataset)
     if not info.lm_corpus:
         raise CtxlmError(f"dataset {dataset!r} is an evaluation task set, not a training corpus; train on another corpus and use it for evaluation")
@@ -52,8 +62,7 @@ def load_corpus(dataset: str, data_dir: str | Path | None = None, files: dict[st
     elif info.reader == "brown":
         corpus = _brown(locate(dataset, "archive", data_dir), info)
     elif info.reader == "gutenberg":
-        encoded = _holmes(data_dir).truncated(max_train_tokens)
-        return Corpus(dataset, DecodedSplits(encoded), None, info.min_count, encoded)
+        return _prepared(dataset, _holmes(data_dir), max_train_tokens, info.min_count)
     else:
         raise AssertionError(info.reader)
     return _truncated(corpus, max_train_tokens)
@@ -102,7 +111,13 @@ def _brown(path: Path, info: DatasetSpec) -> Corpus:
     )
 
 
-def _holmes(data_dir) -> EncodedCorpus:
+def _prepared(name: str, prepared: Prepared, max_train_tokens: int, min_count: int = 0) -> Corpus:
+    length = prepared.train_length(max_train_tokens)
+    return Corpus(name, DecodedSplits(prepared, length), None, min_count or prepared.min_count, prepared, length,
+                  prepared.max_vocab)
+
+
+def _holmes(data_dir) -> Prepared:
     """Holmes as prepared by `ctxlm prepare holmes` (data/holmes.py), preparing it first if it never was."""
     from . import holmes
 
@@ -110,23 +125,53 @@ def _holmes(data_dir) -> EncodedCorpus:
     if folder is None:
         print("dataset 'holmes' is not prepared yet: preparing it once (`ctxlm prepare holmes`)", file=sys.stderr)
         folder, _, _ = holmes.prepare(data_dir, valid_sentences=holmes.VALID_SENTENCES)
-    return holmes.load_prepared(folder)
+    return Prepared(folder, redo="run `ctxlm prepare holmes`")
+
+
+class _Materialised(Mapping):
+    """Each split of a prepared corpus as one tensor, read from disk the first time it is asked for."""
+
+    def __init__(self, streams: dict[str, TokenStream]):
+        self.streams, self.cache = streams, {}
+
+    def __getitem__(self, split: str) -> torch.Tensor:
+        if split not in self.cache:
+            self.cache[split] = self.streams[split].tensor()
+        return self.cache[split]
+
+    def __iter__(self):
+        return iter(self.streams)
+
+    def __len__(self) -> int:
+        return len(self.streams)
 
 
 @dataclass
 class Data:
     vocab: Vocabulary
-    ids: dict[str, torch.Tensor]    # per split, prefixed with `<eos>` so every token is a target
+    ids: Mapping[str, torch.Tensor]     # per split, prefixed with `<eos>` so every token is a target
     tags: dict[str, list[str]] | None
+    streams: dict[str, TokenStream] | None = None   # a prepared corpus: each split on disk (`ids` reads one whole)
+
+    def length(self, split: str) -> int:
+        """Ids of a split, the leading `<eos>` included (targets: one fewer)."""
+        return len(self.streams[split]) if self.streams else self.ids[split].numel()
+
+    def counts(self, split: str = "train") -> torch.Tensor:
+        """Occurrences of every vocabulary id in a split (the leading `<eos>` included), never holding it whole."""
+        if self.streams:
+            return self.streams[split].counts(len(self.vocab))
+        return torch.bincount(self.ids[split], minlength=len(self.vocab))
 
 
 def prepare_data(config: Config, data_dir=None, vocab: Vocabulary | None = None) -> Data:
     files = {"train": config.data.train, "valid": config.data.valid, "test": config.data.test}
-    corpus = load_corpus(config.data.dataset, data_dir, files, config.data.max_train_tokens)
+    corpus = load_corpus(config.data.dataset, data_dir, files, config.data.max_train_tokens, config.data.prepared)
     min_count = config.data.min_count or corpus.min_count
-    if corpus.encoded is not None:      # a prepared corpus (holmes): int32 arrays, never a list of strings
-        vocab = vocab or corpus.encoded.vocabulary(config.data.max_vocab, min_count)
-        return Data(vocab, corpus.encoded.ids(vocab), None)
+    if corpus.prepared is not None:     # int32 arrays on disk, never a list of strings
+        vocab = vocab or corpus.prepared.vocabulary(config.data.max_vocab or corpus.max_vocab, min_count, corpus.train_length)
+        streams = corpus.prepared.streams(vocab, corpus.train_length)
+        return Data(vocab, _Materialised(streams), None, streams)
     if vocab is None:
         vocab = Vocabulary.build(corpus.splits["train"], config.data.max_vocab, min_count)
     ids = {split: vocab.encode([EOS] + tokens) for split, tokens in corpus.splits.items()}

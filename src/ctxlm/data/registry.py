@@ -118,7 +118,7 @@ def cache_dir() -> Path:
 
 def spec(name: str) -> DatasetSpec:
     if name not in DATASETS:
-        raise CtxlmError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)} (or dataset = \"files\" with your own train/valid/test)")
+        raise CtxlmError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)} (or dataset = \"files\" with your own train/valid/test, or \"prepared\" with data.prepared = FOLDER)")
     return DATASETS[name]
 
 

@@ -163,5 +163,5 @@ def first_batches(config, data_dir=None, batches: int = FINGERPRINT_BATCHES, dev
             loss = round(state["epoch_nll"] / max(state["epoch_tokens"], 1), 6)
     first = min(2, done)       # the first batches warm up allocators and kernels: timed from the third on
     seconds, tokens = marks[done][0] - marks[first][0], marks[done][1] - marks[first][1]
-    return {"batches": done, "train_loss": loss, "train_tokens": trainer.data.ids["train"].numel() - 1,
+    return {"batches": done, "train_loss": loss, "train_tokens": trainer.data.length("train") - 1,
             "tokens_per_s": round(tokens / seconds, 1) if seconds > 0 else None}

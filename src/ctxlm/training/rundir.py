@@ -11,12 +11,15 @@
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
 import subprocess
 import time
 from pathlib import Path
+
+import torch
 
 from ..config import Config, load_toml
 from ..data.vocab import Vocabulary
@@ -221,9 +224,18 @@ def resume_state(run_dir: RunDir, log) -> dict | None:
     return None
 
 
-def data_fingerprint(ids: dict) -> dict[str, str]:
-    """sha256 of each split's token ids under the run's vocabulary."""
-    return {split: checkpoint.digest(tensor) for split, tensor in ids.items()}
+def data_fingerprint(data) -> dict[str, str]:
+    """sha256 of each split's token ids under the run's vocabulary (`checkpoint.digest` of its tensor; a
+    prepared corpus's splits are hashed a piece at a time, to the same digest)."""
+    if not data.streams:
+        return {split: checkpoint.digest(tensor) for split, tensor in data.ids.items()}
+    found = {}
+    for split, stream in data.streams.items():
+        h = hashlib.sha256(f"tensor {torch.int64} {(len(stream),)};".encode())
+        for piece in stream.chunks():
+            h.update(piece.numpy())
+        found[split] = h.hexdigest()
+    return found
 
 
 def check_same_data(recorded: dict | None, now: dict[str, str], run_dir: Path, config, allow: bool, log) -> None:

@@ -16,7 +16,7 @@ import torch
 
 from ..checks import safe_exp
 from ..config import Config
-from ..data.batching import IGNORE, SentenceBatches, StreamBatches, WindowBatches
+from ..data.batching import IGNORE, ReadStreamBatches, SentenceBatches, StreamBatches, WindowBatches
 from ..data.load import prepare_data, sentences_of
 from ..errors import CtxlmError
 from ..evaluation.perplexity import evaluate_split
@@ -72,11 +72,11 @@ class Trainer:
             torch.set_num_threads(capped_threads(config.train.threads, self.log))
         vocab = self.files.read_vocab() if resume and self.files.vocab.exists() else None
         self.data = prepare_data(config, data_dir, vocab)
-        self.fingerprint = data_fingerprint(self.data.ids)
+        self.fingerprint = data_fingerprint(self.data)
         if self.resume_state is not None:
             check_same_data(self.resume_state.get("data"), self.fingerprint, self.run_dir, config, allow_changed_data, self.log)
         torch.manual_seed(config.train.seed)
-        counts = torch.bincount(self.data.ids["train"], minlength=len(self.data.vocab))   # class bins, NCE noise
+        counts = self.data.counts("train")        # class bins, NCE noise
         self.model = build_model(config.model, len(self.data.vocab), config.output, counts).to(self.device)
         if not (resume and self.resume_state):   # e.g. the names mixture marks its names
             self.model.use_vocabulary(self.data.vocab)
@@ -100,6 +100,9 @@ class Trainer:
     # ---------------------------------------------------------------- state
     def _batches(self):
         d = self.config.data
+        if d.batching == "stream" and self.data.streams:      # a prepared corpus: read from disk batch by batch
+            train = self.data.streams["train"]
+            return ReadStreamBatches(train.read, len(train), d.batch_size, d.bptt)
         train_ids = self.data.ids["train"]
         if d.batching == "sentence":
             return SentenceBatches(sentences_of(train_ids, self.data.vocab, self.config), d.batch_size,
@@ -201,7 +204,7 @@ class Trainer:
                 self.files.write_start(cfg, self.data.vocab)
             counts = self.model.parameter_counts()
             self.log(f"model {cfg.model.name}: {counts['total']:,} parameters ({counts['without_embeddings']:,} without word embeddings), "
-                     f"vocabulary {len(self.data.vocab):,}, {self.data.ids['train'].numel() - 1:,} training tokens, "
+                     f"vocabulary {len(self.data.vocab):,}, {self.data.length('train') - 1:,} training tokens, "
                      f"device {self.device}, precision {cfg.train.precision}"
                      + (" (this CPU has no bf16 instructions: emulated, many times slower than fp32 here)"
                         if emulated_bf16(self.device, cfg.train.precision) else "")
@@ -367,7 +370,7 @@ class Trainer:
         self.files.load_weights(self.model, self.identity)
         results = {"best_epoch": progress["best_epoch"], "train_wall_s": round(progress["elapsed"], 1),
                    "parameters": self.model.parameter_counts(), "commits": progress["commits"], "device": str(self.device),
-                   "train_tokens": self.data.ids["train"].numel() - 1, "vocabulary": len(vocab)}
+                   "train_tokens": self.data.length("train") - 1, "vocabulary": len(vocab)}
         try:
             for split in ("valid", "test"):
                 if split in self.data.ids:

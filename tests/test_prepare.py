@@ -1,0 +1,244 @@
+"""`ctxlm prepare text` (docs/prepare.md): a prepared folder gives exactly the ids of the text readers,
+training streams it from disk, and an interrupted preparation is refused and done again."""
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import ctxlm
+from conftest import ctxlm as run_ctxlm
+from conftest import one_line_error, tiny_config, write_corpus
+from ctxlm.config import Config
+from ctxlm.data.batching import ReadStreamBatches, StreamBatches
+from ctxlm.data.load import prepare_data
+from ctxlm.data.prepared import Prepared
+from ctxlm.errors import CtxlmError
+from ctxlm.training.rundir import data_fingerprint
+
+
+def prepare(*args):
+    result = run_ctxlm("prepare", "text", *args)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def prepared_config(folder, **data) -> Config:
+    config = Config()
+    config.data.dataset, config.data.prepared = "prepared", str(folder)
+    for key, value in data.items():
+        setattr(config.data, key, value)
+    return config
+
+
+def files_config(paths, **data) -> Config:
+    config = Config()
+    config.data.dataset, config.data.train, config.data.valid, config.data.test = "files", paths["train"], paths["valid"], paths["test"]
+    for key, value in data.items():
+        setattr(config.data, key, value)
+    return config
+
+
+@pytest.fixture
+def text(tmp_path):
+    """The synthetic corpus with what the reader must keep: literal <unk> and <eos>, an empty line, a BOM, CRLF."""
+    paths = write_corpus(tmp_path, (80, 15, 15))
+    train = Path(paths["train"])
+    train.write_bytes(b"\xef\xbb\xbfthe <unk> cat\r\n\nsat <eos> on a mat\n" + train.read_bytes())
+    return paths
+
+
+@pytest.mark.parametrize("min_count, max_vocab", [(1, 0), (2, 0), (1, 9), (3, 12)])
+def test_a_prepared_corpus_gives_exactly_the_ids_of_the_text_reader(text, tmp_path, min_count, max_vocab):
+    folder = tmp_path / "prep"
+    prepare(text["train"], "--valid", text["valid"], "--test", text["test"], "--out", folder,
+            "--min-count", min_count, "--max-vocab", max_vocab)
+    ours = prepare_data(prepared_config(folder))                    # the folder's own default vocabulary
+    theirs = prepare_data(files_config(text, min_count=min_count, max_vocab=max_vocab))
+    assert ours.vocab.words == theirs.vocab.words
+    for split in ("train", "valid", "test"):
+        assert torch.equal(ours.ids[split], theirs.ids[split]), split
+    assert torch.equal(ours.counts(), theirs.counts()) and data_fingerprint(ours) == data_fingerprint(theirs)
+    for setting in ({"min_count": 2}, {"max_vocab": 5}, {"max_train_tokens": 100}):   # data.* override the folder's
+        ours = prepare_data(prepared_config(folder, **setting))
+        theirs = prepare_data(files_config(text, **{"min_count": min_count, "max_vocab": max_vocab, **setting}))
+        assert ours.vocab.words == theirs.vocab.words, setting
+        assert all(torch.equal(ours.ids[s], theirs.ids[s]) for s in ("train", "valid", "test")), setting
+    (tmp_path / "other").mkdir()
+    other = prepare_data(files_config(write_corpus(tmp_path / "other", seed=3)))
+    ours, theirs = prepare_data(prepared_config(folder), vocab=other.vocab), prepare_data(files_config(text), vocab=other.vocab)
+    assert torch.equal(ours.ids["train"], theirs.ids["train"])      # another run's vocabulary (eval): a table
+
+
+def test_batches_read_from_disk_equal_the_in_memory_ones(text, tmp_path):
+    prepare(text["train"], "--valid", text["valid"], "--out", tmp_path / "prep")
+    data = prepare_data(prepared_config(tmp_path / "prep", min_count=2))
+    stream, ids = data.streams["train"], prepare_data(files_config(text, min_count=2)).ids["train"]
+    for rows, bptt in ((1, 5), (4, 7), (7, 1000), (2000, 3)):
+        ours, theirs = ReadStreamBatches(stream.read, len(stream), rows, bptt), StreamBatches(ids, rows, bptt)
+        assert len(ours) == len(theirs)
+        for a, b in zip(ours, theirs):
+            assert torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets)
+    assert "train" not in data.ids.cache                           # nothing read the split whole
+
+
+def test_folders_and_gzip_are_read_in_path_order(tmp_path):
+    (tmp_path / "in" / "sub").mkdir(parents=True)
+    (tmp_path / "in" / "a.txt").write_text("one two\nthree\n")
+    (tmp_path / "in" / "sub" / "b.txt.gz").write_bytes(gzip.compress(b"four five six\n"))
+    (tmp_path / "in" / ".hidden").write_text("never read\n")
+    (tmp_path / "valid.txt").write_text("two one\n")
+    prepare(tmp_path / "in", "--valid", tmp_path / "valid.txt", "--out", tmp_path / "prep")
+    data = prepare_data(prepared_config(tmp_path / "prep"))
+    assert data.vocab.decode(data.ids["train"].tolist()) == "<eos> one two <eos> three <eos> four five six <eos>".split()
+    assert json.loads((tmp_path / "prep" / "manifest.json").read_text())["inputs"] == 2
+
+
+def test_random_sentences_are_held_out_by_a_stated_rule(tmp_path):
+    lines = [f"line {i} says w{i % 7}" for i in range(200)]
+    (tmp_path / "all.txt").write_text("\n".join(lines) + "\n")
+
+    def split_lines(folder, split):
+        words = Prepared(folder).words()
+        text = " ".join(words[i] if i else "\n" for i in np.load(folder / f"{split}.npy").tolist())
+        return [line.strip() for line in text.split("\n")[:-1]]
+
+    prepare(tmp_path / "all.txt", "--valid-sentences", "10", "--test-sentences", "5%", "--out", tmp_path / "a")
+    valid, test, train = (split_lines(tmp_path / "a", s) for s in ("valid", "test", "train"))
+    assert len(valid) == 10 and len(test) == 10 and sorted(valid + test + train) == sorted(lines)
+    assert valid == sorted(valid, key=lines.index) and train == sorted(train, key=lines.index)   # corpus order
+    prepare(tmp_path / "all.txt", "--valid-sentences", "10", "--test-sentences", "5%", "--out", tmp_path / "b")
+    prepare(tmp_path / "all.txt", "--valid-sentences", "10", "--test-sentences", "5%", "--out", tmp_path / "c", "--seed", "2")
+    assert split_lines(tmp_path / "b", "valid") == valid and split_lines(tmp_path / "c", "valid") != valid
+    one_line_error(run_ctxlm("prepare", "text", tmp_path / "all.txt", "--valid-sentences", "150", "--test-sentences", "50",
+                             "--out", tmp_path / "d"), "--valid-sentences 150: the corpus has only 200 sentences")
+    one_line_error(run_ctxlm("prepare", "text", tmp_path / "all.txt", "--valid-sentences", "ten", "--out", tmp_path / "d"),
+                   "--valid-sentences ten", "percentage")
+    one_line_error(run_ctxlm("prepare", "text", tmp_path / "all.txt", "--out", tmp_path / "d"), "--valid FILE or --valid-sentences")
+    one_line_error(run_ctxlm("prepare", "text", tmp_path / "nothing", "--valid-sentences", "1", "--out", tmp_path / "d"),
+                   "nothing: no such file or folder")
+
+
+def test_tokenisation_and_ptb_normalisation(tmp_path):
+    pytest.importorskip("sacremoses")
+    (tmp_path / "raw.txt").write_text('He paid $1,000.50 in 1990 -- "cheap," said Mr. Smith.\nIt\'s 3:30.\n')
+    prepare(tmp_path / "raw.txt", "--valid", tmp_path / "raw.txt", "--out", tmp_path / "prep",
+            "--tokenize", "moses", "--lower", "--numbers", "N")
+    data = prepare_data(prepared_config(tmp_path / "prep"))
+    assert " ".join(data.vocab.decode(data.ids["train"].tolist()[1:])) == (
+        'he paid $ N in N -- " cheap , " said mr. smith . <eos> it \'s N : N . <eos>')   # moses cuts 3:30
+    result = run_ctxlm("prepare", "text", tmp_path / "raw.txt", "--valid", tmp_path / "raw.txt", "--out", tmp_path / "prep")
+    one_line_error(result, "another recipe", "--force")            # the same folder, another tokenisation
+
+
+def test_again_is_a_no_op_and_damage_is_refused(text, tmp_path):
+    args = (text["train"], "--valid", text["valid"], "--out", tmp_path / "prep")
+    prepare(*args)
+    folder = tmp_path / "prep"
+    before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+    assert "already prepared, nothing to do" in prepare(*args).stdout
+    assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == before
+    (folder / "valid.npy").write_bytes((folder / "valid.npy").read_bytes()[:-4])
+    with pytest.raises(CtxlmError, match="valid.npy: missing, incomplete or changed"):
+        prepare_data(prepared_config(folder))
+    one_line_error(run_ctxlm("prepare", "text", *args), "valid.npy: missing, incomplete or changed", "--force")
+    assert "prepared in" in prepare(*args, "--force").stdout
+    one_line_error(run_ctxlm("train", "--set", "data.dataset=prepared", "--run-dir", tmp_path / "run"),
+                   "data.prepared = FOLDER")
+    one_line_error(run_ctxlm("train", "--set", "data.dataset=prepared", "--set", f"data.prepared={tmp_path / 'none'}",
+                             "--run-dir", tmp_path / "run"), "no such folder", "ctxlm prepare text")
+
+
+# A child process that prepares and kills itself (SIGKILL: no handler, no clean-up runs) at one point of the write.
+KILLER = """
+import os, signal, sys
+from ctxlm.data import prepare
+point, calls = sys.argv[1], []
+
+def kill_at(name, original, when):
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        if when(args, len(calls)):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return original(*args, **kwargs)
+    return wrapped
+
+if point == "spool":            # after the first input file's tokens went to the spool
+    prepare.Encoder._flush = kill_at("flush", prepare.Encoder._flush, lambda args, n: n == 2)
+elif point == "train":          # half-way through train.npy: the header and part of the ids written
+    original = prepare._Hashed.write
+    def write(self, data):
+        original(self, data)
+        if self.path.name == "train.npy" and self.bytes > 128:
+            self.handle.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+    prepare._Hashed.write = write
+elif point == "manifest":       # every array and words.tsv complete, the manifest not yet written
+    prepare.atomic_write_text = kill_at("manifest", prepare.atomic_write_text, lambda args, n: str(args[0]).endswith("manifest.json"))
+from ctxlm.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("point, earlier", [("spool", False), ("train", False), ("manifest", False), ("train", True)],
+                         ids=["spool", "train.npy", "manifest", "train.npy-over-a-complete-one"])
+def test_a_killed_preparation_is_detected_and_done_again(tmp_path, point, earlier):
+    for name, seed in (("a", 0), ("b", 1)):
+        (tmp_path / name).mkdir()
+        write_corpus(tmp_path / name, (300, 20, 20), seed=seed)
+    args = ["prepare", "text", tmp_path / "a" / "train.txt", tmp_path / "b" / "train.txt", "--valid-sentences", "30",
+            "--out", tmp_path / "prep"]
+    clean = tmp_path / "clean"
+    prepare(*args[2:-1], clean)
+    if earlier:                                 # a complete folder of another recipe, replaced with --force
+        prepare(*args[2:], "--min-count", "2")
+        args.append("--force")
+    env = {**os.environ, "PYTHONPATH": str(Path(ctxlm.__file__).resolve().parents[1])}
+    child = subprocess.run([sys.executable, "-c", KILLER, point, *map(str, args)], env=env, capture_output=True, text=True)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    folder = tmp_path / "prep"
+    assert not (folder / "manifest.json").exists() and (folder / ".incomplete").exists()
+    with pytest.raises(CtxlmError, match="was interrupted and never finished"):
+        prepare_data(prepared_config(folder))
+    (tmp_path / "run.toml").write_text(f'[data]\ndataset = "prepared"\nprepared = "{folder}"\n')
+    one_line_error(run_ctxlm("train", "--config", tmp_path / "run.toml", "--run-dir", tmp_path / "run"),
+                   "was interrupted", "ctxlm prepare text")
+    assert "prepared in" in prepare(*args[2:]).stdout              # done again, never taken as it was
+    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in clean.iterdir())
+    for name in ("train.npy", "valid.npy", "words.tsv"):
+        assert (folder / name).read_bytes() == (clean / name).read_bytes(), name
+
+
+def test_training_streams_the_split_and_equals_training_on_the_text(corpus, tmp_path):
+    from ctxlm.training.count import estimate_run
+    from ctxlm.training.trainer import Trainer
+
+    prepare(corpus["train"], "--valid", corpus["valid"], "--test", corpus["test"], "--out", tmp_path / "prep")
+    results = {}
+    for name in ("files", "prepared"):
+        config = tiny_config(corpus)
+        if name == "prepared":
+            config.data.dataset, config.data.prepared = "prepared", str(tmp_path / "prep")
+        trainer = Trainer(config, tmp_path / name, log=lambda *a: None)
+        results[name] = trainer.fit()
+        if name == "prepared":
+            assert "train" not in trainer.data.ids.cache           # read batch by batch, never whole
+    assert results["files"]["valid"]["ppl"] == results["prepared"]["valid"]["ppl"]
+    assert results["files"]["test"]["ppl"] == results["prepared"]["test"]["ppl"]
+    evaluated = run_ctxlm("eval", tmp_path / "prepared", "--json")
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert json.loads(evaluated.stdout)["test"]["ppl"] == pytest.approx(results["prepared"]["test"]["ppl"], rel=1e-9)
+    ngram = {}
+    for name in ("files", "prepared"):                             # the n-gram estimator reads the folder too
+        config = tiny_config(corpus, name="kneser-ney", order=3)
+        if name == "prepared":
+            config.data.dataset, config.data.prepared = "prepared", str(tmp_path / "prep")
+        ngram[name] = estimate_run(config, tmp_path / f"kn-{name}", log=lambda *a: None)["test"]["ppl"]
+    assert ngram["files"] == ngram["prepared"]
+    assert np.load(tmp_path / "prep" / "train.npy").dtype == np.int32
