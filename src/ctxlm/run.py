@@ -114,7 +114,8 @@ class Run:
     def _left_to_right(self, what: str) -> None:
         if not self.model.left_to_right:
             raise CtxlmError(f"{what}: model {self.config.model.name!r} of {self.path} predicts each word from the words "
-                             "before and after it; score whole sentences with `sentence_log_probs`")
+                             "before and after it, so it has no next-word distribution; score whole sentences (`ctxlm complete`, "
+                             "Run.sentence_log_probs)")
 
     # ------------------------------------------------------------ scoring
     def score(self, texts: str | Iterable[str], document: bool = False, batch_size: int = 32) -> list[Scored]:
