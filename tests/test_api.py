@@ -127,3 +127,17 @@ def test_score_refuses_a_bad_combination_with_one_line(runs):
 def test_the_examples_of_docs_python_md_run(block, runs):
     namespace = {"run_dir": str(runs["lstm"])}
     exec(compile("import ctxlm\nrun = ctxlm.load(run_dir)\n" + block, str(DOCS), "exec"), namespace)
+
+
+def test_the_cache_and_dynamic_evaluation_combine(runs):
+    """Steps on the wrapped model's own loss under the cache: finite, and at a zero rate the cache alone."""
+    from ctxlm.models.cache import CacheSettings
+
+    run = load(runs["lstm"])
+    text = (Path(runs["corpus"]) / "valid.txt").read_text().splitlines()
+    cache = CacheSettings(window=50, theta=0.3, lam=0.2)
+    alone = run.with_cache(cache).perplexity(text)
+    zero = run.with_dynamic(DynamicSetting("sgd", lr=0.0, segment=5)).with_cache(cache).perplexity(text)
+    both = run.with_dynamic(DynamicSetting("sgd", lr=0.5, segment=5)).with_cache(cache).perplexity(text)
+    assert zero == pytest.approx(alone, rel=1e-6)
+    assert torch.isfinite(torch.tensor(both)) and both != pytest.approx(alone, rel=1e-4)

@@ -68,7 +68,7 @@ class DynamicWeights:
         setting.check()
         if setting.rule == "rms" and mean_square is None:
             raise ValueError("the rms rule needs the mean squared training gradients (mean_squared_gradients)")
-        self.setting = setting
+        self.setting, self.model = setting, model
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.trained = [p.detach().clone() for p in self.params]
         if setting.rule == "rms":

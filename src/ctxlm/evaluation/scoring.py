@@ -43,7 +43,9 @@ def score_stream(model, blocks: Iterable[torch.Tensor], eos: int, chunk: int = 1
         with torch.set_grad_enabled(dynamic is not None):          # whatever the caller's grad mode
             out = model(inputs, state, reset)
             log_probs = model.target_log_probs(out, targets)
-            loss = -log_probs.sum() / log_probs.numel()
+            if dynamic is not None:         # the adapted model's own loss, also under a cache that wraps it
+                own = log_probs if model is dynamic.model else dynamic.model.target_log_probs(out.inner, targets)
+                loss = -own.sum() / own.numel()
         if on_output is not None:
             with torch.no_grad():
                 on_output(out)
