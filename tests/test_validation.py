@@ -10,6 +10,7 @@ import dataclasses
 import io
 import json
 import math
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -196,7 +197,13 @@ def _command(command, option, runs, out, holmes=None):
         mix = ["--mix", runs["ngram"]] if option == "--mix-weight" else []
         return ["rescore", runs["ngram"], out / "nbest.txt", "--lm-weight", "1", *mix, "--out", out / "r.jsonl",
                 "--one-best", out / "b.txt"]
+    if command == "tune-dynamic":                      # on a copy: it writes the run's dynamic.json
+        run = out / "run"
+        if not run.exists():
+            shutil.copytree(runs["lstm"], run)
+        return ["tune-dynamic", run, "--rules", "sgd", "--lrs", "0.05", "--decays", "0", "--segments", "5"]
     return {"eval": ["eval", runs["lstm"], "--file", runs["corpus"] / "valid.txt", *cache],
+            "score": ["score", runs["lstm"], "--input", runs["corpus"] / "valid.txt", *cache],
             "lambada": ["lambada", runs["lstm"], runs["corpus"] / "valid.txt", "--out", out / "lambada.jsonl", *cache],
             "names": ["names", runs["corpus"] / "train.txt", "--out", out / "names.txt"],
             "explore": ["explore", runs["lstm"]],

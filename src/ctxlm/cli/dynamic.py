@@ -132,8 +132,9 @@ def cmd_tune_dynamic(args) -> int:
     atomic_write_text(record, json_text({"split": args.split, "tokens": ids.numel() - 1, "model_ppl": plain, "best": best if helped else None,
                                          "grid": grid, "commit": git_commit()}, indent=1) + "\n")
     if not helped:
-        raise CtxlmError(f"tune-dynamic: no setting lowered {args.split} perplexity {plain:.2f} (best {best['ppl']:.2f}); "
-                         f"the grid is in {record}: try smaller --lrs")
+        print(f"no setting lowered {args.split} perplexity {plain:.2f} (best {best['ppl']:.2f}); recorded in {record} "
+              "without a choice, so `eval --dynamic` asks for one: try smaller --lrs")
+        return 0
     print(f"best: {best['ppl']:.2f} ({100 * (1 - best['ppl'] / plain):.1f}% lower) with rule {best['rule']}, "
           f"lr {best['lr']}, decay {best['decay']}, segment {best['segment']}; recorded in {record} "
           f"(used by `ctxlm eval {args.run} --dynamic`)")
