@@ -216,8 +216,7 @@ class Run:
 
     # ------------------------------------------------------------ the loops, in evaluation/scoring.py
     def _stream(self, blocks, on_output=None) -> Iterator[torch.Tensor]:
-        chunk = self.dynamic.setting.segment if self.dynamic is not None else self.config.data.eval_chunk
-        return score_stream(self.model, blocks, self.vocab.eos, chunk, self.dynamic, on_output=on_output)
+        return score_stream(self.model, blocks, self.vocab.eos, self.config.data.eval_chunk, self.dynamic, on_output=on_output)
 
     def _sentences(self, sentences: list[torch.Tensor], batch_size: int) -> list[torch.Tensor]:
         if self.dynamic is None:

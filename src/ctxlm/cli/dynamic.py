@@ -41,13 +41,13 @@ def chosen_setting(run, args) -> DynamicSetting:
     return setting
 
 
-def with_dynamic(run, args, data=None):
-    """The run as it is, or with --dynamic: scoring with the chosen setting (the rms rule measures the training
-    gradients first, on `data`'s train split or the run's own)."""
+def with_dynamic(run, args, data=None, setting: DynamicSetting | None = None):
+    """The run as it is, or with --dynamic: scoring with the chosen setting (`setting`, else `chosen_setting`; the
+    rms rule measures the training gradients first, on `data`'s train split or the run's own)."""
     if not args.dynamic:
         return run
     neural_only(run, "--dynamic", STEPS)
-    setting = chosen_setting(run, args)
+    setting = setting or chosen_setting(run, args)
     train = None
     if setting.rule == "rms":
         train = (data or split_data(run, args, "train")).ids["train"]
@@ -63,13 +63,13 @@ def eval_dynamic(run, args) -> int:
 
     if args.names or args.precision != "fp32":
         raise CtxlmError("--dynamic goes without --names and --precision: drop them")
-    needs_corpus = not args.file or chosen_setting(run, args).rule == "rms"          # sgd on a file: no corpus
+    setting = chosen_setting(run, args)
+    needs_corpus = not args.file or setting.rule == "rms"          # sgd on a file: no corpus
     data = split_data(run, args, *(args.split or [])) if needs_corpus else None
-    run = with_dynamic(run, args, data)
+    run = with_dynamic(run, args, data, setting)
     model, cache = with_cache(run, args)
     texts = ({args.file: run.vocab.encode([EOS, *iter_tokens(args.file)])} if args.file else
              {split: data.ids[split] for split in args.split or [s for s in ("valid", "test") if s in data.ids]})
-    setting = run.dynamic.setting
     results = {name: {**evaluate_dynamic(model, ids, run.dynamic), "dynamic": vars(setting)} for name, ids in texts.items()}
     if cache is not None:
         for r in results.values():

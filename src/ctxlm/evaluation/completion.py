@@ -45,7 +45,7 @@ def sentence_scores(model, vocab, sentences: list[list[str]], batch_size: int = 
     if dynamic is not None:
         for row, sentence in enumerate(sentences):
             ids = vocab.encode(sentence)
-            scores[row] = float(next(score_stream(model, [ids], vocab.eos, dynamic.setting.segment, dynamic)).double().sum())
+            scores[row] = float(next(score_stream(model, [ids], vocab.eos, dynamic=dynamic)).double().sum())
             if progress:
                 progress([row])
         return scores

@@ -39,7 +39,7 @@ def score_passages(model, vocab, passages: list[list[str]], names: frozenset[str
             raise CtxlmError(f"passage {index + 1} has {len(tokens)} word(s); each needs context and a last (target) word")
         ids = vocab.encode([EOS] + tokens).unsqueeze(0)
         last = []                     # the target's distribution, from the weights before any step that saw it
-        log_probs = next(score_stream(model, [ids[0, 1:]], vocab.eos, dynamic.setting.segment if dynamic else chunk, dynamic,
+        log_probs = next(score_stream(model, [ids[0, 1:]], vocab.eos, chunk, dynamic,
                                       on_output=lambda out: last.append(model.log_probs(out.last_position()))))
         distribution = last[-1][0, 0].float().cpu()
         target, context = tokens[-1], tokens[:-1]

@@ -54,7 +54,7 @@ def stream_outputs(model, ids: torch.Tensor, chunk: int = 1000):
 def evaluate_dynamic(model, ids: torch.Tensor, weights: DynamicWeights) -> dict[str, float]:
     """Perplexity of `ids` (starting with `<eos>`) read as one stream under dynamic evaluation (evaluation/dynamic.py),
     from the trained weights, which are back afterwards. `model` may wrap the one `weights` adapts (the cache)."""
-    log_probs = stream_log_probs(model, ids, weights.setting.segment, weights)
+    log_probs = stream_log_probs(model, ids, dynamic=weights)
     total, count = -float(log_probs.double().sum()), log_probs.numel()
     return {"nll": total, "tokens": count, "ppl": safe_exp(total / count) if count else float("nan")}
 

@@ -29,10 +29,11 @@ def score_stream(model, blocks: Iterable[torch.Tensor], eos: int, chunk: int = 1
                  fresh: bool = False, on_output: Callable | None = None) -> Iterator[torch.Tensor]:
     """Yield, block by block, the log-probability of each of the block's ids (on the CPU), reading
     `<eos>` + the blocks as one stream. `fresh`: each block starts from a fresh state (the chunks stay the same).
-    `dynamic`: each chunk (a segment) is scored, then a step; the trained weights are back when the stream
-    ends or is abandoned. `on_output(out)` sees each chunk's ModelOutput before any step (e.g. for top-k)."""
+    `dynamic`: read in its segments instead of `chunk`s, each scored, then a step; the trained weights are back
+    when the stream ends or is abandoned. `on_output(out)` sees each chunk's ModelOutput before any step (e.g. for top-k)."""
     device = model_device(model)
     model.eval()
+    chunk = dynamic.setting.segment if dynamic is not None else chunk
     pending, resets = torch.tensor([eos]), torch.tensor([fresh])     # ids still to be read as inputs
     lengths, scored, state = deque(), [], None
 

@@ -120,8 +120,7 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
             result["mixture_weight"] += [round(x, 4) for x in model.mixture_weight(out)[0].tolist()]
         read[0] = end
 
-    chunk = run.dynamic.setting.segment if run.dynamic else run.config.data.eval_chunk
-    for log_probs in score_stream(model, blocks, vocab.eos, chunk, run.dynamic, fresh=not stream, on_output=inspect):
+    for log_probs in score_stream(model, blocks, vocab.eos, run.config.data.eval_chunk, run.dynamic, fresh=not stream, on_output=inspect):
         result["log_probs"] += [round(x, 6) for x in log_probs.tolist()]
     total = sum(result["log_probs"])
     unknown = [t not in vocab.index for t in tokens]
