@@ -1,5 +1,6 @@
 """Dynamic evaluation (evaluation/dynamic.py): causal, the plain evaluation at a zero rate, the trained
 weights back afterwards, and a step that helps on repeated text; for every neural family."""
+import copy
 import hashlib
 import json
 
@@ -8,10 +9,11 @@ import torch
 
 from conftest import ctxlm, one_line_error
 from ctxlm.config import ModelConfig
-from ctxlm.evaluation.dynamic import DynamicSetting, DynamicWeights, mean_squared_gradients
+from ctxlm.evaluation.dynamic import EPSILON, DynamicSetting, DynamicWeights, mean_squared_gradients
 from ctxlm.evaluation.perplexity import evaluate_dynamic, evaluate_stream
 from ctxlm.evaluation.scoring import score_stream, stream_log_probs
 from ctxlm.models import MODELS, build_model
+from ctxlm.models.base import detach_state
 from test_contract import LEFT_TO_RIGHT, VOCAB, config_of, folder, ready, sentences  # noqa: F401  (folder: a fixture)
 
 NEURAL = sorted(name for name in MODELS if not MODELS[name].count_based)
@@ -50,6 +52,42 @@ def test_no_token_is_scored_by_weights_that_saw_it(name, folder):  # noqa: F811
         after = log_probs(model, changed, setting)
         assert torch.equal(after[:k - 1], before[:k - 1]), k     # targets 1..k-1 are log-probs 0..k-2
 
+
+
+@pytest.mark.parametrize("rule", ["rms", "sgd"])
+def test_the_steps_are_the_rule_written_out(model, rule):
+    """Each segment scored, then θ ← θ − η g/(√MS + ε) + min(1, λ√MS/mean √MS)(θ₀ − θ) (rms) or
+    θ ← θ − η g + λ(θ₀ − θ) (sgd), with dense gradients from .backward() on a copy: the sparse embedding rows
+    of the real steps change nothing."""
+    ids = torch.cat([torch.tensor([VOCAB.eos]), sentences(8, 2)])
+    reference = copy.deepcopy(model)
+    torch.manual_seed(1)
+    mean_square = [torch.rand_like(p) * 1e-2 + 1e-3 for p in model.parameters()]
+    setting = DynamicSetting(rule, lr=0.05, decay=0.1, segment=4)
+    got = log_probs(model, ids, setting, mean_square if rule == "rms" else None)
+    trained = [p.detach().clone() for p in reference.parameters()]
+    rms = [m.sqrt() for m in mean_square]
+    mean_rms = torch.cat([r.flatten() for r in rms]).mean()
+    expected, state = [], None
+    for start in range(0, ids.numel() - 1, 4):
+        segment = ids[start:start + 5].view(1, -1)
+        inputs, targets = segment[:, :-1], segment[:, 1:]
+        out = reference(inputs, state, None)
+        scored = reference.target_log_probs(out, targets)
+        expected.append(scored.detach()[0])
+        reference.zero_grad()
+        (-scored.mean()).backward()
+        with torch.no_grad():
+            for p, p0, r in zip(reference.parameters(), trained, rms):
+                grad = torch.zeros_like(p) if p.grad is None else p.grad
+                if rule == "rms":
+                    p.copy_(p + (0.1 * r / mean_rms).clamp(max=1.0) * (p0 - p) - 0.05 * grad / (r + EPSILON))
+                else:
+                    p.copy_(p + 0.1 * (p0 - p) - 0.05 * grad)
+        state = detach_state(out.state)
+    assert torch.allclose(got.float(), torch.cat(expected), atol=1e-5, rtol=0)
+    assert not torch.allclose(got.float(), log_probs(model, ids, DynamicSetting(rule, 0.0, 0.1, 4),
+                                                     mean_square if rule == "rms" else None).float(), atol=1e-3)
 
 def test_the_trained_weights_are_back_after_a_pass(model):
     trained = {name: p.detach().clone() for name, p in model.named_parameters()}

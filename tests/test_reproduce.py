@@ -12,7 +12,7 @@ import pytest
 from conftest import ctxlm, one_line_error, tiny_config, write_corpus
 from ctxlm.config import apply_overrides, load_toml, validate
 from ctxlm.reproduce import report, runner
-from ctxlm.reproduce.records import first_batches
+from ctxlm.reproduce.records import first_batches, record_from_run
 from ctxlm.reproduce.tables import load_tables
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,6 +121,20 @@ def test_the_fingerprint_is_the_first_batches_loss_of_a_plain_train(reference, t
     first = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert fingerprint["train_loss"] == first["train_loss"]
 
+
+
+def test_a_new_run_keeps_another_machines_record_of_the_row_as_earlier(reference):
+    """Run folders do not travel: a row begun elsewhere starts again here, and the old curve stays in the record."""
+    project, records, _ = reference
+    elsewhere = dict(records["lstm"], finished=False, curve=[{"epoch": 1, "lr": 1.0, "train_ppl": 99.0, "valid_ppl": 98.0}],
+                     hardware="NVIDIA H200 (CUDA)", earlier=[{"curve": [], "hardware": "older"}])
+    record = record_from_run("tiny-1", "lstm", project / "ref-runs" / "tiny-1" / "lstm", "ctxlm train ...", elsewhere)
+    assert record["curve"] == records["lstm"]["curve"] and record["hardware"] == records["lstm"]["hardware"]
+    kept = {k: v for k, v in elsewhere.items() if k not in ("table", "row", "earlier")}
+    assert record["earlier"] == [{"curve": [], "hardware": "older"}, kept]
+    again = record_from_run("tiny-1", "lstm", project / "ref-runs" / "tiny-1" / "lstm", "ctxlm train ...", record)
+    assert again["earlier"] == record["earlier"]                # carried, not added twice
+    assert "earlier" not in records["lstm"]
 
 def test_sigterm_mid_row_resumes_without_retraining_the_finished_row(reference):
     project, expected, _ = reference

@@ -14,6 +14,7 @@ again when a pass ends.
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,6 +71,7 @@ class DynamicWeights:
             raise ValueError("the rms rule needs the mean squared training gradients (mean_squared_gradients)")
         self.setting, self.model = setting, model
         self.params = [p for p in model.parameters() if p.requires_grad]
+        self.embeddings = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)]
         self.trained = [p.detach().clone() for p in self.params]
         if setting.rule == "rms":
             rms = [m.sqrt() for m in mean_square]
@@ -80,14 +82,33 @@ class DynamicWeights:
             self.scale = [None] * len(self.params)
             self.pull = [setting.decay] * len(self.params)
 
+    @contextmanager
+    def sparse_embeddings(self):
+        """Within it, a forward pass gives its embedding tables sparse gradients (the rows it read), so a step
+        neither fills nor reads a dense table of zeros: a third of a step's time for the ptb-lstm model."""
+        flags = [m.sparse for m in self.embeddings]
+        for m in self.embeddings:
+            m.sparse = True
+        try:
+            yield
+        finally:
+            for m, flag in zip(self.embeddings, flags):
+                m.sparse = flag
+
     @torch.no_grad()
     def step(self, loss: torch.Tensor) -> None:
         grads = torch.autograd.grad(loss, self.params, allow_unused=True)
         for p, g, p0, scale, pull in zip(self.params, grads, self.trained, self.scale, self.pull):
             p.lerp_(p0, pull)                       # p + pull · (p0 − p), fused; the pull is from θ before the step
-            if g is not None and scale is None:
+            if g is None:
+                continue
+            if g.is_sparse:                         # rows of an embedding table (duplicates summed by coalesce)
+                g = g.coalesce()
+                rows, values = g.indices()[0], g.values()
+                p.index_add_(0, rows, values if scale is None else values * scale[rows], alpha=-self.setting.lr)
+            elif scale is None:
                 p.add_(g, alpha=-self.setting.lr)
-            elif g is not None:
+            else:
                 p.addcmul_(g, scale, value=-self.setting.lr)
 
     @torch.no_grad()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import nullcontext
 
 import torch
 
@@ -41,8 +42,8 @@ def score_stream(model, blocks: Iterable[torch.Tensor], eos: int, chunk: int = 1
         nonlocal state
         inputs, targets = ids[:-1].view(1, -1).to(device), ids[1:].view(1, -1).to(device)
         reset = reset[:-1].view(1, -1).to(device) if fresh else None
-        with torch.set_grad_enabled(dynamic is not None):          # whatever the caller's grad mode
-            out = model(inputs, state, reset)
+        with torch.set_grad_enabled(dynamic is not None), dynamic.sparse_embeddings() if dynamic else nullcontext():
+            out = model(inputs, state, reset)                      # (grad mode whatever the caller's)
             log_probs = model.target_log_probs(out, targets)
             if dynamic is not None:         # the adapted model's own loss, also under a cache that wraps it
                 own = log_probs if model is dynamic.model else dynamic.model.target_log_probs(out.inner, targets)

@@ -76,7 +76,8 @@ def _read_json(path: Path) -> dict | None:
 
 
 def record_from_run(table: str, row: str, run_dir: Path, command: str, previous: dict | None = None) -> dict | None:
-    """The record of a run directory as it stands (finished when it has results.json); None before it has a config."""
+    """The record of a run directory as it stands (finished when it has results.json); None before it has a config.
+    A `previous` record of another run of the row (another machine's, its curve not this run's) goes to "earlier"."""
     files = RunDir(run_dir)
     config = files.saved_config()
     if config is None:
@@ -85,8 +86,11 @@ def record_from_run(table: str, row: str, run_dir: Path, command: str, previous:
     results = _read_json(files.results)
     curve = [{k: point[k] for k in CURVE_KEYS if k in point} for point in curve]
     previous = previous or {}
+    earlier = previous.get("earlier", [])
     if previous.get("curve") != curve[:len(previous.get("curve", []))]:
-        previous = {}           # a new run of the row (another machine's record): nothing of the old one holds
+        if previous.get("curve"):   # a new run of the row: the old one (another machine's) is kept as it was
+            earlier = earlier + [{k: v for k, v in previous.items() if k not in ("table", "row", "earlier")}]
+        previous = {}
     device = (results or {}).get("device") or previous.get("device") or config.train.device
     record = {
         "table": table, "row": row, "finished": results is not None,
@@ -103,6 +107,8 @@ def record_from_run(table: str, row: str, run_dir: Path, command: str, previous:
                       valid_ppl=results.get("valid", {}).get("ppl"), test_ppl=results.get("test", {}).get("ppl"))
     if "fingerprint" in previous:
         record["fingerprint"] = previous["fingerprint"]
+    if earlier:
+        record["earlier"] = earlier
     return record
 
 
