@@ -1,5 +1,6 @@
 """Issue 38: what a hostile new user found. Each case ends in one clear line and a non-zero exit, or in
 the right result; nothing a command reads is changed (the data-loss cases compare the inputs byte for byte)."""
+import errno
 import hashlib
 import http.client
 import json
@@ -22,7 +23,7 @@ from conftest import ctxlm as run_ctxlm
 from conftest import one_line_error, tiny_config, write_corpus
 from ctxlm.checks import safe_exp
 from ctxlm.errors import CtxlmError
-from ctxlm.training import checkpoint
+from ctxlm.training import checkpoint, table_file
 from ctxlm.training.divergence import Diverged
 from ctxlm.training.trainer import Trainer
 
@@ -287,17 +288,27 @@ def test_a_corrupt_cache_json_is_one_line_naming_it(world, text, key):
         load_runs([world / "lstm"], cache=True)
 
 
-def test_a_full_disk_while_saving_weights_is_one_line_and_keeps_the_old_file(world, monkeypatch):
+@pytest.mark.parametrize("writer", ["safetensors", "table_file"])
+def test_a_full_disk_while_saving_weights_is_one_line_and_keeps_the_old_file(world, monkeypatch, writer):
+    """Neural weights go through safetensors' writer, n-gram tables through table_file's: both fail the same way."""
     def full(tensors, path, metadata=None):
         Path(path).write_bytes(b"half")
         raise SafetensorError("Error while serializing: IoError(No space left on device (os error 28))")
 
-    monkeypatch.setattr(checkpoint, "save_file", full)
+    def full_after_one_piece(array):
+        yield memoryview(b"half")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
     before = digests(world)
-    arpa = world / "m.arpa"
-    assert run_ctxlm("export-arpa", world / "ngram", arpa).returncode == 0
-    one_line_error(run_ctxlm("import-arpa", arpa, world / "imported"), "model.safetensors: could not be written",
-                   "No space left on device", "disk full")
+    if writer == "safetensors":
+        monkeypatch.setattr(checkpoint, "save_file", full)
+        result = run_ctxlm("train", "--config", world / "lstm" / "config.toml", "--run-dir", world / "again")
+    else:
+        arpa = world / "m.arpa"
+        assert run_ctxlm("export-arpa", world / "ngram", arpa).returncode == 0
+        monkeypatch.setattr(table_file, "pieces", full_after_one_piece)
+        result = run_ctxlm("import-arpa", arpa, world / "imported")
+    one_line_error(result, "model.safetensors: could not be written", "No space left on device", "disk full")
     assert {k: v for k, v in digests(world).items() if k in before} == before
     assert not [p for p in world.rglob("*.tmp")]
 

@@ -261,20 +261,23 @@ class KneserNeyLM(LanguageModel):
         return counts
 
     # ------------------------------------------------------------------ storage
-    def tensors(self) -> dict[str, torch.Tensor]:
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The tables by name (order{n}.keys, .log_prob, .log_backoff), as stored (in memory or mapped)."""
         out = {}
         for n, table in enumerate(self.tables, 1):
-            out[f"order{n}.keys"] = torch.from_numpy(table.keys)
-            out[f"order{n}.log_prob"] = torch.from_numpy(table.log_prob)
-            out[f"order{n}.log_backoff"] = torch.from_numpy(table.log_backoff)
+            out.update({f"order{n}.keys": table.keys, f"order{n}.log_prob": table.log_prob,
+                        f"order{n}.log_backoff": table.log_backoff})
         return out
 
-    def load_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        """The tables `tensors()` wrote; ValueError when they are not those of an order-`order` model."""
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {name: torch.from_numpy(array) for name, array in self.arrays().items()}
+
+    def load_tensors(self, tensors: dict) -> None:
+        """The tables `arrays()` gave (NumPy arrays, mapped or not, or tensors); ValueError when they are not
+        those of an order-`order` model."""
         stored = sorted(k for k in tensors if k.endswith(".keys"))
         if stored != sorted(f"order{n}.keys" for n in range(1, self.order + 1)):
             raise ValueError(f"the weights hold {len(stored)} n-gram orders, the config says model.order = {self.order}")
-        self.tables = []
-        for n in range(1, self.order + 1):
-            self.tables.append(_Table(tensors[f"order{n}.keys"].numpy(), tensors[f"order{n}.log_prob"].numpy(),
-                                      tensors[f"order{n}.log_backoff"].numpy()))
+        array = lambda name: tensors[name].numpy() if isinstance(tensors[name], torch.Tensor) else tensors[name]  # noqa: E731
+        self.tables = [_Table(array(f"order{n}.keys"), array(f"order{n}.log_prob"), array(f"order{n}.log_backoff"))
+                       for n in range(1, self.order + 1)]

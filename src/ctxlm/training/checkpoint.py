@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 
 from ..errors import CtxlmError
 from ..io import atomic_write
+from .table_file import map_tables, save_tables
 
 
 def digest(value: Any) -> str:
@@ -54,8 +55,12 @@ def unique_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def save_weights(model: torch.nn.Module, path: str | Path, metadata: dict[str, str]) -> None:
-    """Neural models store their state dict; count-based models their tables (`model.tensors()`)."""
-    tensors = model.tensors() if model.count_based else unique_state_dict(model)
+    """Neural models store their state dict; count-based models their tables (`model.arrays()`, written
+    a piece at a time: table_file.py)."""
+    if model.count_based:
+        save_tables(model.arrays(), path, metadata)
+        return
+    tensors = unique_state_dict(model)
     metadata = {**metadata, "sha256": digest(dict(sorted(tensors.items())))}
     atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=metadata))
 
@@ -67,6 +72,14 @@ def load_weights(model: torch.nn.Module, path: str | Path, expect: dict[str, str
     path = Path(path)
     if not path.is_file():
         raise CtxlmError(f"{path}: no weights file; is this a finished run directory?")
+    if model.count_based:
+        tables, metadata = map_tables(path)
+        _check_identity(path, metadata, expect)
+        try:
+            model.load_tensors(tables)
+        except ValueError as exc:
+            raise CtxlmError(f"{path}: weights do not fit this model ({exc}); check the run's config.toml") from None
+        return metadata
     try:
         with safe_open(str(path), "pt") as f:
             metadata = f.metadata() or {}
@@ -76,16 +89,7 @@ def load_weights(model: torch.nn.Module, path: str | Path, expect: dict[str, str
     if "sha256" in metadata and digest(dict(sorted(tensors.items()))) != metadata["sha256"]:
         raise CtxlmError(f"{path}: corrupt weights file (its content does not match its sha256); "
                          "restore it from a copy or train the run again")
-    for key, value in expect.items():
-        if metadata.get(key) != value:
-            raise CtxlmError(f"{path}: weights were saved for a different {key} ({metadata.get(key, '?')[:16]} vs {value[:16]}); "
-                             "use the config.toml and vocab.txt of the run that wrote them")
-    if model.count_based:
-        try:
-            model.load_tensors(tensors)
-        except ValueError as exc:
-            raise CtxlmError(f"{path}: weights do not fit this model ({exc}); check the run's config.toml") from None
-        return metadata
+    _check_identity(path, metadata, expect)
     own = unique_state_dict(model)
     shapes = {k: tuple(v.shape) for k, v in own.items()}
     theirs = {k: tuple(v.shape) for k, v in tensors.items()}
@@ -97,6 +101,13 @@ def load_weights(model: torch.nn.Module, path: str | Path, expect: dict[str, str
         for name, tensor in tensors.items():
             params[name].copy_(tensor)
     return metadata
+
+
+def _check_identity(path: Path, metadata: dict[str, str], expect: dict[str, str]) -> None:
+    for key, value in expect.items():
+        if metadata.get(key) != value:
+            raise CtxlmError(f"{path}: weights were saved for a different {key} ({metadata.get(key, '?')[:16]} vs {value[:16]}); "
+                             "use the config.toml and vocab.txt of the run that wrote them")
 
 
 def previous(path: Path) -> Path:

@@ -1,0 +1,123 @@
+"""Weights of count-based models (Kneser-Ney tables, larger than memory for a large corpus) as safetensors
+files written and read a piece at a time.
+
+safetensors' own writer holds every tensor's bytes in memory at once, and its reader copies the file
+into memory; here the header is written, then each table in 64 MB pieces, and loading maps the tables
+from the file (the format: 8-byte little-endian header size, a JSON header, the tensors' bytes). Pieces of
+a file-mapped table are let go once read, so saving a table never makes it resident as a whole. The
+sha256 is `checkpoint.digest` of the tables, computed in the same pass.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import CtxlmError
+from ..io import atomic_write
+
+PIECE = 1 << 26
+DTYPES = {"I64": np.int64, "I32": np.int32, "F64": np.float64, "F32": np.float32}
+NAMES = {np.dtype(v): k for k, v in DTYPES.items()}
+HASH_HOLE = "0" * 64
+
+
+def pieces(array: np.ndarray) -> Iterator[memoryview]:
+    """The bytes of an array in order, PIECE bytes at a time; a file-mapped array's pages are let go once read."""
+    flat = array.reshape(-1)
+    step = max(1, PIECE // max(flat.itemsize, 1))
+    for start in range(0, flat.size, step):
+        yield memoryview(np.ascontiguousarray(flat[start:start + step])).cast("B")
+        _let_go(array, start * flat.itemsize, (start + step) * flat.itemsize)
+
+
+def _let_go(array: np.ndarray, first: int, stop: int) -> None:
+    """Drop the pages of bytes [first, stop) of a np.memmap from this process (they are read from the file again if needed)."""
+    mapping = getattr(array, "_mmap", None)
+    if mapping is None or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    skew = array.offset % mmap.ALLOCATIONGRANULARITY            # the mapping begins this far before the array
+    first = (skew + first) // mmap.PAGESIZE * mmap.PAGESIZE
+    stop = min(len(mapping), skew + stop)
+    if stop > first:
+        mapping.madvise(mmap.MADV_DONTNEED, first, stop - first)
+
+
+def _digest_start(arrays: dict[str, np.ndarray]):
+    """checkpoint.digest's opening of a dict of tensors; each array then adds its own header and bytes."""
+    h = hashlib.sha256()
+    h.update(f"dict {len(arrays)};".encode())
+    return h
+
+
+def _digest_header(h, name: str, array: np.ndarray) -> None:
+    h.update(f"str {name!r};".encode())
+    h.update(f"tensor {torch.from_numpy(np.zeros(0, array.dtype)).dtype} {tuple(array.shape)};".encode())
+
+
+def digest_arrays(arrays: dict[str, np.ndarray]) -> str:
+    """`checkpoint.digest` of {name: tensor} in name order, reading each array in pieces."""
+    h = _digest_start(arrays)
+    for name in sorted(arrays):
+        _digest_header(h, name, arrays[name])
+        for piece in pieces(arrays[name]):
+            h.update(piece)
+    return h.hexdigest()
+
+
+def save_tables(arrays: dict[str, np.ndarray], path: str | Path, metadata: dict[str, str]) -> None:
+    """Write `arrays` (names in order) as a safetensors file, atomically, with metadata["sha256"] their digest."""
+    header, offset = {}, 0
+    for name in sorted(arrays):
+        array = arrays[name]
+        header[name] = {"dtype": NAMES[array.dtype], "shape": list(array.shape), "data_offsets": [offset, offset + array.nbytes]}
+        offset += array.nbytes
+
+    def encoded(sha256: str) -> bytes:
+        text = json.dumps({"__metadata__": {**metadata, "sha256": sha256}, **header}, separators=(",", ":")).encode()
+        return text + b" " * (-len(text) % 8)
+
+    def write(tmp: str) -> None:
+        blob = encoded(HASH_HOLE)
+        h = _digest_start(arrays)
+        with open(tmp, "wb") as out:
+            out.write(struct.pack("<Q", len(blob)) + blob)
+            for name in sorted(arrays):
+                _digest_header(h, name, arrays[name])
+                for piece in pieces(arrays[name]):
+                    h.update(piece)
+                    out.write(piece)
+            out.seek(8)
+            out.write(encoded(h.hexdigest()))             # the same length: the hash was a hole of 64 characters
+
+    atomic_write(path, write)
+
+
+def map_tables(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The arrays of a file `save_tables` wrote, mapped (copy-on-write), and its metadata; the sha256 is checked."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            size = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(size))
+        metadata = header.pop("__metadata__", {}) or {}
+        start = 8 + size
+        arrays = {}
+        for name, entry in header.items():
+            first, stop = entry["data_offsets"]
+            dtype = np.dtype(DTYPES[entry["dtype"]])
+            count = (stop - first) // dtype.itemsize
+            arrays[name] = (np.memmap(path, dtype=dtype, mode="c", offset=start + first, shape=tuple(entry["shape"]))
+                            if count else np.zeros(entry["shape"], dtype=dtype))
+    except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
+        raise CtxlmError(f"{path}: unreadable or truncated weights file ({exc})") from None
+    if "sha256" in metadata and digest_arrays(arrays) != metadata["sha256"]:
+        raise CtxlmError(f"{path}: corrupt weights file (its content does not match its sha256); "
+                         "restore it from a copy or train the run again")
+    return arrays, metadata
