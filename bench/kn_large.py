@@ -1,6 +1,7 @@
 """Kneser-Ney 5-grams of corpora larger than memory, ours against KenLM's `lmplz`, on the same tokens and
 the same budget (issue 42). Each command is a child process; its wall and CPU time and its peak resident
-memory come from `os.wait4` (that child alone).
+memory come from `os.wait4` (that child alone), and samples of /proc split its resident memory into its own
+(RssAnon) and pages of the files it maps (RssFile: the tables and corpus, which the kernel can reclaim).
 
 For each corpus (a folder written by `ctxlm prepare`): ours is the whole `ctxlm train` of
 configs/ngram/holmes-kn5.toml on it with `--memory BUDGET` (counting, estimation, saving, scoring valid
@@ -26,16 +27,33 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def resident(pid: int) -> dict[str, int]:
+    """RssAnon and RssFile (kB) of a process now: its own memory, and pages of files it maps (reclaimable)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    return {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in lines) if k in ("RssAnon", "RssFile")}
+
+
 def timed(command: list[str], log: Path) -> dict:
-    """Run one child process (output to `log`); its wall, user + system CPU seconds and peak RSS."""
-    started = time.time()
+    """Run one child process (output to `log`); its wall, user + system CPU seconds and peak RSS, and the
+    largest RssAnon and RssFile seen in samples every 0.2 s (Linux)."""
+    started, most = time.time(), {"RssAnon": 0, "RssFile": 0}
     with open(log, "w") as out:
         child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(child.pid, 0)
+        while True:
+            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+            if pid:
+                break
+            for key, value in resident(child.pid).items():
+                most[key] = max(most[key], value)
+            time.sleep(0.2)
     if os.waitstatus_to_exitcode(status):
         sys.exit(f"bench/kn_large.py: {command[:4]} failed; see {log}")
     return {"wall_s": round(time.time() - started, 1), "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
-            "peak_rss_gb": round(usage.ru_maxrss / 2 ** 20, 3)}
+            "peak_rss_gb": round(usage.ru_maxrss / 2 ** 20, 3), "most_anon_gb": round(most["RssAnon"] / 2 ** 20, 3),
+            "most_file_mapped_gb": round(most["RssFile"] / 2 ** 20, 3)}
 
 
 def training_text(prepared: Path, out: Path) -> int:

@@ -33,7 +33,7 @@ def test_a_zero_rate_is_plain_evaluation(model):
     ids = torch.cat([torch.tensor([VOCAB.eos]), sentences(12, 3)])
     plain = evaluate_stream(model, ids, batch_size=1, chunk=7)
     for rule, decay in (("sgd", 0.5), ("rms", 0.5)):
-        mean_square = mean_squared_gradients(model, ids, 7, max_segments=3) if rule == "rms" else None
+        mean_square = mean_squared_gradients(model, ids, 7, max_batches=3) if rule == "rms" else None
         dynamic = evaluate_dynamic(model, ids, DynamicWeights(model, DynamicSetting(rule, lr=0.0, decay=decay, segment=7), mean_square))
         # the same up to float rounding: with autograd on, PyTorch's CPU LSTM takes another kernel (~1e-9)
         assert dynamic["nll"] == pytest.approx(plain["nll"], rel=1e-8, abs=0) and dynamic["tokens"] == plain["tokens"]
@@ -92,7 +92,7 @@ def test_the_steps_are_the_rule_written_out(model, rule):
 def test_the_trained_weights_are_back_after_a_pass(model):
     trained = {name: p.detach().clone() for name, p in model.named_parameters()}
     ids = torch.cat([torch.tensor([VOCAB.eos]), sentences(8, 5)])
-    mean_square = mean_squared_gradients(model, ids, 6, max_segments=4)
+    mean_square = mean_squared_gradients(model, ids, 6, max_batches=4)
     evaluate_dynamic(model, ids, DynamicWeights(model, DynamicSetting("rms", lr=0.01, decay=0.01, segment=6), mean_square))
     stream = score_stream(model, [ids[5 * k + 1:5 * k + 6] for k in range(6)], VOCAB.eos, 6,
                           DynamicWeights(model, DynamicSetting("sgd", lr=0.5, segment=6)))

@@ -76,6 +76,22 @@ def test_a_prepared_corpus_gives_exactly_the_ids_of_the_text_reader(text, tmp_pa
     assert torch.equal(ours.ids["train"], theirs.ids["train"])      # another run's vocabulary (eval): a table
 
 
+
+def test_kneser_ney_in_a_budget_reads_the_prepared_split_from_disk(text, tmp_path):
+    """`ctxlm train --memory` on a prepared corpus counts from the int32 file a block at a time (StreamIds,
+    `<unk>` applied as it reads): the same tables as from the split in memory."""
+    from ctxlm.models.ngram import KneserNeyLM
+    prepare(text["train"], "--valid", text["valid"], "--out", tmp_path / "prep", "--min-count", 2)
+    data = prepare_data(prepared_config(tmp_path / "prep"))
+    on_disk = data.streams["train"].targets()
+    assert on_disk.size == data.ids["train"].numel() - 1 and np.array_equal(on_disk[5:40], data.ids["train"][6:41].numpy())
+    size = len(data.vocab)
+    budgeted = KneserNeyLM(size, 4).estimate(on_disk, memory=1)            # the smallest blocks: many runs
+    in_memory = KneserNeyLM(size, 4).estimate(data.ids["train"][1:].numpy())
+    for a, b in zip(budgeted.tables, in_memory.tables):
+        assert all(np.asarray(getattr(a, k)).tobytes() == getattr(b, k).tobytes() for k in ("keys", "log_prob", "log_backoff"))
+    assert budgeted.discounts == in_memory.discounts == KneserNeyLM(size, 4).estimate(on_disk).discounts   # read whole
+
 def test_batches_read_from_disk_equal_the_in_memory_ones(text, tmp_path):
     prepare(text["train"], "--valid", text["valid"], "--out", tmp_path / "prep")
     data = prepare_data(prepared_config(tmp_path / "prep", min_count=2))

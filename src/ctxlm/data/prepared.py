@@ -129,6 +129,10 @@ class TokenStream:
             out[start:start + piece.numel()] = piece
         return out
 
+    def targets(self) -> "StreamIds":
+        """The split's ids after the leading `<eos>` as an array-like read from disk a slice at a time."""
+        return StreamIds(self)
+
     def counts(self, size: int) -> torch.Tensor:
         """Occurrences of every id (the leading `<eos>` included, as `bincount` of the whole tensor counts it)."""
         total = torch.zeros(size, dtype=torch.long)
@@ -143,6 +147,20 @@ class TokenStream:
 
     def __getstate__(self):
         return {**self.__dict__, "_handle": None}
+
+
+class StreamIds:
+    """ids[1:] of a TokenStream for the n-gram estimator in a memory budget: `size`, and contiguous slices
+    (int64, `<unk>` applied) read from disk; nothing else is held."""
+
+    def __init__(self, stream: TokenStream):
+        self.stream, self.size = stream, len(stream) - 1
+
+    def __getitem__(self, where: slice) -> np.ndarray:
+        start, stop, step = where.indices(self.size)
+        if step != 1:
+            raise IndexError("StreamIds reads contiguous slices only")
+        return self.stream.read(start + 1, max(0, stop - start)).numpy()
 
 
 class Prepared:

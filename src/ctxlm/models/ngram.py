@@ -112,11 +112,15 @@ class KneserNeyLM(LanguageModel):
     # ------------------------------------------------------------------ estimation
     def estimate(self, ids: np.ndarray, log=None, memory: int | None = None) -> "KneserNeyLM":
         """Estimate from a token-id stream (sentences ending in `eos`); `memory` (bytes; default the
-        model's `memory_budget` option, 0 = no limit) counts on disk within that budget (ngram_disk.py)."""
-        ids = np.asarray(ids)         # with a budget, read a block at a time (a memory-mapped int32 corpus stays on disk)
+        model's `memory_budget` option, 0 = no limit) counts on disk within that budget (ngram_disk.py), reading
+        `ids` a block at a time: an array-like with `size` and slices (data.prepared.StreamIds) stays on disk."""
+        memory = self.memory_budget if memory is None else memory
+        if hasattr(ids, "__array__") or isinstance(ids, (list, tuple)):
+            ids = np.asarray(ids)
+        elif not memory:                 # ids read from disk (StreamIds), counted in memory: read them whole
+            ids = ids[:]
         if ids.size == 0:
             raise ValueError("cannot estimate an n-gram model from an empty corpus")
-        memory = self.memory_budget if memory is None else memory
         if memory:
             tables, self.discounts = estimate_on_disk(ids, self.order, self.vocab_size, self.eos, memory, self.tmp_dir, log)
             self.tables = [_Table(*table) for table in tables]

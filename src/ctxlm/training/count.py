@@ -35,7 +35,8 @@ def _estimate(config: Config, run_dir: RunDir, data_dir, log) -> dict:
     model = build_model(config.model, len(data.vocab), config.output)
     started = time.time()
     try:
-        model.estimate(data.ids["train"][1:].numpy(), log)
+        on_disk = data.streams is not None and model.memory_budget          # a prepared corpus stays on disk
+        model.estimate(data.streams["train"].targets() if on_disk else data.ids["train"][1:].numpy(), log)
     except ValueError as exc:
         raise CtxlmError(f"{config.data.dataset} train: {exc}") from None
     seconds = time.time() - started
@@ -45,7 +46,7 @@ def _estimate(config: Config, run_dir: RunDir, data_dir, log) -> dict:
     run_dir.save_weights(model, identity(config.model.name, data.vocab), discounts=json.dumps(model.discounts))
     results = {"best_epoch": 0, "train_wall_s": round(seconds, 2), "ngrams": counts, "discounts": model.discounts,
                "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024), "commits": [git_commit()],
-               "parameters": model.parameter_counts(), "device": "cpu", "train_tokens": int(data.ids["train"].numel() - 1),
+               "parameters": model.parameter_counts(), "device": "cpu", "train_tokens": data.length("train") - 1,
                "vocabulary": len(data.vocab)}
     for split in ("valid", "test"):
         if split in data.ids:
