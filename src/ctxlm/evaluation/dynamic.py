@@ -85,7 +85,7 @@ class DynamicWeights:
     @contextmanager
     def sparse_embeddings(self):
         """Within it, a forward pass gives its embedding tables sparse gradients (the rows it read), so a step
-        neither fills nor reads a dense table of zeros: a third of a step's time for the ptb-lstm model."""
+        neither fills nor reads a dense table of zeros (29% of a ptb-lstm step in a profile; 1.17× faster steps)."""
         flags = [m.sparse for m in self.embeddings]
         for m in self.embeddings:
             m.sparse = True
