@@ -60,3 +60,13 @@ def test_a_damaged_file_is_one_error(tmp_path, damage):
     path.write_bytes(bytes(data))
     with pytest.raises(CtxlmError, match="corrupt" if damage == "flip" else "unreadable or truncated"):
         table_file.map_tables(path)
+
+
+def test_a_header_that_does_not_fit_its_bytes_is_one_error(tmp_path):
+    """A changed shape (a flipped digit) is refused before anything is allocated or mapped."""
+    path = tmp_path / "model.safetensors"
+    table_file.save_tables(tables(), path, {})
+    data = path.read_bytes()
+    path.write_bytes(data.replace(b'"shape":[5000]', b'"shape":[9999]', 1))
+    with pytest.raises(CtxlmError, match="unreadable or truncated.*do not fit"):
+        table_file.map_tables(path)

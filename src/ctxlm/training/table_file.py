@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import mmap
 import struct
 from collections.abc import Iterator
@@ -105,16 +106,17 @@ def map_tables(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, str]]
     try:
         with open(path, "rb") as f:
             size = struct.unpack("<Q", f.read(8))[0]
-            header = json.loads(f.read(size))
+            header = json.loads(f.read(min(size, 1 << 24)))
         metadata = header.pop("__metadata__", {}) or {}
-        start = 8 + size
+        start, data = 8 + size, path.stat().st_size - 8 - size
         arrays = {}
         for name, entry in header.items():
             first, stop = entry["data_offsets"]
-            dtype = np.dtype(DTYPES[entry["dtype"]])
-            count = (stop - first) // dtype.itemsize
-            arrays[name] = (np.memmap(path, dtype=dtype, mode="c", offset=start + first, shape=tuple(entry["shape"]))
-                            if count else np.zeros(entry["shape"], dtype=dtype))
+            dtype, shape = np.dtype(DTYPES[entry["dtype"]]), tuple(int(n) for n in entry["shape"])
+            if not 0 <= first <= stop <= data or min(shape, default=0) < 0 or math.prod(shape) * dtype.itemsize != stop - first:
+                raise ValueError(f"{name}: shape {list(shape)} and bytes {first}..{stop} do not fit a file of {data:,} data bytes")
+            arrays[name] = (np.memmap(path, dtype=dtype, mode="c", offset=start + first, shape=shape)
+                            if stop > first else np.zeros(shape, dtype=dtype))
     except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
         raise CtxlmError(f"{path}: unreadable or truncated weights file ({exc})") from None
     if "sha256" in metadata and digest_arrays(arrays) != metadata["sha256"]:
