@@ -135,6 +135,8 @@ def test_a_new_run_keeps_another_machines_record_of_the_row_as_earlier(reference
     again = record_from_run("tiny-1", "lstm", project / "ref-runs" / "tiny-1" / "lstm", "ctxlm train ...", record)
     assert again["earlier"] == record["earlier"]                # carried, not added twice
     assert "earlier" not in records["lstm"]
+    retimed = dict(record, curve=[dict(point, elapsed_s=1.0) for point in record["curve"]])    # an epoch redone after a crash
+    assert record_from_run("tiny-1", "lstm", project / "ref-runs" / "tiny-1" / "lstm", "ctxlm train ...", retimed)["earlier"] == record["earlier"]
 
 def test_sigterm_mid_row_resumes_without_retraining_the_finished_row(reference):
     project, expected, _ = reference

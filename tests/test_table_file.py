@@ -70,3 +70,16 @@ def test_a_header_that_does_not_fit_its_bytes_is_one_error(tmp_path):
     path.write_bytes(data.replace(b'"shape":[5000]', b'"shape":[9999]', 1))
     with pytest.raises(CtxlmError, match="unreadable or truncated.*do not fit"):
         table_file.map_tables(path)
+
+
+def test_reading_a_changed_copy_on_write_map_keeps_its_changes(tmp_path, monkeypatch):
+    """Pages are let go only where the file holds them: a copy-on-write map's own changes stay."""
+    monkeypatch.setattr(table_file, "PIECE", 4096)
+    np.arange(100_000, dtype=np.int64).tofile(tmp_path / "raw")
+    changed = np.memmap(tmp_path / "raw", dtype=np.int64, mode="c")
+    changed[:] = -1
+    table_file.save_tables({"k": changed}, tmp_path / "t", {})
+    assert (changed == -1).all() and (table_file.map_tables(tmp_path / "t")[0]["k"] == -1).all()
+    read_only = np.memmap(tmp_path / "raw", dtype=np.int64, mode="r")[50_000:]      # a slice: its own pages
+    assert b"".join(table_file.pieces(read_only)) == np.arange(50_000, 100_000, dtype=np.int64).tobytes()
+    assert np.array_equal(read_only, np.arange(50_000, 100_000))

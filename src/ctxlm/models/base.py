@@ -200,12 +200,12 @@ class LanguageModel(nn.Module):
         """Estimate a count-based model from a token-id stream (numpy, sentences ending in `<eos>`)."""
         raise NotImplementedError(f"{type(self).__name__} is not count-based")
 
-    def tensors(self) -> dict[str, torch.Tensor]:
-        """A count-based model's tables, as its weights file stores them."""
+    def arrays(self) -> dict:
+        """A count-based model's tables by name (NumPy arrays, in memory or mapped), as its weights file stores them."""
         raise NotImplementedError(f"{type(self).__name__} is not count-based: its state dict is its weights")
 
-    def load_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        """Restore a count-based model's tables from `tensors()`."""
+    def load_arrays(self, arrays: dict) -> None:
+        """Restore a count-based model's tables from the arrays `arrays()` gave (mapped from the weights file)."""
         raise NotImplementedError(f"{type(self).__name__} is not count-based: its state dict is its weights")
 
     def state_batch_dims(self, state: Any) -> tuple[int, ...]:

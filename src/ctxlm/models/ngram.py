@@ -273,15 +273,10 @@ class KneserNeyLM(LanguageModel):
                         f"order{n}.log_backoff": table.log_backoff})
         return out
 
-    def tensors(self) -> dict[str, torch.Tensor]:
-        return {name: torch.from_numpy(array) for name, array in self.arrays().items()}
-
-    def load_tensors(self, tensors: dict) -> None:
-        """The tables `arrays()` gave (NumPy arrays, mapped or not, or tensors); ValueError when they are not
-        those of an order-`order` model."""
-        stored = sorted(k for k in tensors if k.endswith(".keys"))
+    def load_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """The tables `arrays()` gave; ValueError when they are not those of an order-`order` model."""
+        stored = sorted(k for k in arrays if k.endswith(".keys"))
         if stored != sorted(f"order{n}.keys" for n in range(1, self.order + 1)):
             raise ValueError(f"the weights hold {len(stored)} n-gram orders, the config says model.order = {self.order}")
-        array = lambda name: tensors[name].numpy() if isinstance(tensors[name], torch.Tensor) else tensors[name]  # noqa: E731
-        self.tables = [_Table(array(f"order{n}.keys"), array(f"order{n}.log_prob"), array(f"order{n}.log_backoff"))
+        self.tables = [_Table(arrays[f"order{n}.keys"], arrays[f"order{n}.log_prob"], arrays[f"order{n}.log_backoff"])
                        for n in range(1, self.order + 1)]

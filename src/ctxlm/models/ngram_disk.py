@@ -16,7 +16,7 @@ of as many rows; beside them, outside the budget, arrays of one order's size: th
 counts of the order below (8 bytes per n-gram) and `<s>` flags (1 byte) while counting, the lower
 order's log-probabilities (8 bytes per n-gram) while interpolating. Files are
 read with plain reads, never mapped, so their page cache is not the process's memory; the result's
-tables are mapped from their files (copy-on-write), whose names are removed at once.
+tables are mapped read-only from their files, whose names are removed at once.
 """
 from __future__ import annotations
 
@@ -232,7 +232,7 @@ class _DiskSink:
         return Column(self.path("prob", n), np.float64)[:]
 
     def tables(self, keys: list) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """(keys, log p, log b) per order, mapped from their files (copy-on-write, never written back)."""
+        """(keys, log p, log b) per order, mapped read-only from their files."""
         out = []
         for n, size in enumerate(self.sizes, 1):
             self._pad(n, size)
@@ -244,7 +244,7 @@ class _DiskSink:
 def _mapped(path: Path, dtype) -> np.ndarray:
     if path.stat().st_size == 0:
         return np.zeros(0, dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="c")
+    return np.memmap(path, dtype=dtype, mode="r")
 
 
 def estimate_on_disk(ids: np.ndarray, order: int, vocab_size: int, eos: int, memory: int, tmp_dir: str = "", log=None):

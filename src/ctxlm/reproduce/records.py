@@ -87,7 +87,7 @@ def record_from_run(table: str, row: str, run_dir: Path, command: str, previous:
     curve = [{k: point[k] for k in CURVE_KEYS if k in point} for point in curve]
     previous = previous or {}
     earlier = previous.get("earlier", [])
-    if previous.get("curve") != curve[:len(previous.get("curve", []))]:
+    if _figures(previous.get("curve")) != _figures(curve[:len(previous.get("curve", []))]):
         if previous.get("curve"):   # a new run of the row: the old one (another machine's) is kept as it was
             earlier = earlier + [{k: v for k, v in previous.items() if k not in ("table", "row", "earlier")}]
         previous = {}
@@ -110,6 +110,11 @@ def record_from_run(table: str, row: str, run_dir: Path, command: str, previous:
     if earlier:
         record["earlier"] = earlier
     return record
+
+
+def _figures(curve: list[dict] | None) -> list[dict]:
+    """A curve without its timings: an epoch redone after a crash (exact resume) is the same run's."""
+    return [{k: v for k, v in point.items() if k not in ("tokens_per_s", "elapsed_s")} for point in curve or []]
 
 
 def _machines(before: str | None, now: str) -> str:

@@ -76,7 +76,7 @@ def load_weights(model: torch.nn.Module, path: str | Path, expect: dict[str, str
         tables, metadata = map_tables(path)
         _check_identity(path, metadata, expect)
         try:
-            model.load_tensors(tables)
+            model.load_arrays(tables)
         except ValueError as exc:
             raise CtxlmError(f"{path}: weights do not fit this model ({exc}); check the run's config.toml") from None
         return metadata

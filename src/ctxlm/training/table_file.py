@@ -34,19 +34,25 @@ def pieces(array: np.ndarray) -> Iterator[memoryview]:
     flat = array.reshape(-1)
     step = max(1, PIECE // max(flat.itemsize, 1))
     for start in range(0, flat.size, step):
-        yield memoryview(np.ascontiguousarray(flat[start:start + step])).cast("B")
-        _let_go(array, start * flat.itemsize, (start + step) * flat.itemsize)
+        piece = flat[start:start + step]
+        yield memoryview(np.ascontiguousarray(piece)).cast("B")
+        _let_go(piece)
 
 
-def _let_go(array: np.ndarray, first: int, stop: int) -> None:
-    """Drop the pages of bytes [first, stop) of a np.memmap from this process (they are read from the file again if needed)."""
-    mapping = getattr(array, "_mmap", None)
-    if mapping is None or not hasattr(mmap, "MADV_DONTNEED"):
+def _let_go(piece: np.ndarray) -> None:
+    """Drop the pages under a slice of a read-only or shared np.memmap from this process (they are read from the
+    file again if needed). A copy-on-write map ("c") is left alone: its pages may hold changes the file has not."""
+    mapping = getattr(piece, "_mmap", None)
+    if mapping is None or piece.mode == "c" or not hasattr(mmap, "MADV_DONTNEED") or not piece.flags.c_contiguous:
         return
-    skew = array.offset % mmap.ALLOCATIONGRANULARITY            # the mapping begins this far before the array
-    first = (skew + first) // mmap.PAGESIZE * mmap.PAGESIZE
-    stop = min(len(mapping), skew + stop)
-    if stop > first:
+    root = piece
+    while isinstance(root.base, np.ndarray):
+        root = root.base                                         # the memmap np.memmap made, whose base is the mapping
+    begins = root.__array_interface__["data"][0] - root.offset % mmap.ALLOCATIONGRANULARITY
+    first = piece.__array_interface__["data"][0] - begins
+    stop = min(len(mapping), first + piece.nbytes)
+    first = first // mmap.PAGESIZE * mmap.PAGESIZE
+    if stop > first >= 0:
         mapping.madvise(mmap.MADV_DONTNEED, first, stop - first)
 
 
@@ -101,13 +107,15 @@ def save_tables(arrays: dict[str, np.ndarray], path: str | Path, metadata: dict[
 
 
 def map_tables(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """The arrays of a file `save_tables` wrote, mapped (copy-on-write), and its metadata; the sha256 is checked."""
+    """The arrays of a file `save_tables` wrote, mapped read-only, and its metadata; the sha256 is checked."""
     path = Path(path)
     try:
         with open(path, "rb") as f:
             size = struct.unpack("<Q", f.read(8))[0]
             header = json.loads(f.read(min(size, 1 << 24)))
         metadata = header.pop("__metadata__", {}) or {}
+        if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+            raise ValueError("its __metadata__ is not a table of strings")
         start, data = 8 + size, path.stat().st_size - 8 - size
         arrays = {}
         for name, entry in header.items():
@@ -115,7 +123,7 @@ def map_tables(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, str]]
             dtype, shape = np.dtype(DTYPES[entry["dtype"]]), tuple(int(n) for n in entry["shape"])
             if not 0 <= first <= stop <= data or min(shape, default=0) < 0 or math.prod(shape) * dtype.itemsize != stop - first:
                 raise ValueError(f"{name}: shape {list(shape)} and bytes {first}..{stop} do not fit a file of {data:,} data bytes")
-            arrays[name] = (np.memmap(path, dtype=dtype, mode="c", offset=start + first, shape=shape)
+            arrays[name] = (np.memmap(path, dtype=dtype, mode="r", offset=start + first, shape=shape)
                             if stop > first else np.zeros(shape, dtype=dtype))
     except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
         raise CtxlmError(f"{path}: unreadable or truncated weights file ({exc})") from None
