@@ -22,7 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sample_corpus import as_text, default_vocabulary, spelling  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,17 +59,12 @@ def timed(command: list[str], log: Path) -> dict:
 
 def training_text(prepared: Path, out: Path) -> int:
     """The folder's training ids as text for lmplz, in its default vocabulary (`<unk>` as UNKNOWN_WORD)."""
-    manifest = json.loads((prepared / "manifest.json").read_text())
-    size = manifest["vocabulary"]["size"]
-    words = [line.split("\t")[0] for line in (prepared / "words.tsv").read_text(encoding="utf-8").splitlines()[:size]]
-    spelled = np.array([w + " " for w in words], dtype=object)
-    spelled[0], spelled[1] = "\n", "UNKNOWN_WORD "
-    ids = np.load(prepared / "train.npy", mmap_mode="r")
+    words, ids = default_vocabulary(prepared)
+    spelled = spelling(words)
+    spelled[1] = "UNKNOWN_WORD "
     with open(out, "w", encoding="utf-8") as text:
         for start in range(0, ids.size, 1 << 22):
-            block = np.minimum(np.asarray(ids[start:start + (1 << 22)]), size)
-            block[block == size] = 1
-            text.write("".join(spelled[block]).replace(" \n", "\n"))
+            text.write(as_text(ids[start:start + (1 << 22)], spelled))
     return int(ids.size)
 
 

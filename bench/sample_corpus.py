@@ -20,6 +20,27 @@ from pathlib import Path
 
 import numpy as np
 
+from ctxlm.data.prepared import Prepared
+
+
+def default_vocabulary(prepared: Path):
+    """The folder's default vocabulary (its words by id) and its training ids under it, `<unk>` applied, read
+    with ctxlm's own reader (files checked against the manifest first)."""
+    folder = Prepared(prepared)
+    vocab = folder.vocabulary(folder.max_vocab, folder.min_count)
+    return vocab.words, folder.streams(vocab)["train"].targets()
+
+
+def spelling(words: list[str]) -> np.ndarray:
+    """Each id's text for one sentence per line: the word and a space, `<eos>` a line end (see `as_text`)."""
+    spelled = np.array([word + " " for word in words], dtype=object)
+    spelled[0] = "\n"
+    return spelled
+
+
+def as_text(ids: np.ndarray, spelled: np.ndarray) -> str:
+    return "".join(spelled[ids]).replace(" \n", "\n")
+
 
 def count(text: str) -> int:
     """300M, 5k or 1000 as an integer."""
@@ -60,11 +81,8 @@ def main():
     parser.add_argument("--out", type=Path, required=True, help="text file to write (one sentence per line)")
     args = parser.parse_args()
     started = time.time()
-    manifest = json.loads((args.prepared / "manifest.json").read_text())
-    vocab = manifest["vocabulary"]["size"]
-    names = [line.split("\t")[0] for line in (args.prepared / "words.tsv").read_text(encoding="utf-8").splitlines()[:vocab]]
-    corpus = np.load(args.prepared / "train.npy", mmap_mode="r").astype(np.int64)
-    corpus[corpus >= vocab] = 1                                        # <unk>
+    words, train = default_vocabulary(args.prepared)
+    vocab, corpus = len(words), train[:]
     trigrams = ContextTable(corpus[:-2] * vocab + corpus[1:-1], corpus[2:], vocab)
     bigrams = ContextTable(corpus[:-1].copy(), corpus[1:], vocab)
     print(f"model of {corpus.size:,} tokens, vocabulary {vocab:,}: {time.time() - started:.0f} s", flush=True)
@@ -82,13 +100,12 @@ def main():
         before, last = last, word
         if step % 50 == 0:
             print(f"step {step}/{steps}: {time.time() - started:.0f} s", flush=True)
-    spelled = np.array([name + " " for name in names], dtype=object)
-    spelled[0] = "\n"                                                  # <eos>
+    spelled = spelling(words)
     with open(args.out, "w", encoding="utf-8") as out:
         for first in range(0, args.streams, 20_000):
             block = sampled[:, first:first + 20_000].T               # streams, each in order
             for row in block:
-                text = "".join(spelled[row]).replace(" \n", "\n").rstrip(" ")
+                text = as_text(row, spelled).rstrip(" ")
                 out.write(text if text.endswith("\n") else text + "\n")      # a cut-off last sentence ends the line
     print(json.dumps({"tokens": int(sampled.size), "streams": args.streams, "vocabulary": vocab,
                       "source_tokens": int(corpus.size), "seconds": round(time.time() - started, 1),

@@ -32,7 +32,7 @@ HASH_HOLE = "0" * 64
 def pieces(array: np.ndarray) -> Iterator[memoryview]:
     """The bytes of an array in order, PIECE bytes at a time; a file-mapped array's pages are let go once read."""
     flat = array.reshape(-1)
-    step = max(1, PIECE // max(flat.itemsize, 1))
+    step = max(1, PIECE // flat.itemsize)
     for start in range(0, flat.size, step):
         piece = flat[start:start + step]
         yield memoryview(np.ascontiguousarray(piece)).cast("B")
