@@ -49,8 +49,10 @@ def test_rnn_ngram_equals_oracle_with_resets(n):
 
 
 @pytest.mark.parametrize("score", ["single", "combined"])
-def test_attentive_lm_equals_oracle_across_sentences(score):
-    model = make("attentive-lm", emb_size=8, hidden_size=8, layers=2, dropout=0.3, score=score)
+@pytest.mark.parametrize("concat_bias", [True, False])
+def test_attentive_lm_equals_oracle_across_sentences(score, concat_bias):
+    model = make("attentive-lm", emb_size=8, hidden_size=8, layers=2, dropout=0.3, score=score, concat_bias=concat_bias)
+    assert (model.W_c.bias is not None) == concat_bias          # b_t of eq 7, or none
     inputs = tokens(2, 16, 3)
     inputs[:, 0] = 0
     inputs[0, 6] = inputs[1, 10] = inputs[0, 12] = 0   # <eos> inputs: new sentences

@@ -100,6 +100,7 @@ class DanilukAttentionLM(LanguageModel):
 @dataclass
 class AttentiveOptions:
     score: str = setting("single", one_of("single", "combined"))  # attention score: single (eq 9) or combined (eq 10)
+    concat_bias: bool = True        # b_t of eq 7; without it SGD 1.0 trains stably (docs/results.md, Salton)
 
 
 @register("attentive-lm")
@@ -110,6 +111,7 @@ class AttentiveLM(LanguageModel):
               (SPEC §6.3 REC 20: the zero slot takes weight, so c_1 = 0)                     (eqs 3–4)
         single(h_i) = v_s·tanh(W_s h_i)   or   combined(h_i, h_t) = v_s·tanh(W_s h_i + W_q h_t)  (9–10)
         h̃_t = tanh(W_c [h_t; c_t] + b_t);  p = softmax(E h̃_t + b), E the tied input embedding   (7–8)
+    `concat_bias = false` leaves b_t out of eq 7.
     Memory spans one sentence: positions after an `<eos>` input or a reset start a fresh sentence.
     """
 
@@ -117,7 +119,8 @@ class AttentiveLM(LanguageModel):
     exposes_attention = rnn_state_first = growing_state = True
 
     def __init__(self, vocab_size: int, emb_size: int = 650, hidden_size: int = 650, layers: int = 2,
-                 dropout: float = 0.5, score: str = "single", init_range: float = 0.05, eos: int = 0):
+                 dropout: float = 0.5, score: str = "single", init_range: float = 0.05, eos: int = 0,
+                 concat_bias: bool = True):
         super().__init__()
         if score not in ("single", "combined"):
             raise ValueError(f"attention score must be single or combined, got {score!r}")
@@ -130,7 +133,7 @@ class AttentiveLM(LanguageModel):
         self.W_s = nn.Linear(hidden_size, hidden_size, bias=False)
         self.W_q = nn.Linear(hidden_size, hidden_size, bias=False) if score == "combined" else None
         self.v_s = nn.Linear(hidden_size, 1, bias=False)
-        self.W_c = nn.Linear(2 * hidden_size, hidden_size)
+        self.W_c = nn.Linear(2 * hidden_size, hidden_size, bias=concat_bias)
         self.output = SoftmaxOutput(hidden_size, vocab_size, tied=self.embedding)
         if init_range > 0:                                  # [001]: weights U(−0.05, 0.05), biases 0
             for name, parameter in self.named_parameters():
@@ -142,7 +145,7 @@ class AttentiveLM(LanguageModel):
     @classmethod
     def from_config(cls, config, options: AttentiveOptions, vocab_size: int) -> "AttentiveLM":
         return cls(vocab_size, config.emb_size, config.hidden_size, config.layers, config.dropout, options.score,
-                   config.init_range, eos=0)
+                   config.init_range, eos=0, concat_bias=options.concat_bias)
 
     def forward(self, inputs, state=None, reset=None) -> ModelOutput:
         batch, length = inputs.shape

@@ -36,9 +36,11 @@ class AttentiveContextLM(AttentiveLM):
     """
 
     def __init__(self, vocab_size: int, emb_size: int = 650, hidden_size: int = 650, layers: int = 2,
-                 dropout: float = 0.5, score: str = "single", init_range: float = 0.05, eos: int = 0):
-        super().__init__(vocab_size, emb_size, hidden_size, layers, dropout, score, init_range, eos)
-        self.W_c = ContextHalf(hidden_size, hidden_size)
+                 dropout: float = 0.5, score: str = "single", init_range: float = 0.05, eos: int = 0,
+                 concat_bias: bool = True):
+        super().__init__(vocab_size, emb_size, hidden_size, layers, dropout, score, init_range, eos, concat_bias)
+        self.W_c = ContextHalf(hidden_size, hidden_size, bias=concat_bias)
         if init_range > 0:                                  # [001]: weights U(−0.05, 0.05), biases 0
             nn.init.uniform_(self.W_c.weight, -init_range, init_range)
-            nn.init.zeros_(self.W_c.bias)
+            if concat_bias:
+                nn.init.zeros_(self.W_c.bias)
