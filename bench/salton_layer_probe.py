@@ -77,13 +77,15 @@ def main() -> None:
                                           reduction="sum")
         optimizer.zero_grad()
         (nll / 32).backward()
-        norms = sorted(((float(p.grad.norm()), name) for name, p in model.named_parameters()), reverse=True)[:3]
+        shown = step in (10, 20, 50, 100, 200, args.steps - 1)
+        if shown:       # before clipping
+            norms = sorted(((float(p.grad.norm()), name) for name, p in model.named_parameters()), reverse=True)[:3]
         total = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0))
         optimizer.step()
         count = int((batch.targets != IGNORE).sum())
         nlls.append(float(nll.detach()))
         counts.append(count)
-        if step in (10, 20, 50, 100, 200, args.steps - 1):
+        if shown:
             largest = ", ".join(f"{name} {norm:.1f}" for norm, name in norms)
             print(f"step {step}: batch perplexity {math.exp(nlls[-1] / count):,.0f}, gradient norm {total:.1f} ({largest})")
     half = args.steps // 2
