@@ -138,6 +138,25 @@ def test_a_new_run_keeps_another_machines_record_of_the_row_as_earlier(reference
     retimed = dict(record, curve=[dict(point, elapsed_s=1.0) for point in record["curve"]])    # an epoch redone after a crash
     assert record_from_run("tiny-1", "lstm", project / "ref-runs" / "tiny-1" / "lstm", "ctxlm train ...", retimed)["earlier"] == record["earlier"]
 
+def test_again_retrains_a_finished_row_and_keeps_its_old_figures(reference):
+    """A row whose record today's code no longer follows is trained anew with --again, only then."""
+    project, records, _ = reference
+    old = dict(records["lstm"], curve=[dict(p, valid_ppl=p["valid_ppl"] + 1.0) for p in records["lstm"]["curve"]])
+    target = project / "again-results" / "tiny-1" / "lstm.json"
+    target.parent.mkdir(parents=True)
+    target.write_text(json.dumps(old))
+    command = ("reproduce", "tiny-1", "lstm", *folders(project, "again"), "--set", "train.threads=1")
+    result = ctxlm(*command)
+    assert result.returncode == 0 and "tiny-1/lstm: done" in result.stdout and not (project / "again-runs").exists()
+    result = ctxlm(*command, "--again")
+    assert result.returncode == 0 and "tiny-1/lstm: finished" in result.stdout, result.stdout + result.stderr
+    record = records_of(project, "again")["lstm"]
+    same_figures(record, records["lstm"])
+    assert record["earlier"] == [{k: v for k, v in old.items() if k not in ("table", "row")}]
+    one_line_error(ctxlm(*command, "--again"), "move that folder aside")
+    one_line_error(ctxlm("reproduce", "tiny-1", "--again", *folders(project, "again")), "name the rows")
+
+
 def test_sigterm_mid_row_resumes_without_retraining_the_finished_row(reference):
     project, expected, _ = reference
     process = reproduce_process(project, "cut", "--jobs", "1")

@@ -20,6 +20,8 @@ def add_reproduce(sub) -> None:
                    "(default 1); on the CPU each gets cores/N threads unless --set train.threads says otherwise")
     p.add_argument("--stop-after", metavar="DURATION", help="stop every row, resumably, after this long (e.g. 50m, 8h)")
     set_option(p, "override a setting for every row, e.g. --set train.device=cuda (resumed rows: train.* only)")
+    p.add_argument("--again", action="store_true", help="train the named rows again though their records are "
+                   "finished (e.g. rows --check finds drifted); the old figures stay in the record under 'earlier'")
     p.add_argument("--plan", action="store_true", help="print each row's state, remaining cost and `ctxlm train` command")
     p.add_argument("--measure", action="store_true", help="with --plan: time a few batches of each unstarted row now")
     p.add_argument("--report", action="store_true", help="our figures beside the source's, from the records alone (Markdown)")
@@ -49,7 +51,7 @@ def cmd_reproduce(args) -> int:
     if not names and not (args.plan or args.report or args.check):
         raise CtxlmError("name a table to train (ctxlm reproduce --list shows them), or give --plan, --report or --check")
     tables = load_tables(tables_dir, names)
-    runs = runner.row_runs(tables, args.rows, Path(args.runs), records_dir)
+    runs = runner.row_runs(tables, args.rows, Path(args.runs), records_dir, args.again)
     extra = runner.thread_setting(args.set or [], args.jobs) if not args.check else args.set or []
     if args.report:
         text = report.report_markdown(tables, records_dir)

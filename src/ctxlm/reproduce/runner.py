@@ -29,6 +29,7 @@ class RowRun:
     row: Row
     run_dir: Path
     record_file: Path
+    again: bool = False     # train anew though a finished record exists (it goes to the record's "earlier")
 
     @property
     def name(self) -> str:
@@ -43,8 +44,11 @@ class RowRun:
         return files.state.exists() or files.previous_state.exists() or files.config.exists()
 
     def done(self) -> bool:
+        """Finished here, or a finished record with no run of the row begun here (and no --again)."""
+        if RunDir(self.run_dir).results.exists():
+            return True
         record = self.record()
-        return bool(record and record["finished"]) or RunDir(self.run_dir).results.exists()
+        return bool(record and record["finished"]) and not self.again and not self.started()
 
     def status(self) -> str:
         """done / stopped at epoch k / not started / unavailable, from the record and the run directory."""
@@ -90,16 +94,22 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def row_runs(tables: list[Table], row_ids: list[str], runs: Path, records_dir: Path) -> list[RowRun]:
+def row_runs(tables: list[Table], row_ids: list[str], runs: Path, records_dir: Path, again: bool = False) -> list[RowRun]:
+    """The rows to train; `again`: the named rows train anew though their records are finished."""
     if row_ids and len(tables) != 1:
         raise CtxlmError("name one table to pick rows from, e.g. ctxlm reproduce daniluk-4.8 lstm-2layers")
+    if again and not row_ids:
+        raise CtxlmError("--again: name the rows to train again, e.g. ctxlm reproduce daniluk-4.8 attention --again")
     found, seen = [], set()
     for table in tables:
         for row in table.select(row_ids):
             key = table.record_key(row)
             if key not in seen:         # a row that is the same run as another is trained once
                 seen.add(key)
-                found.append(RowRun(table, row, runs.joinpath(*key), records.record_path(records_dir, *key)))
+                found.append(RowRun(table, row, runs.joinpath(*key), records.record_path(records_dir, *key), again))
+                if again and RunDir(found[-1].run_dir).results.exists():
+                    raise CtxlmError(f"--again: {found[-1].name} has finished in {found[-1].run_dir}; "
+                                     "move that folder aside to train the row again")
     return found
 
 
