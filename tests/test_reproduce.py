@@ -1,6 +1,7 @@
 """`ctxlm reproduce`: tables as data, rows trained resumably in child processes, records, the report
 and the results page, the drift check (issue 36)."""
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -246,9 +247,31 @@ def test_the_plan_shows_state_cost_and_command(reference):
     assert lines[1].strip().startswith("ctxlm train --config ") and "--run-dir" in lines[1]
     assert "tiny-1: 1 row unavailable (the corpus is not here): wiki" in result.stdout
     assert "tiny-1/kn: not started; count-based: seconds to minutes, no epochs" in lines
-    assert lines[-1] == "3 runnable rows: 0 done, 0 stopped, 3 not started; 1 unavailable"
+    assert lines[-1] == "3 runnable rows: 0 done, 0 training now, 0 stopped, 3 not started; 1 unavailable"
     done = ctxlm("reproduce", "tiny-1", "--plan", *folders(project, "ref"))
     assert "tiny-1/lstm: done" in done.stdout and "tiny-1/rnn: done" in done.stdout
+
+
+def test_the_plan_tells_a_row_in_training_from_a_stopped_one(reference):
+    """A row whose run another process is writing is 'training now', with no command to start it twice."""
+    project, _, _ = reference
+    run = project / "busy-runs" / "tiny-1" / "lstm"
+    shutil.copytree(project / "ref-runs" / "tiny-1" / "lstm", run)
+    (run / "results.json").unlink()
+    plan = lambda: ctxlm("reproduce", "tiny-1", "lstm", "--plan", *folders(project, "busy")).stdout.splitlines()  # noqa: E731
+    assert plan()[0].startswith("tiny-1/lstm: stopped after epoch 2;") and plan()[1].strip().startswith("ctxlm train --resume")
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from ctxlm.training.rundir import RunLock; "
+                               "lock = RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(60)", str(run)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        lines = plan()
+        assert lines[0].startswith(f"tiny-1/lstm: training now, 2 epochs finished (process {holder.pid} on ")
+        assert lines[1].startswith("1 runnable rows: 0 done, 1 training now,")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert plan()[0].startswith("tiny-1/lstm: stopped after epoch 2;")
 
 
 def test_a_bad_table_is_one_line_naming_the_file_and_key(tmp_path):

@@ -56,12 +56,13 @@ def plan_text(runs: list[RowRun], extra: list[str], measure: bool, data_dir=None
         states.append(status.split(" ")[0])
         cost = "" if status == "done" else f"; {estimate(run, extra, measure, data_dir)}"
         lines.append(f"{run.name}: {status}{cost}")
-        if status != "done":
+        if status != "done" and not status.startswith("training now"):
             lines.append("    ctxlm " + shlex.join(run.train_argv(extra, data_dir)))
     for (table, reason), rows in unavailable.items():
         lines.append(f"{table}: {len(rows)} row{'s' * (len(rows) > 1)} unavailable ({reason}): {', '.join(rows)}")
-    lines.append(f"{len(states)} runnable rows: {states.count('done')} done, {states.count('stopped')} stopped, "
-                 f"{states.count('not')} not started; {sum(map(len, unavailable.values()))} unavailable")
+    lines.append(f"{len(states)} runnable rows: {states.count('done')} done, {states.count('training')} training now, "
+                 f"{states.count('stopped')} stopped, {states.count('not')} not started; "
+                 f"{sum(map(len, unavailable.values()))} unavailable")
     return "\n".join(lines)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..errors import CtxlmError
 from ..registry import MODELS
-from ..training.rundir import RunDir, git_commit
+from ..training.rundir import RunDir, RunLock, git_commit
 from . import records
 from .tables import Row, Table
 
@@ -57,6 +57,9 @@ class RowRun:
         if self.done():
             return "done"
         epochs = len(self.curve()) if self.started() else len((self.record() or {}).get("curve", []))
+        writer = RunLock(self.run_dir).held_by_another()
+        if writer:
+            return f"training now, {epochs} epoch{'s' * (epochs != 1)} finished ({writer})"
         if self.started():
             return f"stopped after epoch {epochs}" if epochs else "started (no epoch finished)"
         return f"not started (record of another machine: {epochs} epochs)" if epochs else "not started"

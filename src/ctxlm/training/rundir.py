@@ -167,6 +167,20 @@ class RunLock:
                                      f"since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
         return self
 
+    def held_by_another(self) -> str | None:
+        """Who is writing the run now (another process holds its lock), or None; takes and drops the lock to see."""
+        from filelock import FileLock, Timeout
+
+        if not (self.run_dir / LOCK).exists():
+            return None
+        probe = FileLock(str(self.run_dir / LOCK), timeout=0)
+        try:
+            probe.acquire()
+        except Timeout:
+            return self.holder()
+        probe.release()
+        return None
+
     def holder(self) -> str:
         try:
             return (self.run_dir / HOLDER).read_text(encoding="utf-8").strip() or "holder unknown"
