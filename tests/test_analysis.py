@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from conftest import tiny_config
 from ctxlm.training.trainer import Trainer
@@ -32,8 +33,33 @@ def test_attention_and_by_position_commands(tmp_path, corpus, name, extra):
     done = subprocess.run(cli + ["analyze", "attention-by-position", str(tmp_path / "run"), "--out", str(tmp_path / "a")],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    by_distance = json.loads((tmp_path / "a" / "attention_by_position.json").read_text())
-    assert by_distance[0]["distance"] == (-1 if name == "attentive-lm" else 1)
+    found = json.loads((tmp_path / "a" / "attention_by_position.json").read_text())
+    assert found["by_distance"][0]["distance"] == (-1 if name == "attentive-lm" else 1)
+    assert 0 < found["spread"]["normalised_entropy"] <= 1 and "entropy / log(slots)" in done.stdout
+
+
+def test_the_spread_is_each_predictions_entropy_over_log_slots(tmp_path, corpus):
+    """attention-by-position's spread equals the mean over predictions of H(a) / log(slots), written out."""
+    import math
+
+    from ctxlm.analysis.attention import attention_by_distance
+    from ctxlm.run import load
+
+    config = tiny_config(corpus, name="attention", window=3)
+    config.train.epochs = 1
+    Trainer(config, tmp_path / "run", log=lambda *a: None).fit()
+    run = load(tmp_path / "run")
+    ids = torch.randint(1, len(run.vocab), (40,), generator=torch.Generator().manual_seed(0))
+    spread = attention_by_distance(run, ids, chunk=7)["spread"]
+    with torch.no_grad():
+        weights = run.model(ids[:-1].unsqueeze(0), None).attention.reshape(39, -1).tolist()
+    rows = [[w for w in row if w > 0] for row in weights]
+    rows = [row for row in rows if len(row) > 1]
+    assert spread["predictions"] == len(rows)
+    assert spread["normalised_entropy"] == pytest.approx(
+        sum(-sum(w * math.log(w) for w in row) / math.log(len(row)) for row in rows) / len(rows), rel=1e-6)
+    assert spread["largest_weight"] == pytest.approx(sum(max(row) for row in rows) / len(rows), rel=1e-6)
+    assert spread["uniform_weight"] == pytest.approx(sum(1 / len(row) for row in rows) / len(rows), rel=1e-6)
 
 
 def test_attention_command_refuses_models_without_attention(tmp_path, corpus):

@@ -97,11 +97,13 @@ def plot_top_predictions(result: dict, path: str | Path) -> None:
 
 
 @torch.no_grad()
-def attention_by_distance(run, ids: torch.Tensor, max_tokens: int = 0, chunk: int = 1000) -> list[dict]:
-    """Mean attention weight per distance over a stream (Daniluk Figure 4.1).
+def attention_by_distance(run, ids: torch.Tensor, max_tokens: int = 0, chunk: int = 1000) -> dict:
+    """Mean attention weight per distance over a stream (Daniluk Figure 4.1), and how peaked it is.
 
     A slot counts where its weight is positive (masked slots are exactly 0), so positions without
     that much history do not dilute the average; distance −1 is the attentive LM's zero slot.
+    "spread" averages, over predictions with two or more slots, the entropy of the weights over
+    log(slots) (1 = uniform, 0 = all on one slot), the largest weight, and 1/slots (its uniform value).
     """
     model = run.model
     _require_attention(model, run.config.model.name)
@@ -109,6 +111,8 @@ def attention_by_distance(run, ids: torch.Tensor, max_tokens: int = 0, chunk: in
         ids = ids[: max_tokens + 1]
     sums: dict[int, float] = {}
     counts: dict[int, int] = {}
+    spread = torch.zeros(3, dtype=torch.float64)     # sums of normalised entropy, largest weight, 1 / slots
+    predictions = 0
     state = None
     for batch in StreamBatches(ids, 1, chunk):
         out = model(batch.inputs, state)
@@ -122,7 +126,16 @@ def attention_by_distance(run, ids: torch.Tensor, max_tokens: int = 0, chunk: in
         for d, total, n in zip(keys.tolist(), totals.tolist(), numbers.tolist()):
             sums[d] = sums.get(d, 0.0) + total
             counts[d] = counts.get(d, 0) + n
-    return [{"distance": d, "mean_attention": sums[d] / counts[d], "positions": counts[d]} for d in sorted(sums)]
+        rows = out.attention.reshape(-1, out.attention.shape[-1]).double()
+        slots = (rows > 0).sum(-1)
+        rows, slots = rows[slots > 1], slots[slots > 1]
+        entropy = -torch.where(rows > 0, rows * rows.clamp_min(1e-300).log(), torch.zeros_like(rows)).sum(-1)
+        spread += torch.stack([(entropy / slots.double().log()).sum(), rows.amax(-1).sum(), (1 / slots.double()).sum()])
+        predictions += slots.numel()
+    by_distance = [{"distance": d, "mean_attention": sums[d] / counts[d], "positions": counts[d]} for d in sorted(sums)]
+    means = (spread / max(predictions, 1)).tolist()
+    return {"by_distance": by_distance, "spread": {"normalised_entropy": means[0], "largest_weight": means[1],
+                                                   "uniform_weight": means[2], "predictions": predictions}}
 
 
 def plot_by_distance(rows: list[dict], name: str, path: str | Path, limit: int = 40) -> None:

@@ -87,7 +87,11 @@ def add_analyze(sub) -> None:
     def max_tokens(a, what="tokens"):
         a.add_argument("--max-tokens", type=option(int, at_least(0)), default=0, help=f"only the first N {what} (0 = all)")
 
-    a = analyses.add_parser("attention-by-position", help="mean attention weight per distance over a split (Daniluk Fig. 4.1)")
+    a = analyses.add_parser("attention-by-position", help="mean attention weight per distance over a split (Daniluk "
+                            "Fig. 4.1), and how peaked it is",
+                            description="Mean attention weight per distance back (attention_by_position.png, .json) "
+                            "and its spread: the entropy of each prediction's weights over log(slots), 1 when "
+                            "uniform (Salton et al.'s 'smoothing effect'), and the largest weight against 1/slots.")
     run_argument(a, _attending())
     split_option(a, "valid")
     max_tokens(a)
@@ -152,13 +156,17 @@ def cmd_attention_by_position(args) -> int:
     from ..run import load
 
     run = load(args.run)
-    rows = attention_by_distance(run, split_ids(run, args), args.max_tokens)
+    found = attention_by_distance(run, split_ids(run, args), args.max_tokens)
     out = output_dir(args)
-    write_json(rows, out / "attention_by_position.json")
-    plot_by_distance(rows, run.config.model.name, out / "attention_by_position.png")
+    write_json(found, out / "attention_by_position.json")
+    plot_by_distance(found["by_distance"], run.config.model.name, out / "attention_by_position.png")
     print(f"{'distance':>8}{'mean attention':>16}{'positions':>12}")
-    for r in rows:
+    for r in found["by_distance"]:
         print(f"{('h0' if r['distance'] < 0 else r['distance']):>8}{r['mean_attention']:>16.4f}{r['positions']:>12,}")
+    spread = found["spread"]
+    print(f"spread over {spread['predictions']:,} predictions with 2 or more slots: entropy / log(slots) "
+          f"{spread['normalised_entropy']:.3f} (1 = uniform), largest weight {spread['largest_weight']:.3f} "
+          f"(uniform {spread['uniform_weight']:.3f})")
     print(f"wrote {out / 'attention_by_position.png'} and {out / 'attention_by_position.json'}")
     return 0
 
