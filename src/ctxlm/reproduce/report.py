@@ -84,7 +84,8 @@ def verdict(table: Table, row, record: dict | None) -> str:
         return "not run yet"
     ours = record.get(table.metric)
     if not record["finished"] or ours is None:
-        return f"unfinished: {len(record.get('curve', []))} epochs so far"
+        epochs = len(record.get("curve", []))
+        return f"unfinished: {epochs} epoch{'s' * (epochs != 1)} so far"
     if row.below is not None:
         return f"{'✓' if ours < row.below else '✗'} claim: below {row.below}"
     if row.stand_in:
