@@ -44,11 +44,11 @@ class RowRun:
         return files.state.exists() or files.previous_state.exists() or files.config.exists()
 
     def done(self) -> bool:
-        """Finished here, or a finished record with no run of the row begun here (and no --again)."""
+        """Finished here, or a finished record (from any machine) unless the row is to train --again."""
         if RunDir(self.run_dir).results.exists():
             return True
         record = self.record()
-        return bool(record and record["finished"]) and not self.again and not self.started()
+        return bool(record and record["finished"]) and not self.again
 
     def status(self) -> str:
         """done / stopped at epoch k / not started / unavailable, from the record and the run directory."""
