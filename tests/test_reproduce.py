@@ -221,6 +221,11 @@ def test_the_report_comes_from_the_records_alone(reference, tmp_path):
     assert "✓ claim: below 1000.0" in rnn_line
     assert "not here: the corpus is not here" in result.stdout
     assert result.stdout.startswith("4 rows in 1 tables: 3 runnable here, 3 measured")
+    shown = report.compared_rows(load_tables(tmp_path / "reproductions"), tmp_path / "results")   # the plot's points
+    assert shown == [{"table": "tiny-1", "row": "LSTM", "source": 30.0, "ours": records["lstm"]["test_ppl"], "band": 0.03}]
+    plotted = ctxlm("reproduce", "--report", "--plot", tmp_path / "rows.png", "--tables", tmp_path / "reproductions",
+                    "--records", tmp_path / "results")
+    assert plotted.returncode == 0 and "rows.png (1 row against their sources)" in plotted.stdout and (tmp_path / "rows.png").stat().st_size > 1000
 
 
 def test_the_check_finds_a_row_that_today_trains_differently(reference, tmp_path):

@@ -26,6 +26,8 @@ def add_reproduce(sub) -> None:
     p.add_argument("--measure", action="store_true", help="with --plan: time a few batches of each unstarted row now")
     p.add_argument("--report", action="store_true", help="our figures beside the source's, from the records alone (Markdown)")
     p.add_argument("--page", metavar="FILE", help="with --report: write it between the markers of FILE (docs/results.md)")
+    p.add_argument("--plot", metavar="FILE", help="with --report: also draw ours against the source's test perplexity, "
+                   "row by row, as a PNG (docs/img/reproduced.png)")
     p.add_argument("--check", action="store_true", help="train each recorded row's first batches again and say which rows "
                    "today's code no longer trains as recorded")
     p.add_argument("--list", action="store_true", help="list the tables")
@@ -60,6 +62,9 @@ def cmd_reproduce(args) -> int:
             print(f"wrote the report into {args.page}")
         else:
             print(text, end="")
+        if args.plot:
+            shown = report.plot_report(tables, records_dir, Path(args.plot))
+            print(f"wrote {args.plot} ({shown} row{'s' * (shown != 1)} against their sources)")
         return 0
     if args.plan:
         print(report.plan_text(runs, extra, args.measure, args.data_dir))

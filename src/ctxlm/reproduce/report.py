@@ -159,6 +159,54 @@ def report_markdown(tables: list[Table], records_dir: Path) -> str:
     return "\n".join(parts)
 
 
+def compared_rows(tables: list[Table], records_dir: Path) -> list[dict]:
+    """Every finished perplexity row with a source figure to hold it to (no stand-ins, each run once)."""
+    found, seen = [], set()
+    for table in tables:
+        for row in table.rows:
+            key = table.record_key(row)
+            theirs = row.source.get("test_ppl")
+            record = records.load_record(records.record_path(records_dir, *key)) if row.runnable else None
+            if key in seen or table.metric != "test_ppl" or row.stand_in or not isinstance(theirs, (int, float)) \
+                    or not (record or {}).get("finished") or record.get("test_ppl") is None:
+                continue
+            seen.add(key)
+            found.append({"table": table.id, "row": row.label, "source": float(theirs), "ours": record["test_ppl"],
+                          "band": table.band})
+    return found
+
+
+def plot_report(tables: list[Table], records_dir: Path, path: Path, named_beyond: float = 0.08) -> int:
+    """Ours against the source's test perplexity, one point per measured row, the 3% band shaded; rows
+    more than `named_beyond` off are named. Returns the number of points."""
+    from ..analysis.attention import _pyplot
+
+    rows = compared_rows(tables, records_dir)
+    if not rows:
+        raise CtxlmError("--plot: no finished row with a source test perplexity in the records yet")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 6))
+    line = [min(min(r["source"], r["ours"]) for r in rows) - 5, max(max(r["source"], r["ours"]) for r in rows) + 5]
+    ax.plot(line, line, color="black", lw=0.8)
+    ax.fill_between(line, [v * 0.97 for v in line], [v * 1.03 for v in line], color="#dddddd", label="within 3%")
+    for source in sorted({r["table"].split("-")[0] for r in rows}):
+        mine = [r for r in rows if r["table"].split("-")[0] == source]
+        ax.scatter([r["source"] for r in mine], [r["ours"] for r in mine], s=18, label=source.capitalize(), zorder=3)
+    for r in rows:
+        if abs(r["ours"] / r["source"] - 1) > named_beyond:
+            ax.annotate(f"{r['table']} {r['row']}", (r["source"], r["ours"]), fontsize=6, xytext=(4, -3),
+                        textcoords="offset points")
+    held = sum(abs(r["ours"] / r["source"] - 1) <= r["band"] for r in rows)
+    ax.set(xlim=line, ylim=line, xlabel="source: test perplexity", ylabel="ctxlm: test perplexity (below the line: better)",
+           title=f"{len(rows)} measured rows against their sources: {held} within the band")
+    ax.set_aspect("equal")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return len(rows)
+
+
 def write_page(page: Path, report: str) -> None:
     """Replace the report between the markers of `page` (atomically)."""
     text = page.read_text(encoding="utf-8")
