@@ -7,7 +7,8 @@ For each row: a git worktree of the record's first commit, and there `ctxlm trai
 and overrides for one epoch of FINGERPRINT_BATCHES batches (`train.max_batches`, which every commit
 has), one thread, float32 where the commit knows the setting. Epoch 1's `train_loss` in metrics.jsonl
 is the fingerprint, the same number `reproduce.records.first_batches` computes today; it is written
-into the record with the commit it was taken at.
+into the record with the commit it was taken at and the machine (`ctxlm reproduce --check` trusts a
+difference only against a fingerprint of the same kind of machine).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ctxlm.reproduce.records import FINGERPRINT_BATCHES, load_record, record_path, save_record
+from ctxlm.reproduce.records import FINGERPRINT_BATCHES, hardware, load_record, record_path, save_record
 from ctxlm.reproduce.tables import load_tables
 from ctxlm.training.rundir import RunDir
 
@@ -53,7 +54,7 @@ def main(table_id: str, rows: list[str]) -> None:
             continue
         commit = record["commits"][0]
         loss = fingerprint_at(commit, str(row.preset.relative_to(ROOT)), record.get("set", row.overrides))
-        record["fingerprint"] = {"batches": FINGERPRINT_BATCHES, "train_loss": loss, "at": commit}
+        record["fingerprint"] = {"batches": FINGERPRINT_BATCHES, "train_loss": loss, "at": commit, "machine": hardware("cpu")}
         save_record(path, record)
         print(f"{table.id}/{row.id}: loss of the first {FINGERPRINT_BATCHES} batches at {commit}: {loss}")
 

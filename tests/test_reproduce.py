@@ -13,7 +13,7 @@ import pytest
 from conftest import ctxlm, one_line_error, tiny_config, write_corpus
 from ctxlm.config import apply_overrides, load_toml, validate
 from ctxlm.reproduce import report, runner
-from ctxlm.reproduce.records import first_batches, record_from_run
+from ctxlm.reproduce.records import first_batches, hardware, record_from_run
 from ctxlm.reproduce.tables import load_tables
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -241,6 +241,26 @@ def test_the_check_finds_a_row_that_today_trains_differently(reference, tmp_path
     finally:
         preset.write_text(original)
     assert result.returncode == 1 and "tiny-1/lstm: DRIFTED" in result.stdout, result.stdout
+    assert "on this kind of machine" in result.stdout
+
+
+def test_the_check_is_unsure_against_another_machines_fingerprint(reference, tmp_path):
+    """Float sums differ between CPUs: a difference from a fingerprint taken elsewhere is no verdict."""
+    project, records, _ = reference
+    assert records["lstm"]["fingerprint"]["machine"] == hardware("cpu")
+    shutil.copytree(project / "ref-results", tmp_path / "results")
+    path = tmp_path / "results" / "tiny-1" / "lstm.json"
+    args = ["--tables", project / "reproductions", "--records", tmp_path / "results", "--runs", project / "ref-runs"]
+    for machine, said in (("Some other CPU, 64 cores", "on Some other CPU, 64 cores"),
+                          (None, "on a machine the record does not name")):
+        record = json.loads(path.read_text())
+        record["fingerprint"]["train_loss"] += 0.01
+        record["fingerprint"].pop("machine", None)
+        record["fingerprint"].update({"machine": machine} if machine else {})
+        path.write_text(json.dumps(record))
+        result = ctxlm("reproduce", "tiny-1", "lstm", "--check", *args)
+        assert result.returncode == 1 and "tiny-1/lstm: UNSURE" in result.stdout and said in result.stdout
+        assert "python bench/fingerprint_at_commit.py tiny-1 lstm" in result.stdout
 
 
 def test_the_plan_shows_state_cost_and_command(reference):
