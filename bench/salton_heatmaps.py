@@ -17,9 +17,10 @@ import itertools
 import math
 import os
 
-from ctxlm.analysis.attention import _pyplot, explain
+from ctxlm.analysis.attention import explain
 from ctxlm.data.load import load_corpus
 from ctxlm.data.vocab import EOS
+from ctxlm.io import pyplot
 from ctxlm.run import load
 
 
@@ -57,7 +58,7 @@ def main() -> None:
     data = runs[0].config.data
     valid = load_corpus(data.dataset, args.data_dir, {"valid": data.valid}).splits["valid"]
     sentences = chosen_lines(valid)
-    plt = _pyplot()
+    plt = pyplot()
     columns = len(runs) if len(runs) > 1 else 2         # one run: the four sentences in a 2 x 2 grid
     panels = [(sentence, path, run) for sentence in sentences for path, run in zip(args.runs, runs)]
     rows = math.ceil(len(panels) / columns)

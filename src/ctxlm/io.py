@@ -1,5 +1,6 @@
 """Files and progress, the ground floor every layer uses: atomic writes (a crash never leaves a half-written
-file) and the progress display (a tqdm bar on a terminal, a plain line every 30 s in a log file)."""
+file), the progress display (a tqdm bar on a terminal, a plain line every 30 s in a log file) and
+matplotlib set up for files."""
 from __future__ import annotations
 
 import os
@@ -81,3 +82,13 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend: figures go to files, no display needed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

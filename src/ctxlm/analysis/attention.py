@@ -8,6 +8,7 @@ import torch
 from ..data.vocab import EOS
 from ..errors import CtxlmError
 from ..evaluation.perplexity import StreamBatches
+from ..io import pyplot
 from ..models.base import families, spoken
 
 
@@ -45,18 +46,9 @@ def explain(run, words: list[str], top: int = 5) -> dict:
     }
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_heatmap(result: dict, path: str | Path) -> None:
     """Inputs (columns) × predicted words (rows), darker = more attention, as Salton's Figures 2–3."""
-    plt = _pyplot()
+    plt = pyplot()
     matrix = torch.tensor(result["attention"])
     columns = result["attention_columns"]
     if not matrix[:, 0].any():                      # no zero slot in this model
@@ -78,7 +70,7 @@ def plot_heatmap(result: dict, path: str | Path) -> None:
 
 def plot_top_predictions(result: dict, path: str | Path) -> None:
     """A table: input word, the word to predict, the top-k predictions with log-probabilities (Daniluk 4.3–4.5)."""
-    plt = _pyplot()
+    plt = pyplot()
     rows = []
     for word, target, top, lp in zip(result["inputs"], result["targets"], result["top"], result["target_log_probs"]):
         rows.append([word, f"{target} ({lp:.2f})"] + [f"{p['word']} ({p['log_prob']:.2f})" for p in top])
@@ -139,7 +131,7 @@ def attention_by_distance(run, ids: torch.Tensor, max_tokens: int = 0, chunk: in
 
 
 def plot_by_distance(rows: list[dict], name: str, path: str | Path, limit: int = 40) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     shown = [r for r in rows if r["distance"] <= limit]
     fig, ax = plt.subplots(figsize=(7, 3.5))
     ax.bar([("h0" if r["distance"] < 0 else str(r["distance"])) for r in shown], [r["mean_attention"] for r in shown],

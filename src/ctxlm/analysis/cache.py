@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .attention import _pyplot
+from ..io import pyplot
 
 
 def plot_cache_grid(result: dict, path: str | Path) -> None:
     """One heatmap per window: θ (rows) × λ (columns), the perplexity in each cell, the best boxed."""
-    plt = _pyplot()
+    plt = pyplot()
     windows = sorted({r["window"] for r in result["grid"]})
     thetas = sorted({r["theta"] for r in result["grid"]})
     lambdas = sorted({r["lambda"] for r in result["grid"]})

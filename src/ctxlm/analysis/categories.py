@@ -4,12 +4,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .attention import _pyplot
+from ..io import pyplot
 
 
 def plot_categories(tables: dict[str, list[dict]], path: str | Path) -> None:
     """tables: run label -> rows of evaluation.categories.category_perplexities; log-scale perplexity, ∞ marked."""
-    plt = _pyplot()
+    plt = pyplot()
     labels = list(tables)
     rows = [r for r in next(iter(tables.values())) if r["group"] != "all" and r["tokens"]]
     names = [r["category"] for r in rows]

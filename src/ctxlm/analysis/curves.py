@@ -6,8 +6,8 @@ import math
 from pathlib import Path
 
 from ..errors import CtxlmError
+from ..io import pyplot
 from ..training.rundir import RunDir
-from .attention import _pyplot
 
 REQUIRED = ("epoch", "lr", "train_ppl", "valid_ppl", "elapsed_s")
 
@@ -56,7 +56,7 @@ def best_epoch(rows: list[dict]) -> dict | None:
 
 def plot_curves(curves: dict[str, list[dict]], path: str | Path) -> None:
     """Validation (solid) and training (dashed) perplexity per epoch, one colour per run, the best epoch dotted."""
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.ticker import FuncFormatter
 
     fig, ax = plt.subplots(figsize=(8, 5))

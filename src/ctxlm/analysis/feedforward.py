@@ -15,9 +15,9 @@ import torch.nn.functional as F
 
 from ..errors import CtxlmError
 from ..evaluation.perplexity import evaluate_stream
+from ..io import pyplot
 from ..models.base import families
 from ..models.feedforward import FeedForwardLM
-from .attention import _pyplot
 
 
 def require_feedforward(run, what: str, convolutional: bool = False, by_position: bool = False):
@@ -100,7 +100,7 @@ def lesion_curve(model, ids: torch.Tensor, chunk: int = 1000) -> dict:
 
 def plot_ngrams(rows: list[dict], path: str | Path) -> None:
     """One panel per kernel: its top n-grams as horizontal bars of their activation."""
-    plt = _pyplot()
+    plt = pyplot()
     columns = min(4, len(rows))
     lines = math.ceil(len(rows) / columns)
     fig, axes = plt.subplots(lines, columns, figsize=(4.2 * columns, 0.45 * max(len(r["top"]) for r in rows) * lines + 1.2 * lines),
@@ -120,7 +120,7 @@ def plot_ngrams(rows: list[dict], path: str | Path) -> None:
 
 
 def plot_positions(rows: list[dict], name: str, path: str | Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     ax.bar([r["position"] for r in rows], [r["positive_weight"] for r in rows], color="tab:blue")
     ax.set_xlabel("context position (1 = the word nearest the prediction)")
@@ -133,7 +133,7 @@ def plot_positions(rows: list[dict], name: str, path: str | Path) -> None:
 
 
 def plot_lesion(result: dict, name: str, path: str | Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     positions = np.array([r["positions"] for r in result["rows"]])
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     ax.plot(positions, [r["ppl"] for r in result["rows"]], "o-", label="perplexity")

@@ -177,9 +177,9 @@ def cooccurrence_markdown(table: dict, title: str) -> str:
 
 def plot_positions(result: dict, name: str, path: str | Path) -> None:
     """Bars per memory position, the current word rightmost (Tran Figure 3)."""
-    from .attention import _pyplot
+    from ..io import pyplot
 
-    plt = _pyplot()
+    plt = pyplot()
     rows = result["positions"][::-1]
     x = np.arange(len(rows))
     fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(rows) + 2), 3.6))
@@ -199,9 +199,9 @@ def plot_positions(result: dict, name: str, path: str | Path) -> None:
 
 def plot_samples(rows: list[dict], name: str, path: str | Path) -> None:
     """Sampled predictions (columns) × memory positions (rows, the most recent at the bottom), Tran Figure 4."""
-    from .attention import _pyplot
+    from ..io import pyplot
 
-    plt = _pyplot()
+    plt = pyplot()
     matrix = np.array([[np.nan if a is None else a for a in r["attention"]] for r in rows], dtype=float).T[::-1]
     fig, ax = plt.subplots(figsize=(max(6.0, 0.09 * len(rows) + 2), 0.25 * matrix.shape[0] + 1.5))
     image = ax.imshow(np.ma.masked_invalid(matrix), cmap="Blues", vmin=0, vmax=1, aspect="auto", interpolation="nearest")

@@ -6,7 +6,7 @@ import shlex
 from pathlib import Path
 
 from ..errors import CtxlmError
-from ..io import atomic_write_text
+from ..io import atomic_write_text, pyplot
 from ..registry import MODELS
 from . import records
 from .runner import RowRun
@@ -179,12 +179,10 @@ def compared_rows(tables: list[Table], records_dir: Path) -> list[dict]:
 def plot_report(tables: list[Table], records_dir: Path, path: Path, named_beyond: float = 0.08) -> int:
     """Ours against the source's test perplexity, one point per measured row, the 3% band shaded; rows
     more than `named_beyond` off are named. Returns the number of points."""
-    from ..analysis.attention import _pyplot
-
     rows = compared_rows(tables, records_dir)
     if not rows:
         raise CtxlmError("--plot: no finished row with a source test perplexity in the records yet")
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 6))
     line = [min(min(r["source"], r["ours"]) for r in rows) - 5, max(max(r["source"], r["ours"]) for r in rows) + 5]
     ax.plot(line, line, color="black", lw=0.8)
