@@ -45,7 +45,7 @@ def spread(matrix: list[list[float]]) -> float:
         weights = [w for w in row if w > 0]
         if len(weights) > 1:
             values.append(-sum(w * math.log(w) for w in weights) / math.log(len(weights)))
-    return sum(values) / len(values)
+    return sum(values) / len(values) if values else float("nan")
 
 
 def main() -> None:
@@ -72,7 +72,8 @@ def main() -> None:
         for i, row in enumerate(matrix):
             for j, weight in enumerate(row[: i + 2]):
                 if 0 < weight < 1:
-                    ax.text(j, i, f"{weight:.2f}"[1:], ha="center", va="center", fontsize=5,
+                    shown = f"{weight:.2f}"
+                    ax.text(j, i, shown[1:] if shown.startswith("0") else shown, ha="center", va="center", fontsize=5,
                             color="white" if weight > 0.5 else "black")
         ax.set_xticks(range(len(result["attention_columns"])), result["attention_columns"], rotation=90, fontsize=7)
         ax.set_yticks(range(len(matrix)), result["targets"], fontsize=7)

@@ -60,6 +60,10 @@ def test_the_spread_is_each_predictions_entropy_over_log_slots(tmp_path, corpus)
         sum(-sum(w * math.log(w) for w in row) / math.log(len(row)) for row in rows) / len(rows), rel=1e-6)
     assert spread["largest_weight"] == pytest.approx(sum(max(row) for row in rows) / len(rows), rel=1e-6)
     assert spread["uniform_weight"] == pytest.approx(sum(1 / len(row) for row in rows) / len(rows), rel=1e-6)
+    config = tiny_config(corpus, name="attention", window=1)          # one slot: nothing to spread over
+    config.train.epochs = 1
+    Trainer(config, tmp_path / "one", log=lambda *a: None).fit()
+    assert attention_by_distance(load(tmp_path / "one"), ids)["spread"] is None
 
 
 def test_attention_command_refuses_models_without_attention(tmp_path, corpus):

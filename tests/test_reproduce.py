@@ -311,6 +311,11 @@ def test_a_bad_table_is_one_line_naming_the_file_and_key(tmp_path):
                    "--stop-after")
 
 
+def test_options_that_go_with_another_are_refused_alone(tmp_path):
+    one_line_error(ctxlm("reproduce", "--plot", tmp_path / "rows.png"), "--plot and --page go with --report")
+    one_line_error(ctxlm("reproduce", "tiny-1", "--measure"), "--measure goes with --plan")
+
+
 def test_durations():
     assert runner.parse_duration("90s") == 90 and runner.parse_duration("45m") == 2700
     assert runner.parse_duration("1h30m") == 5400 and runner.parse_duration("120") == 120

@@ -95,7 +95,10 @@ def attention_by_distance(run, ids: torch.Tensor, max_tokens: int = 0, chunk: in
     A slot counts where its weight is positive (masked slots are exactly 0), so positions without
     that much history do not dilute the average; distance −1 is the attentive LM's zero slot.
     "spread" averages, over predictions with two or more slots, the entropy of the weights over
-    log(slots) (1 = uniform, 0 = all on one slot), the largest weight, and 1/slots (its uniform value).
+    log(slots) (1 = uniform, 0 = all on one slot), the largest weight, and 1/slots (its uniform value);
+    None when no prediction has two slots. Slots are the positive weights, so a weight that underflows
+    to exactly 0 counts as masked. A pointer's sentinel (distance −1 of a model that mixes two
+    distributions) is a gate, not a place to look: the spread leaves it out and renormalises.
     """
     model = run.model
     _require_attention(model, run.config.model.name)
@@ -119,13 +122,18 @@ def attention_by_distance(run, ids: torch.Tensor, max_tokens: int = 0, chunk: in
             sums[d] = sums.get(d, 0.0) + total
             counts[d] = counts.get(d, 0) + n
         rows = out.attention.reshape(-1, out.attention.shape[-1]).double()
+        if model.mixes_distributions:
+            rows = rows * (model.attention_distances(out).reshape(rows.shape) >= 0)
         slots = (rows > 0).sum(-1)
         rows, slots = rows[slots > 1], slots[slots > 1]
+        rows = rows / rows.sum(-1, keepdim=True)
         entropy = -torch.where(rows > 0, rows * rows.clamp_min(1e-300).log(), torch.zeros_like(rows)).sum(-1)
         spread += torch.stack([(entropy / slots.double().log()).sum(), rows.amax(-1).sum(), (1 / slots.double()).sum()])
         predictions += slots.numel()
     by_distance = [{"distance": d, "mean_attention": sums[d] / counts[d], "positions": counts[d]} for d in sorted(sums)]
-    means = (spread / max(predictions, 1)).tolist()
+    if not predictions:
+        return {"by_distance": by_distance, "spread": None}
+    means = (spread / predictions).tolist()
     return {"by_distance": by_distance, "spread": {"normalised_entropy": means[0], "largest_weight": means[1],
                                                    "uniform_weight": means[2], "predictions": predictions}}
 

@@ -164,9 +164,12 @@ def cmd_attention_by_position(args) -> int:
     for r in found["by_distance"]:
         print(f"{('h0' if r['distance'] < 0 else r['distance']):>8}{r['mean_attention']:>16.4f}{r['positions']:>12,}")
     spread = found["spread"]
-    print(f"spread over {spread['predictions']:,} predictions with 2 or more slots: entropy / log(slots) "
-          f"{spread['normalised_entropy']:.3f} (1 = uniform), largest weight {spread['largest_weight']:.3f} "
-          f"(uniform {spread['uniform_weight']:.3f})")
+    if spread is None:
+        print("spread: no prediction with 2 or more slots to spread over")
+    else:
+        print(f"spread over {spread['predictions']:,} predictions with 2 or more slots: entropy / log(slots) "
+              f"{spread['normalised_entropy']:.3f} (1 = uniform), largest weight {spread['largest_weight']:.3f} "
+              f"(uniform {spread['uniform_weight']:.3f})")
     print(f"wrote {out / 'attention_by_position.png'} and {out / 'attention_by_position.json'}")
     return 0
 

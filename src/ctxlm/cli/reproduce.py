@@ -49,6 +49,10 @@ def cmd_reproduce(args) -> int:
         for table in load_tables(tables_dir):
             print(f"{table.id:16} {sum(r.runnable for r in table.rows):3} of {len(table.rows):3} rows runnable  {table.title}")
         return 0
+    if (args.plot or args.page) and not args.report:
+        raise CtxlmError("--plot and --page go with --report, e.g. ctxlm reproduce --report --plot rows.png")
+    if args.measure and not args.plan:
+        raise CtxlmError("--measure goes with --plan, e.g. ctxlm reproduce tran-2 --plan --measure")
     names = [args.table] if args.table else []
     if not names and not (args.plan or args.report or args.check):
         raise CtxlmError("name a table to train (ctxlm reproduce --list shows them), or give --plan, --report or --check")

@@ -51,7 +51,8 @@ class RowRun:
         return bool(record and record["finished"]) and not self.again
 
     def status(self) -> str:
-        """done / stopped at epoch k / not started / unavailable, from the record and the run directory."""
+        """done / training now / stopped at epoch k / not started / unavailable, from the record, the run
+        directory and its lock."""
         if not self.row.runnable:
             return "unavailable"
         if self.done():
@@ -110,8 +111,8 @@ def row_runs(tables: list[Table], row_ids: list[str], runs: Path, records_dir: P
             if key not in seen:         # a row that is the same run as another is trained once
                 seen.add(key)
                 found.append(RowRun(table, row, runs.joinpath(*key), records.record_path(records_dir, *key), again))
-                if again and RunDir(found[-1].run_dir).results.exists():
-                    raise CtxlmError(f"--again: {found[-1].name} has finished in {found[-1].run_dir}; "
+                if again and found[-1].started():     # finished or partial, it is the old run's: never continued
+                    raise CtxlmError(f"--again: {found[-1].name} has a run in {found[-1].run_dir}; "
                                      "move that folder aside to train the row again")
     return found
 
@@ -273,5 +274,5 @@ def check(runs: list[RowRun], data_dir=None, log=print) -> int:
         else:
             log(f"{run.name}: UNSURE: {given} on {machine or 'a machine the record does not name'}, whose float sums "
                 f"may differ from this one's; `python bench/fingerprint_at_commit.py {run.table.id} {run.row.id}` "
-                f"takes it again here at {at} to tell")
+                "takes it again here at the run's first commit (into the project's results/), then --check tells")
     return differ

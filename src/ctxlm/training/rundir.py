@@ -29,6 +29,7 @@ from . import checkpoint
 from .distributed import main_process
 
 LOCK, HOLDER = ".ctxlm.lock", ".ctxlm.lock.holder"
+PROBE_GRACE_S = 1.0     # how long acquire waits: another process may be probing the lock, never holding it long
 BOOKKEEPING = frozenset({LOCK, HOLDER})       # not content: a folder holding only these is empty
 
 
@@ -156,7 +157,7 @@ class RunLock:
         if not main_process():      # torchrun: rank 0 holds it for the run
             return self
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(self.run_dir / LOCK), timeout=0)
+        lock = FileLock(str(self.run_dir / LOCK), timeout=PROBE_GRACE_S)   # outlasts a --plan probe (held_by_another)
         try:
             lock.acquire()
         except Timeout:
@@ -168,7 +169,8 @@ class RunLock:
         return self
 
     def held_by_another(self) -> str | None:
-        """Who is writing the run now (another process holds its lock), or None; takes and drops the lock to see."""
+        """Who is writing the run now (another process holds its lock), or None; takes and drops the lock to
+        see (acquire waits PROBE_GRACE_S for that). In the process holding the lock it sees no one."""
         from filelock import FileLock, Timeout
 
         if not (self.run_dir / LOCK).exists():
