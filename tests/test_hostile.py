@@ -147,6 +147,8 @@ def test_two_simultaneous_training_processes_one_proceeds(tmp_path, corpus):
     config = tiny_config(corpus)
     config.train.epochs, config.train.threads = 4, 1
     preset = toml(config, tmp_path / "c.toml")
+    warm = run_ctxlm("train", "--config", preset, "--run-dir", tmp_path / "warm", "--set", "train.max_batches=1")
+    assert warm.returncode == 0, warm.stderr        # the training code imported here, so b reaches the lock at once
     a = _ctxlm_process("train", "--config", preset, "--run-dir", tmp_path / "run")
     deadline = time.time() + 60
     while not (tmp_path / "run" / ".ctxlm.lock.holder").exists() and a.poll() is None and time.time() < deadline:

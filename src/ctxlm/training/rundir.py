@@ -29,7 +29,7 @@ from . import checkpoint
 from .distributed import main_process
 
 LOCK, HOLDER = ".ctxlm.lock", ".ctxlm.lock.holder"
-PROBE_GRACE_S = 1.0     # how long acquire waits: another process may be probing the lock, never holding it long
+PROBE_GRACE_S = 0.1     # how long acquire waits: a --plan probe holds the lock for microseconds, never longer
 BOOKKEEPING = frozenset({LOCK, HOLDER})       # not content: a folder holding only these is empty
 
 
