@@ -17,7 +17,9 @@ import itertools
 import math
 import os
 
-from ctxlm.analysis.attention import explain
+import torch
+
+from ctxlm.analysis.attention import explain, spread_terms
 from ctxlm.data.load import load_corpus
 from ctxlm.data.vocab import EOS
 from ctxlm.io import pyplot
@@ -39,13 +41,9 @@ def chosen_lines(valid: list[str]) -> list[tuple[str, int, list[str]]]:
 
 
 def spread(matrix: list[list[float]]) -> float:
-    """Mean entropy / log(slots) over the predictions with two or more attended slots."""
-    values = []
-    for row in matrix:
-        weights = [w for w in row if w > 0]
-        if len(weights) > 1:
-            values.append(-sum(w * math.log(w) for w in weights) / math.log(len(weights)))
-    return sum(values) / len(values) if values else float("nan")
+    """Mean entropy / log(slots) over the predictions with two or more attended slots (as attention-by-position)."""
+    terms = spread_terms(torch.tensor(matrix))
+    return float(terms[:, 0].mean()) if len(terms) else float("nan")
 
 
 def main() -> None:

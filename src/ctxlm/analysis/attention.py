@@ -88,6 +88,17 @@ def plot_top_predictions(result: dict, path: str | Path) -> None:
     plt.close(fig)
 
 
+def spread_terms(weights: torch.Tensor) -> torch.Tensor:
+    """[P, 3] float64, one row per prediction with two or more positive weights (the last axis holds a
+    prediction's weights): entropy / log(slots), the largest weight and 1 / slots, weights renormalised."""
+    rows = weights.reshape(-1, weights.shape[-1]).double()
+    slots = (rows > 0).sum(-1)
+    rows, slots = rows[slots > 1], slots[slots > 1].double()
+    rows = rows / rows.sum(-1, keepdim=True)
+    entropy = -torch.where(rows > 0, rows * rows.clamp_min(1e-300).log(), torch.zeros_like(rows)).sum(-1)
+    return torch.stack([entropy / slots.log(), rows.amax(-1), 1 / slots], -1)
+
+
 @torch.no_grad()
 def attention_by_distance(run, ids: torch.Tensor, max_tokens: int = 0, chunk: int = 1000) -> dict:
     """Mean attention weight per distance over a stream (Daniluk Figure 4.1), and how peaked it is.
@@ -121,15 +132,10 @@ def attention_by_distance(run, ids: torch.Tensor, max_tokens: int = 0, chunk: in
         for d, total, n in zip(keys.tolist(), totals.tolist(), numbers.tolist()):
             sums[d] = sums.get(d, 0.0) + total
             counts[d] = counts.get(d, 0) + n
-        rows = out.attention.reshape(-1, out.attention.shape[-1]).double()
-        if model.mixes_distributions:
-            rows = rows * (model.attention_distances(out).reshape(rows.shape) >= 0)
-        slots = (rows > 0).sum(-1)
-        rows, slots = rows[slots > 1], slots[slots > 1]
-        rows = rows / rows.sum(-1, keepdim=True)
-        entropy = -torch.where(rows > 0, rows * rows.clamp_min(1e-300).log(), torch.zeros_like(rows)).sum(-1)
-        spread += torch.stack([(entropy / slots.double().log()).sum(), rows.amax(-1).sum(), (1 / slots.double()).sum()])
-        predictions += slots.numel()
+        looked_at = out.attention * (model.attention_distances(out) >= 0) if model.mixes_distributions else out.attention
+        terms = spread_terms(looked_at)
+        spread += terms.sum(0)
+        predictions += len(terms)
     by_distance = [{"distance": d, "mean_attention": sums[d] / counts[d], "positions": counts[d]} for d in sorted(sums)]
     if not predictions:
         return {"by_distance": by_distance, "spread": None}

@@ -177,24 +177,27 @@ def compared_rows(tables: list[Table], records_dir: Path) -> list[dict]:
 
 
 def plot_report(tables: list[Table], records_dir: Path, path: Path, named_beyond: float = 0.08) -> int:
-    """Ours against the source's test perplexity, one point per measured row, the 3% band shaded; rows
-    more than `named_beyond` off are named. Returns the number of points."""
+    """Ours against the source's test perplexity, one point per measured row, the band shaded (the widest
+    of the tables'); rows more than `named_beyond` off are named. Returns the number of points."""
     rows = compared_rows(tables, records_dir)
     if not rows:
         raise CtxlmError("--plot: no finished row with a source test perplexity in the records yet")
+    gaps = [r["ours"] / r["source"] - 1 for r in rows]
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 6))
     line = [min(min(r["source"], r["ours"]) for r in rows) - 5, max(max(r["source"], r["ours"]) for r in rows) + 5]
     ax.plot(line, line, color="black", lw=0.8)
-    ax.fill_between(line, [v * 0.97 for v in line], [v * 1.03 for v in line], color="#dddddd", label="within 3%")
+    band = max(r["band"] for r in rows)
+    ax.fill_between(line, [v * (1 - band) for v in line], [v * (1 + band) for v in line], color="#dddddd",
+                    label=f"within {band:.0%}")
     for source in sorted({r["table"].split("-")[0] for r in rows}):
         mine = [r for r in rows if r["table"].split("-")[0] == source]
         ax.scatter([r["source"] for r in mine], [r["ours"] for r in mine], s=18, label=source.capitalize(), zorder=3)
-    for r in rows:
-        if abs(r["ours"] / r["source"] - 1) > named_beyond:
+    for r, gap in zip(rows, gaps):
+        if abs(gap) > named_beyond:
             ax.annotate(f"{r['table']} {r['row']}", (r["source"], r["ours"]), fontsize=6, xytext=(4, -3),
                         textcoords="offset points")
-    held = sum(abs(r["ours"] / r["source"] - 1) <= r["band"] for r in rows)
+    held = sum(abs(gap) <= r["band"] for r, gap in zip(rows, gaps))
     ax.set(xlim=line, ylim=line, xlabel="source: test perplexity", ylabel="ctxlm: test perplexity (below the line: better)",
            title=f"{len(rows)} measured rows against their sources: {held} within the band")
     ax.set_aspect("equal")
