@@ -141,3 +141,18 @@ def test_the_cache_and_dynamic_evaluation_combine(runs):
     both = run.with_dynamic(DynamicSetting("sgd", lr=0.5, segment=5)).with_cache(cache).perplexity(text)
     assert zero == pytest.approx(alone, rel=1e-6)
     assert torch.isfinite(torch.tensor(both)) and both != pytest.approx(alone, rel=1e-4)
+
+
+def test_a_source_tree_that_pip_never_installed_imports_and_runs():
+    """A borrowed GPU machine runs `PYTHONPATH=src python3 -m ctxlm` without `pip install`: no package metadata."""
+    import subprocess
+    import sys
+
+    hide_metadata = ("import importlib.metadata as m\n"
+                     "def version(name): raise m.PackageNotFoundError(name)\n"
+                     "m.version = version\n"
+                     "import sys, ctxlm; from ctxlm.cli import main\n"
+                     "print(ctxlm.__version__); sys.argv = ['ctxlm', 'reproduce', '--list']; main()\n")
+    done = subprocess.run([sys.executable, "-c", hide_metadata], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "0+source" and "daniluk-4.9" in done.stdout

@@ -1,5 +1,5 @@
 """ctxlm: word-level language models that look back at their context."""
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 
 from .config import Config, load_toml
 from .data.vocab import Vocabulary
@@ -10,7 +10,10 @@ from .run import Run, load
 from .training import launch
 from .training.trainer import Trainer
 
-__version__ = version("ctxlm")
+try:
+    __version__ = version("ctxlm")
+except PackageNotFoundError:        # a source tree on PYTHONPATH, not pip-installed (a borrowed GPU machine)
+    __version__ = "0+source"
 
 
 def train(config: Config, run_dir, data_dir=None, resume: bool = False) -> dict:
