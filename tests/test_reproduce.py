@@ -299,6 +299,28 @@ def test_the_plan_tells_a_row_in_training_from_a_stopped_one(reference):
     assert plan()[0].startswith("tiny-1/lstm: stopped after epoch 2;")
 
 
+def test_a_second_reproduce_leaves_a_row_another_process_trains_to_it(reference):
+    """Two `reproduce` calls side by side: the row one of them trains is not started twice, and its run is untouched."""
+    project, _, _ = reference
+    run = project / "shared-runs" / "tiny-1" / "lstm"
+    shutil.copytree(project / "ref-runs" / "tiny-1" / "lstm", run)
+    (run / "results.json").unlink()
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and not p.name.startswith(".")}
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from ctxlm.training.rundir import RunLock; "
+                               "lock = RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(60)", str(run)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        done = ctxlm("reproduce", "tiny-1", "lstm", *folders(project, "shared"), "--set", "train.threads=1")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"tiny-1/lstm: training now in another process (process {holder.pid} on " in done.stdout
+    assert "started" not in done.stdout and "resumed" not in done.stdout
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and not p.name.startswith(".")} == before
+
+
 def test_a_bad_table_is_one_line_naming_the_file_and_key(tmp_path):
     (tmp_path / "reproductions").mkdir()
     bad = tmp_path / "reproductions" / "bad-1.toml"

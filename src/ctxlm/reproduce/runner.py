@@ -192,6 +192,10 @@ class Runner:
         return 1 if failed else 0
 
     def _start(self, run: RowRun) -> None:
+        writer = RunLock(run.run_dir).held_by_another()
+        if writer:      # another `reproduce` (or `train`) trains this row and writes its record: leave it to that one
+            self.log(f"{run.name}: training now in another process ({writer}); left to it")
+            return
         argv = run.train_argv(self.extra, self.data_dir)
         run.run_dir.parent.mkdir(parents=True, exist_ok=True)
         log_file = open(run.run_dir.with_suffix(".log"), "a", encoding="utf-8")
