@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,20 @@ def same_figures(a: dict, b: dict) -> None:
     assert strip(a["curve"]) == strip(b["curve"])
     for key in ("finished", "best_epoch", "valid_ppl", "test_ppl", "parameters", "fingerprint"):
         assert a[key] == b[key], key
+
+
+@contextmanager
+def lock_held_by_another_process(run: Path):
+    """A process that holds the run's lock (as a training process does) until the block ends."""
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from ctxlm.training.rundir import RunLock; "
+                               "lock = RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(60)", str(run)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 @pytest.fixture(scope="module")
@@ -285,17 +300,10 @@ def test_the_plan_tells_a_row_in_training_from_a_stopped_one(reference):
     (run / "results.json").unlink()
     plan = lambda: ctxlm("reproduce", "tiny-1", "lstm", "--plan", *folders(project, "busy")).stdout.splitlines()  # noqa: E731
     assert plan()[0].startswith("tiny-1/lstm: stopped after epoch 2;") and plan()[1].strip().startswith("ctxlm train --resume")
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from ctxlm.training.rundir import RunLock; "
-                               "lock = RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(60)", str(run)],
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with lock_held_by_another_process(run) as holder:
         lines = plan()
         assert lines[0].startswith(f"tiny-1/lstm: training now, 2 epochs finished (process {holder.pid} on ")
         assert lines[1].startswith("1 runnable rows: 0 done, 1 training now,")
-    finally:
-        holder.kill()
-        holder.wait()
     assert plan()[0].startswith("tiny-1/lstm: stopped after epoch 2;")
 
 
@@ -306,15 +314,8 @@ def test_a_second_reproduce_leaves_a_row_another_process_trains_to_it(reference)
     shutil.copytree(project / "ref-runs" / "tiny-1" / "lstm", run)
     (run / "results.json").unlink()
     before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and not p.name.startswith(".")}
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from ctxlm.training.rundir import RunLock; "
-                               "lock = RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(60)", str(run)],
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with lock_held_by_another_process(run) as holder:
         done = ctxlm("reproduce", "tiny-1", "lstm", *folders(project, "shared"), "--set", "train.threads=1")
-    finally:
-        holder.kill()
-        holder.wait()
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"tiny-1/lstm: training now in another process (process {holder.pid} on " in done.stdout
     assert "started" not in done.stdout and "resumed" not in done.stdout

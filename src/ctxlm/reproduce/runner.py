@@ -160,7 +160,8 @@ class Runner:
         self.stopping = signal.Signals(signum).name
 
     def run(self, runs: list[RowRun]) -> int:
-        """Train every runnable row that is not done; 0 when all are done, 130 when stopped early."""
+        """Train every runnable row that is not done (or left to another process training it); 0 when all
+        are done, 130 when stopped early."""
         for run in runs:
             if run.row.runnable and run.done() and not (run.record() or {}).get("finished"):
                 update_record(run, self.extra, self.data_dir, self.log, self.commit)
