@@ -3,6 +3,8 @@ document mode is `evaluate_stream` to the last bit, sentence mode is `evaluate_s
 distribution sums to one and agrees with scoring, and `ctxlm score` / `ctxlm eval` print the API's numbers."""
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -145,9 +147,6 @@ def test_the_cache_and_dynamic_evaluation_combine(runs):
 
 def test_a_source_tree_that_pip_never_installed_imports_and_runs():
     """A borrowed GPU machine runs `PYTHONPATH=src python3 -m ctxlm` without `pip install`: no package metadata."""
-    import subprocess
-    import sys
-
     hide_metadata = ("import importlib.metadata as m\n"
                      "def version(name): raise m.PackageNotFoundError(name)\n"
                      "m.version = version\n"

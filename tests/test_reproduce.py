@@ -313,13 +313,14 @@ def test_a_second_reproduce_leaves_a_row_another_process_trains_to_it(reference)
     run = project / "shared-runs" / "tiny-1" / "lstm"
     shutil.copytree(project / "ref-runs" / "tiny-1" / "lstm", run)
     (run / "results.json").unlink()
-    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and not p.name.startswith(".")}
+    contents = lambda: {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and not p.name.startswith(".")}  # noqa: E731
+    before = contents()
     with lock_held_by_another_process(run) as holder:
         done = ctxlm("reproduce", "tiny-1", "lstm", *folders(project, "shared"), "--set", "train.threads=1")
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"tiny-1/lstm: training now in another process (process {holder.pid} on " in done.stdout
     assert "started" not in done.stdout and "resumed" not in done.stdout
-    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and not p.name.startswith(".")} == before
+    assert contents() == before
 
 
 def test_a_bad_table_is_one_line_naming_the_file_and_key(tmp_path):
