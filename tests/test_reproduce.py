@@ -241,6 +241,13 @@ def test_the_report_comes_from_the_records_alone(reference, tmp_path):
     plotted = ctxlm("reproduce", "--report", "--plot", tmp_path / "rows.png", "--tables", tmp_path / "reproductions",
                     "--records", tmp_path / "results")
     assert plotted.returncode == 0 and "rows.png (1 row against their sources)" in plotted.stdout and (tmp_path / "rows.png").stat().st_size > 1000
+    again = {"table": "tiny-1", "row": "lstm", "finished": False, "curve": records["lstm"]["curve"][:1],
+             "earlier": [{k: v for k, v in records["lstm"].items() if k not in ("table", "row")}]}
+    (tmp_path / "results" / "tiny-1" / "lstm.json").write_text(json.dumps(again))       # `--again` after its first epoch
+    page = report.report_markdown(load_tables(tmp_path / "reproductions"), tmp_path / "results")
+    lstm_line = next(line for line in page.splitlines() if line.startswith("| LSTM |"))
+    assert f"{records['lstm']['test_ppl']:.2f}" in lstm_line and "an earlier run, trained again now: 1 epoch so far" in lstm_line
+    assert page.startswith("4 rows in 1 tables: 3 runnable here, 3 measured")     # the measured figure stays on the page
 
 
 def test_the_check_finds_a_row_that_today_trains_differently(reference, tmp_path):

@@ -76,6 +76,17 @@ def _source(row, table: Table) -> str:
     return shown + (f" ({row.source['valid_ppl']})" if table.metric == "test_ppl" and "valid_ppl" in row.source else "")
 
 
+def shown(record: dict | None) -> tuple[dict | None, str]:
+    """The record whose figures a row shows, and a note: while a row is trained again (`--again`), its newest
+    finished earlier run, with how far the new one has come, so that the page keeps the measured figure."""
+    if record and not record["finished"]:
+        finished = [run for run in record.get("earlier", []) if run.get("finished")]
+        if finished:
+            epochs = len(record.get("curve", []))
+            return finished[-1], f"; an earlier run, trained again now: {epochs} epoch{'s' * (epochs != 1)} so far"
+    return record, ""
+
+
 def verdict(table: Table, row, record: dict | None) -> str:
     """Whether our figure reproduces the source's: the band, or the row's own claim (`below`)."""
     if not row.runnable:
@@ -127,7 +138,7 @@ def table_markdown(table: Table, records_dir: Path) -> str:
         f"| row | ours: {metric} (valid) | source: {metric} (valid) | verdict (band {table.band:.0%}) | params ours "
         "(source) | best epoch | commit | hardware | training |", "|---|---|---|---|---|---|---|---|---|"]
     for row in table.rows:
-        record = records.load_record(records.record_path(records_dir, *table.record_key(row)))
+        record, note = shown(records.load_record(records.record_path(records_dir, *table.record_key(row))))
         r = record or {}
         valid = r.get("valid_ppl") if table.metric == "test_ppl" else None
         ours = _figure(r.get(table.metric)) + (f" ({_figure(valid)})" if valid else "")
@@ -135,7 +146,7 @@ def table_markdown(table: Table, records_dir: Path) -> str:
         commit = (r.get("commits") or ["–"])[-1]
         wall = _hours(r["wall_s"]) if r.get("wall_s") else "–"
         label = row.label + (f" [{row.stand_in}]" if row.stand_in else "") + (f" (= {row.same_as})" if row.same_as else "")
-        lines.append(f"| {label} | {ours} | {_source(row, table)} | {verdict(table, row, record)} | {_params(record, row)} | "
+        lines.append(f"| {label} | {ours} | {_source(row, table)} | {verdict(table, row, record)}{note} | {_params(record, row)} | "
                      f"{r.get('best_epoch') or '–'} | {commit} | {hardware} | {wall} |")
     return "\n".join(lines) + "\n"
 
@@ -144,7 +155,8 @@ def report_markdown(tables: list[Table], records_dir: Path) -> str:
     """The summary, the tables with rows that run here, then those that need data we do not have."""
     rows = [(t, r) for t in tables for r in t.rows]
     runnable = [(t, r) for t, r in rows if r.runnable]
-    found = {(t.id, r.id): records.load_record(records.record_path(records_dir, *t.record_key(r))) for t, r in runnable}
+    found = {(t.id, r.id): shown(records.load_record(records.record_path(records_dir, *t.record_key(r))))[0]
+             for t, r in runnable}
     measured = [(t, r) for t, r in runnable if (found[t.id, r.id] or {}).get("finished")]
     held = [(t, r) for t, r in measured if verdict(t, r, found[t.id, r.id]).startswith("✓")]
     summary = (f"{len(rows)} rows in {len(tables)} tables: {len(runnable)} runnable here, {len(measured)} measured, "
@@ -166,7 +178,7 @@ def compared_rows(tables: list[Table], records_dir: Path) -> list[dict]:
         for row in table.rows:
             key = table.record_key(row)
             theirs = row.source.get("test_ppl")
-            record = records.load_record(records.record_path(records_dir, *key)) if row.runnable else None
+            record = shown(records.load_record(records.record_path(records_dir, *key)))[0] if row.runnable else None
             if key in seen or table.metric != "test_ppl" or row.stand_in or not isinstance(theirs, (int, float)) \
                     or not (record or {}).get("finished") or record.get("test_ppl") is None:
                 continue
