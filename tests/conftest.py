@@ -1,5 +1,6 @@
 import contextlib
 import io
+import math
 import os
 import subprocess
 import sys
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 
 from ctxlm.config import Config, ModelConfig
 from ctxlm.data.batching import IGNORE
@@ -247,3 +249,23 @@ class FixedDistribution(LanguageModel):
     def target_log_probs(self, out, targets):
         valid = targets != IGNORE
         return out.hidden.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1).masked_fill(~valid, 0.0)
+
+
+# ------------------------------------------------ values for numeric options and keys (test_validation, test_config_keys)
+INT64 = 2**63
+ODD = ["", " ", "0", "-0", "1", "2", "+3", " 4 ", "12", "13", "1e3", "1.5", "0.5", "1.", ".5", "0x10", "1_000",
+       "١٢", "nan", "-nan", "inf", "-inf", "1e-400", "1e400", "True", "None", "3 4", "0.999999", "1.0000001",
+       str(INT64 - 1), str(INT64), str(-INT64), str(-INT64 - 1)]
+NUMBERS = st.one_of(st.sampled_from(ODD), st.integers(-2**70, 2**70).map(str), st.integers(-3, 300).map(str),
+                    st.floats().map(repr), st.floats(-2, 2).map(str), st.text(max_size=10))
+
+
+def expected(kind, allowed, text):
+    """The value `text` should give, or None where it must be refused."""
+    try:
+        value = kind(text.strip())
+    except ValueError:
+        return None
+    if kind is float and not math.isfinite(value) or kind is int and not -INT64 <= value < INT64:
+        return None
+    return value if allowed(value) else None
