@@ -1,7 +1,9 @@
 import contextlib
+import hashlib
 import io
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -269,3 +271,54 @@ def expected(kind, allowed, text):
     if kind is float and not math.isfinite(value) or kind is int and not -INT64 <= value < INT64:
         return None
     return value if allowed(value) else None
+
+
+# ------------------------------------------------ a world of runs to be hostile to (test_hostile, test_hostile_data_loss)
+def digests(root: Path) -> dict[str, str]:
+    """sha256 of every file under `root` but a run directory's lock files (not content)."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and not p.name.startswith(".ctxlm.lock")}
+
+
+def same_weights(a: Path, b: Path) -> bool:
+    """Equal tensors and metadata (safetensors writes its metadata in no fixed order)."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    x, y = load_file(a), load_file(b)
+    metadata = [safe_open(str(p), "pt").metadata() for p in (a, b)]
+    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x) and metadata[0] == metadata[1]
+
+
+def toml(config, path: Path) -> Path:
+    path.write_text(config.to_toml())
+    return path
+
+
+@pytest.fixture(scope="session")
+def made(tmp_path_factory):
+    """A corpus, a one-epoch LSTM run and a Kneser-Ney trigram run (copied before any test may change them)."""
+    from ctxlm.training.count import estimate_run
+    from ctxlm.training.trainer import Trainer
+
+    root = tmp_path_factory.mktemp("hostile")
+    (root / "corpus").mkdir()
+    corpus = write_corpus(root / "corpus")
+    config = tiny_config(corpus)
+    config.train.epochs = 1
+    Trainer(config, root / "lstm", log=lambda *a, **k: None).fit()
+    estimate_run(tiny_config(corpus, name="kneser-ney", order=3), root / "ngram", log=lambda *a, **k: None)
+    return root
+
+
+@pytest.fixture
+def world(made, tmp_path):
+    """A private copy of the corpus and runs, with a questions file and LAMBADA passages beside them."""
+    for name in ("corpus", "lstm", "ngram"):
+        shutil.copytree(made / name, tmp_path / name)
+    for name in ("lstm", "ngram"):          # the runs' configs name the copied corpus
+        config = tmp_path / name / "config.toml"
+        config.write_text(config.read_text().replace(str(made / "corpus"), str(tmp_path / "corpus")))
+    (tmp_path / "questions.csv").write_text("id,question,a),b),c),d),e)\n1,the cat _____ on a mat,sat,ran,flew,dog,red\n")
+    (tmp_path / "passages.txt").write_text("the cat sat on a mat\nthe dog ran to big red house\n")
+    return tmp_path
