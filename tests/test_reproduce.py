@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from conftest import ctxlm, one_line_error, tiny_config, write_corpus
-from ctxlm.config import apply_overrides, load_toml, validate
 from ctxlm.reproduce import report, runner
 from ctxlm.reproduce.records import first_batches, hardware, record_from_run
 from ctxlm.reproduce.tables import load_tables
@@ -222,8 +221,6 @@ def test_two_jobs_give_the_records_of_one(reference):
 
 def test_the_report_comes_from_the_records_alone(reference, tmp_path):
     project, records, _ = reference
-    import shutil
-
     shutil.copytree(project / "reproductions", tmp_path / "reproductions")
     shutil.copytree(project / "ref-results", tmp_path / "results")       # no run directory, no configs, no corpus
     result = ctxlm("reproduce", "--report", "--tables", tmp_path / "reproductions", "--records", tmp_path / "results")
@@ -350,41 +347,6 @@ def test_options_that_go_with_another_are_refused_alone(tmp_path):
 def test_durations():
     assert runner.parse_duration("90s") == 90 and runner.parse_duration("45m") == 2700
     assert runner.parse_duration("1h30m") == 5400 and runner.parse_duration("120") == 120
-
-
-# ---- the project's own tables, records and page
-
-
-def test_every_runnable_row_resolves_to_a_valid_config():
-    for table in load_tables(ROOT / "reproductions"):
-        for row in table.rows:
-            if row.runnable:
-                assert row.preset.is_file(), f"{table.id}/{row.id}: {row.preset}"
-                validate(apply_overrides(load_toml(row.preset), row.overrides))
-
-
-def test_a_row_that_is_the_same_run_as_another_has_its_preset():
-    tables = {t.id: t for t in load_tables(ROOT / "reproductions")}
-    for table in tables.values():
-        for row in table.rows:
-            if row.same_as:
-                other_table, other_row = row.same_as.split("/")
-                target = tables[other_table].row(other_row)
-                assert (row.preset, row.overrides) == (target.preset, target.overrides), f"{table.id}/{row.id}"
-
-
-def test_every_record_belongs_to_a_row_of_its_table():
-    tables = {t.id: t for t in load_tables(ROOT / "reproductions")}
-    for path in (ROOT / "results").glob("*/*.json"):
-        record = json.loads(path.read_text())
-        assert record["table"] == path.parent.name and record["row"] == path.stem
-        assert tables[record["table"]].row(record["row"]).runnable
-
-
-def test_the_results_page_opens_with_the_report():
-    tables = load_tables(ROOT / "reproductions")
-    assert report.page_report(ROOT / "docs" / "results.md") == report.report_markdown(tables, ROOT / "results"), \
-        "docs/results.md differs from the records: ctxlm reproduce --report --page docs/results.md"
 
 
 def test_first_batches_stops_where_asked(corpus):

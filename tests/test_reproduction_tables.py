@@ -1,0 +1,43 @@
+"""The project's own reproduction tables (reproductions/), records (results/) and results page agree:
+every runnable row has a valid preset, every record belongs to a row, and docs/results.md opens with
+what `ctxlm reproduce --report` prints from the records."""
+import json
+from pathlib import Path
+
+from ctxlm.config import apply_overrides, load_toml, validate
+from ctxlm.reproduce import report
+from ctxlm.reproduce.tables import load_tables
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_runnable_row_resolves_to_a_valid_config():
+    for table in load_tables(ROOT / "reproductions"):
+        for row in table.rows:
+            if row.runnable:
+                assert row.preset.is_file(), f"{table.id}/{row.id}: {row.preset}"
+                validate(apply_overrides(load_toml(row.preset), row.overrides))
+
+
+def test_a_row_that_is_the_same_run_as_another_has_its_preset():
+    tables = {t.id: t for t in load_tables(ROOT / "reproductions")}
+    for table in tables.values():
+        for row in table.rows:
+            if row.same_as:
+                other_table, other_row = row.same_as.split("/")
+                target = tables[other_table].row(other_row)
+                assert (row.preset, row.overrides) == (target.preset, target.overrides), f"{table.id}/{row.id}"
+
+
+def test_every_record_belongs_to_a_row_of_its_table():
+    tables = {t.id: t for t in load_tables(ROOT / "reproductions")}
+    for path in (ROOT / "results").glob("*/*.json"):
+        record = json.loads(path.read_text())
+        assert record["table"] == path.parent.name and record["row"] == path.stem
+        assert tables[record["table"]].row(record["row"]).runnable
+
+
+def test_the_results_page_opens_with_the_report():
+    tables = load_tables(ROOT / "reproductions")
+    assert report.page_report(ROOT / "docs" / "results.md") == report.report_markdown(tables, ROOT / "results"), \
+        "docs/results.md differs from the records: ctxlm reproduce --report --page docs/results.md"
