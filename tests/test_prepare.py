@@ -258,3 +258,21 @@ def test_training_streams_the_split_and_equals_training_on_the_text(corpus, tmp_
         ngram[name] = estimate_run(config, tmp_path / f"kn-{name}", log=lambda *a: None)["test"]["ppl"]
     assert ngram["files"] == ngram["prepared"]
     assert np.load(tmp_path / "prep" / "train.npy").dtype == np.int32
+
+
+def test_a_run_on_relative_paths_reads_its_own_data_from_any_folder(tmp_path, monkeypatch):
+    """A run saves the paths to its corpus absolute: evaluated from another folder it reads its own data, never
+    another corpus that sits under the same relative name there (helper-13's review: it silently did)."""
+    from ctxlm.training.count import estimate_run
+
+    for home, seed in (("here", 0), ("elsewhere", 1)):
+        (tmp_path / home / "corpus").mkdir(parents=True)
+        write_corpus(tmp_path / home / "corpus", seed=seed)
+    monkeypatch.chdir(tmp_path / "here")
+    config = tiny_config({split: f"corpus/{split}.txt" for split in ("train", "valid", "test")}, name="kneser-ney", order=3)
+    trained = estimate_run(config, "run", log=lambda *a: None)
+    assert f'train = "{tmp_path / "here" / "corpus" / "train.txt"}"' in (tmp_path / "here" / "run" / "config.toml").read_text()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    evaluated = run_ctxlm("eval", tmp_path / "here" / "run", "--json")
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert json.loads(evaluated.stdout)["test"]["ppl"] == trained["test"]["ppl"]

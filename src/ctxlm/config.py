@@ -1,8 +1,10 @@
 """Dataclass configs (data / model / train), TOML presets and `section.key=value` overrides."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
+import os
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -141,6 +143,18 @@ class Config:
             if isinstance(values, ModelConfig):
                 result[section.name].update(dataclasses.asdict(values.options))
         return result
+
+    def with_absolute_paths(self) -> Config:
+        """A copy in which the paths to the user's own files (data.train, valid, test, prepared; model.names)
+        are absolute, as a run saves them: read from another folder, a run finds its data, and never reads
+        whatever a relative path happens to name there."""
+        absolute = copy.deepcopy(self)
+        for section, key in (("data", "train"), ("data", "valid"), ("data", "test"), ("data", "prepared"), ("options", "names")):
+            holder = absolute.model.options if section == "options" else absolute.data
+            value = getattr(holder, key, "")
+            if value:
+                setattr(holder, key, os.path.abspath(os.path.expanduser(value)))
+        return absolute
 
     def to_toml(self) -> str:
         lines = []

@@ -97,8 +97,8 @@ class RunDir:
         return Vocabulary.load(self.vocab)
 
     def write_start(self, config: Config, vocab: Vocabulary) -> None:
-        """What a run writes first: its resolved config and its vocabulary."""
-        atomic_write_text(self.config, config.to_toml())
+        """What a run writes first: its resolved config, the paths to the user's files made absolute, and its vocabulary."""
+        atomic_write_text(self.config, config.with_absolute_paths().to_toml())
         vocab.save(self.vocab)
 
     def save_weights(self, model, identity: dict[str, str], **metadata: str) -> None:

@@ -92,7 +92,7 @@ class Trainer:
         saved = self.files.read_config("nothing to resume")
         if given is not None:
             for section in ("data", "model"):
-                if getattr(given, section) != getattr(saved, section):
+                if getattr(given.with_absolute_paths(), section) != getattr(saved.with_absolute_paths(), section):
                     raise CtxlmError(f"--resume: [{section}] differs from {self.files.config}; only [train] settings can change when resuming")
             saved.train = given.train
         return saved
