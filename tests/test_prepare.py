@@ -171,6 +171,19 @@ def test_again_is_a_no_op_and_damage_is_refused(text, tmp_path):
                              "--run-dir", tmp_path / "run"), "no such folder", "ctxlm prepare text")
 
 
+def test_a_refused_preparation_is_not_taken_for_an_interrupted_one(text, tmp_path):
+    """Asking to hold out more sentences than there are is refused: a new folder is not left behind, and an
+    existing one (--force) says it was refused and why, not that it was interrupted."""
+    too_many = (text["train"], "--valid-sentences", "5000", "--out", tmp_path / "new")
+    one_line_error(run_ctxlm("prepare", "text", *too_many), "--valid-sentences 5000", "hold out fewer")
+    assert not (tmp_path / "new").exists()
+    prepare(text["train"], "--valid", text["valid"], "--out", tmp_path / "old")
+    one_line_error(run_ctxlm("prepare", "text", text["train"], "--valid-sentences", "5000", "--out", tmp_path / "old", "--force"),
+                   "hold out fewer")
+    with pytest.raises(CtxlmError, match="was refused .*hold out fewer.*prepare it again"):
+        prepare_data(prepared_config(tmp_path / "old"))
+
+
 # A child process that prepares and kills itself (SIGKILL: no handler, no clean-up runs) at one point of the write.
 KILLER = """
 import os, signal, sys

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +80,7 @@ def prepare(recipe: Recipe, folder: Path, force: bool = False, command: str = ""
             _amount(rule, 0, f"--{split}-sentences")           # its form, before the long pass
     if folder.exists() and not folder.is_dir():
         raise CtxlmError(f"--out {folder}: is a file; give a folder to write the prepared corpus into")
+    created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     described = recipe.describe()
     try:
@@ -93,13 +95,18 @@ def prepare(recipe: Recipe, folder: Path, force: bool = False, command: str = ""
             return _prepare(recipe, described, folder, command, log or (lambda *a: None)), True
     except Timeout:
         raise CtxlmError(f"{folder}: another `ctxlm prepare` is writing this folder; wait for it to finish") from None
+    except CtxlmError:
+        if created:                                    # a refused first preparation leaves no folder behind
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def _prepare(recipe: Recipe, described: dict, folder: Path, command: str, log) -> dict:
     started = time.time()
     (folder / MANIFEST).unlink(missing_ok=True)        # from here on the folder is incomplete
     clear_temporaries(folder)                          # what a killed preparation left
-    atomic_write_text(folder / MARKER, json.dumps({"command": command, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}) + "\n")
+    begun = {"command": command, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    atomic_write_text(folder / MARKER, json.dumps(begun) + "\n")
     spools = {name: folder / f".{name}.{os.getpid()}.spool.tmp" for name in ("all", "valid", "test")}
     try:
         encoder = Encoder()
@@ -128,6 +135,9 @@ def _prepare(recipe: Recipe, described: dict, folder: Path, command: str, log) -
             if f"{split}.npy" not in files:
                 (folder / f"{split}.npy").unlink(missing_ok=True)      # a test split of an earlier recipe
         files["words.tsv"] = _write_words(folder / "words.tsv", encoder.words, ranked, counts)
+    except CtxlmError as exc:       # refused (the input or an option), not interrupted: the marker says why
+        atomic_write_text(folder / MARKER, json.dumps({**begun, "refused": str(exc)}) + "\n")
+        raise
     finally:
         for spool in spools.values():
             spool.unlink(missing_ok=True)

@@ -58,6 +58,9 @@ def check(folder: Path, manifest: dict | None = None, redo: str = "run the `ctxl
             except (OSError, ValueError):
                 started = {}
             command = f" (`{started['command']}`)" if started.get("command") else ""
+            if started.get("refused"):
+                raise CtxlmError(f"{folder}: its preparation{command} was refused ({started['refused']}); "
+                                 "change what the message says and prepare it again")
             raise CtxlmError(f"{folder}: its preparation{command} was interrupted and never finished; "
                              "run it again (it starts over), never use this folder as it is")
         raise CtxlmError(f"{folder}: not a prepared corpus (no {MANIFEST}); make one with `ctxlm prepare text FILES --out {folder}`")
