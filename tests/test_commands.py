@@ -117,3 +117,14 @@ def test_curves_prints_each_epoch_stars_the_best_and_rejects_bad_records(tmp_pat
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     (tmp_path / "run" / "metrics.jsonl").write_text(lines[0] + '\n{"epoch": 2}\n')
     one_line_error(ctxlm("curves", tmp_path / "run"), "metrics.jsonl line 2", "valid_ppl")
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(runs, tmp_path):
+    """`ctxlm score RUN | head -1`: once the reader has gone, no error line, the status of a writer stopped by the pipe."""
+    text = tmp_path / "long.txt"
+    text.write_text("the cat sat on a mat\n" * 20_000)
+    process = subprocess.Popen([sys.executable, "-m", "ctxlm", "score", str(runs["lstm"]), "--input", str(text)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout.readline().startswith(b"{")
+    process.stdout.close()
+    assert process.wait(timeout=120) == 141 and process.stderr.read() == b""

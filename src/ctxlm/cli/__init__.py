@@ -4,6 +4,7 @@ datasets), dynamic (tune-dynamic), scoring (score, generate, explore), models (i
 analysis (attention, analyze, curves), harness (harness, lambada-task), rescore and reproduce; common holds the options they share."""
 from __future__ import annotations
 
+import os
 import sys
 
 from ..errors import CtxlmError
@@ -32,6 +33,9 @@ def main(argv=None) -> int:
     try:
         check_outputs(args)
         return args.func(args)
+    except BrokenPipeError:                 # the reader has gone (`ctxlm score RUN | head`): stop quietly, as a pipe's writer does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())     # nothing more to flush at exit
+        return 141                          # 128 + SIGPIPE: the status of a writer the closed pipe stopped
     except (CtxlmError, OSError) as exc:     # OSError: a file we were told to read or write (missing, no permission, disk full)
         print("ctxlm: error: " + " ".join(str(exc).split("\n")), file=sys.stderr)
         return 2
