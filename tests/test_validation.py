@@ -56,6 +56,8 @@ def test_combinations_are_refused(runs, tmp_path):
     one_line_error(ctxlm("eval", runs["lstm"], "--split", "valid", "--file", corpus / "valid.txt"),
                    "--file: not allowed with argument --split")
     one_line_error(ctxlm("train", "--resume", runs["lstm"], "--run-dir", tmp_path / "x"), "--resume")
+    one_line_error(ctxlm("eval", runs["lstm"], "--split", "valid", "--cache-window", "100"), "--cache-window goes with --cache")
+    one_line_error(ctxlm("score", runs["lstm"], "--dynamic-lr", "0.5"), "--dynamic-lr goes with --dynamic")
     one_line_error(ctxlm("info", CONFIGS / "demo.toml", "--vocab-size", "50", "--set", "train.schedule=decay",
                          "--set", "train.lr_factor=0.5"), "train.lr_factor must be > 1", "0.5")
 
@@ -153,6 +155,7 @@ def _command(command, option, runs, out, holmes=None):
     """The arguments of a working `command`; `holmes`: the data folder of the two-novel sample (conftest)."""
     text = ["--text", "the cat sat on a mat"] if command == "attention" and option == "--top" else []
     cache = ["--cache", "--cache-window=100", "--cache-theta=0.3", "--cache-lambda=0.1"] if option.startswith("--cache") else []
+    cache += ["--dynamic"] if option.startswith("--dynamic") else []
     if command == "analyze categories":
         return ["analyze", "categories", runs["lstm"], "--out", out, *cache]
     if command == "analyze memory":
@@ -184,7 +187,8 @@ def _command(command, option, runs, out, holmes=None):
             "attention": ["attention", runs["attention"], "--out", out, *text],
             "analyze": ["analyze", "attention-by-position", runs["attention"], "--out", out],
             "prepare": ["prepare", "holmes", "--data-dir", holmes, "--out", out, "--force", "--valid-sentences", "3"],
-            "complete": ["complete", runs["ngram"], "--questions", _questions(out), "--out", out / "completion.json"],
+            "complete": ["complete", runs["lstm" if cache else "ngram"], "--questions", _questions(out), "--out",
+                         out / "completion.json", *cache],
             "reproduce": ["reproduce", "--plan", "--tables", _tables(out)],
             "harness": ["harness", runs["lstm"], "--tasks", "lambada_local"],
             }[command.split()[0]]

@@ -9,7 +9,7 @@ import sys
 
 from ..errors import CtxlmError
 from . import analysis, data, dynamic, evaluation, harness, models, reproduce, rescore, scoring, training
-from .common import Parser
+from .common import Parser, check_switched
 
 # in the order `ctxlm --help` lists them
 COMMANDS = (training.add_train, evaluation.add_eval, evaluation.add_lambada, harness.add_harness, harness.add_lambada_task, rescore.add_rescore, data.add_prepare, evaluation.add_complete,
@@ -32,6 +32,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         check_outputs(args)
+        check_switched(args)
         return args.func(args)
     except BrokenPipeError:                 # the reader has gone (`ctxlm score RUN | head`): stop quietly, as a pipe's writer does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())     # nothing more to flush at exit

@@ -132,6 +132,18 @@ def print_perplexities(results: dict) -> None:
             print(f"{'  names':<12}{n['tokens']:>10,}{n['nll'] / max(n['tokens'], 1):>10.4f}{n['ppl']:>12.2f}")
 
 
+SWITCHED = {"cache": ("cache_window", "cache_theta", "cache_lambda"),
+            "dynamic": ("dynamic_rule", "dynamic_lr", "dynamic_decay", "dynamic_segment")}
+
+
+def check_switched(args) -> None:
+    """--cache-window and the like only set what --cache (--dynamic) turns on: alone they are refused, not ignored."""
+    for switch, options in SWITCHED.items():
+        given = [name for name in options if getattr(args, name, None) is not None]
+        if given and not getattr(args, switch, False):
+            raise CtxlmError(f"--{given[0].replace('_', '-')} goes with --{switch}: add --{switch} (or drop the option)")
+
+
 def with_cache(run, args):
     """(the run's model, None), or with --cache (the model inside the neural cache, its settings): those
     `ctxlm tune-cache` recorded in the run, with any --cache-* option on top."""
