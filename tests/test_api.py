@@ -107,6 +107,16 @@ def test_count_based_runs_refuse_the_cache_and_dynamic_evaluation(runs):
             variant()
 
 
+def test_generate_checks_its_settings_as_the_command_line_does(runs):
+    run = load(runs["lstm"])
+    for setting, allowed in (({"temperature": -1}, "≥ 0"), ({"top_p": 2}, "(0, 1]"), ({"max_tokens": 0}, "≥ 1"),
+                             ({"top_k": 1.5}, "an integer")):
+        with pytest.raises(CtxlmError, match=f"{next(iter(setting))} must be .*{re.escape(allowed)}"):
+            run.generate("the", **setting)
+    samples = ctxlm("generate", runs["lstm"], "--num", "2", "--max-tokens", "4", "--prompt", "the cat").stdout
+    assert samples.count("\n\n") == 1 and not any(line.startswith(" ") for line in samples.splitlines())
+
+
 @pytest.mark.parametrize("name", ["lstm", "ngram", "attention", "rm", "cnn"])
 def test_ctxlm_score_prints_the_apis_numbers_and_eval_their_sum(runs, name, tmp_path):
     text = Path(runs["corpus"]) / "test.txt"

@@ -3,7 +3,21 @@ from __future__ import annotations
 
 import torch
 
+from .checks import PROBABILITY, at_least
 from .data.vocab import EOS
+from .errors import CtxlmError
+
+# what each sampling setting allows, for `ctxlm generate`'s options and `Run.generate` alike
+LIMITS = {"max_tokens": (int, at_least(1)), "temperature": (float, at_least(0)), "top_k": (int, at_least(0)),
+          "top_p": (float, PROBABILITY)}
+
+
+def check_settings(**settings) -> None:
+    """A CtxlmError naming the first setting outside LIMITS (a Python caller gets the command line's checks)."""
+    for name, value in settings.items():
+        kind, allowed = LIMITS[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int) or not allowed.admits(value):
+            raise CtxlmError(f"generate: {name} must be {allowed.describe(kind)}, got {value!r}")
 
 
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
@@ -23,6 +37,7 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
 def sample(model, vocab, prompt: list[str], max_tokens: int, temperature: float = 1.0, top_k: int = 0,
            top_p: float = 1.0, generator: torch.Generator | None = None) -> list[str]:
     """Continue `prompt` (after an `<eos>` start) by ancestral sampling, one token at a time with carried state."""
+    check_settings(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
     ids = vocab.encode([EOS] + prompt).unsqueeze(0)
     out = model(ids)
     words = []

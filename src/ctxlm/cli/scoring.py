@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..checks import PROBABILITY, SEED, at_least, in_range, option
+from ..checks import SEED, at_least, in_range, option
+from ..generate import LIMITS
 from ..jsonio import json_text
 from .common import cache_options, data_dir_option, run_argument, with_cache
 from .dynamic import dynamic_options, with_dynamic
@@ -37,15 +38,19 @@ def cmd_score(args) -> int:
 
 
 def add_generate(sub) -> None:
-    p = sub.add_parser("generate", help="sample text from a trained run")
+    p = sub.add_parser("generate", help="sample text from a trained run",
+                       description="Continue --prompt by sampling from the run's model, word by word. Each `<eos>` "
+                                   "sampled ends a line; with --num above 1 a blank line separates the samples.")
     run_argument(p)
     p.add_argument("--prompt", default="", help="words to continue")
-    p.add_argument("--max-tokens", type=option(int, at_least(1)), default=50)
-    p.add_argument("--temperature", type=option(float, at_least(0)), default=1.0, help="0 = greedy")
-    p.add_argument("--top-k", type=option(int, at_least(0)), default=0, help="sample among the k most likely words (0 = all)")
-    p.add_argument("--top-p", type=option(float, PROBABILITY), default=1.0, help="nucleus sampling threshold in (0, 1]")
+    p.add_argument("--max-tokens", type=option(*LIMITS["max_tokens"]), default=50, help="words to sample after the prompt "
+                   "(default 50; `<eos>` counts, and ends a line of the output)")
+    p.add_argument("--temperature", type=option(*LIMITS["temperature"]), default=1.0, help="0 = greedy")
+    p.add_argument("--top-k", type=option(*LIMITS["top_k"]), default=0, help="sample among the k most likely words (0 = all)")
+    p.add_argument("--top-p", type=option(*LIMITS["top_p"]), default=1.0, help="nucleus sampling threshold in (0, 1]")
     p.add_argument("--num", type=option(int, at_least(1)), default=1, help="number of samples")
-    p.add_argument("--seed", type=option(int, SEED), default=0)
+    p.add_argument("--seed", type=option(int, SEED), default=0, help="seed of the sampling (default 0: the same "
+                   "samples on every call; give another number for others)")
     p.set_defaults(func=cmd_generate)
 
 
@@ -56,9 +61,10 @@ def cmd_generate(args) -> int:
 
     run = load(args.run)
     generator = torch.Generator().manual_seed(args.seed)        # one generator: the samples differ, reproducibly
-    for _ in range(args.num):
+    for number in range(args.num):
         words = run.generate(args.prompt, args.max_tokens, args.temperature, args.top_k, args.top_p, generator)
-        print(" ".join(args.prompt.split() + words).replace(" <eos>", "\n").strip())
+        lines = " ".join(args.prompt.split() + words).split("<eos>")
+        print(("\n" if number else "") + "\n".join(line.strip() for line in lines if line.strip()))
     return 0
 
 
