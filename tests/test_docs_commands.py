@@ -63,3 +63,10 @@ def test_documented_train_command_builds(where, command):
     check_config(config)                    # what `ctxlm train` refuses before reading data (unread keys too)
     with torch.device("meta"):
         build_model(config.model, 100_000, config.output)
+
+
+def test_every_preset_the_docs_name_exists():
+    """A preset path anywhere in README.md or docs/ (tables, prose, comments) names a file of configs/."""
+    named = {(doc.name, path) for doc in DOCS for path in re.findall(r"\bconfigs/[\w./-]+\.toml", doc.read_text())}
+    assert len(named) > 50
+    assert [(where, path) for where, path in sorted(named) if not (ROOT / path).is_file()] == []
