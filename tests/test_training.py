@@ -138,3 +138,13 @@ def test_resume_can_extend_training_but_not_change_the_model(tmp_path, corpus):
     assert len(metrics(tmp_path / "run")) == 2
     done = subprocess.run(cli + ["--set", "model.hidden_size=32"], capture_output=True, text=True)
     assert done.returncode == 2 and "only [train] settings can change" in done.stderr
+
+
+def test_resuming_a_finished_run_says_so_and_trains_nothing(tmp_path, corpus):
+    config = tiny_config(corpus)
+    config.train.epochs = 1
+    done = Trainer(config, tmp_path / "run", log=lambda *a: None).fit()
+    lines = []
+    again = Trainer(None, tmp_path / "run", resume=True, log=lines.append).fit()
+    assert lines[0].endswith("run has finished (1 epoch): nothing to train; to go on, --set train.epochs=2 or more; its results:")
+    assert again["test"] == done["test"] and len(metrics(tmp_path / "run")) == 1

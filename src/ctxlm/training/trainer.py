@@ -195,7 +195,11 @@ class Trainer:
         if self.resume_state is not None:
             epoch, position, order, carry = self._restore(self.resume_state)
             progress.update({k: self.resume_state.get(k, progress[k]) for k in progress})
-            self.log(f"resuming {run_dir} at epoch {epoch}, batch {position}")
+            if progress["early_stopped"] or epoch > cfg.train.epochs:
+                self.log(f"{run_dir} has finished ({epoch - 1} epoch{'s' * (epoch != 2)}" + (", stopped early)" if progress["early_stopped"] else
+                         f"): nothing to train; to go on, --set train.epochs={epoch} or more") + "; its results:")
+            else:
+                self.log(f"resuming {run_dir} at epoch {epoch}, batch {position}")
         else:
             epoch, position, order, carry = 1, 0, None, None
             if self.resume_state is None and self.files.config.exists():
