@@ -113,7 +113,10 @@ def test_curves_prints_each_epoch_stars_the_best_and_rejects_bad_records(tmp_pat
     assert (tmp_path / "out" / "curves.png").stat().st_size > 0
 
     (tmp_path / "empty").mkdir()
-    one_line_error(ctxlm("curves", tmp_path / "empty"), "empty", "no metrics.jsonl")
+    one_line_error(ctxlm("curves", tmp_path / "empty"), "empty", "not a run directory")
+    (tmp_path / "started").mkdir()
+    (tmp_path / "started" / "config.toml").write_text((tmp_path / "run" / "config.toml").read_text())
+    one_line_error(ctxlm("curves", tmp_path / "started"), "started", "no metrics.jsonl")
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     (tmp_path / "run" / "metrics.jsonl").write_text(lines[0] + '\n{"epoch": 2}\n')
     one_line_error(ctxlm("curves", tmp_path / "run"), "metrics.jsonl line 2", "valid_ppl")
