@@ -172,4 +172,5 @@ def comma_values(option_name: str, text: str, kind) -> tuple:
     try:
         return tuple(kind(v) for v in text.split(","))
     except ValueError:
-        raise CtxlmError(f"{option_name} {text!r}: expected comma-separated numbers, e.g. {option_name} 0.1,0.2") from None
+        numbers, example = ("whole numbers", "100,500") if kind is int else ("numbers", "0.1,0.2")
+        raise CtxlmError(f"{option_name} {text!r}: expected comma-separated {numbers}, e.g. {option_name} {example}") from None

@@ -91,11 +91,11 @@ def add_tune_dynamic(sub) -> None:
                                    "`ctxlm eval RUN --dynamic` then uses.")
     run_argument(p, "run directory of a neural model")
     p.add_argument("--split", default="valid", choices=["valid", "train"], help="split to tune on (never test)")
-    p.add_argument("--rules", default="rms", help="rules to try: rms, sgd or rms,sgd")
+    p.add_argument("--rules", default="rms", help="rules to try: rms, sgd or rms,sgd (default %(default)s)")
     p.add_argument("--lrs", default="0.00002,0.00004,0.00006", help="step sizes η to try (comma-separated; the defaults "
-                   "bracket the best on the ptb-lstm preset, docs/results.md)")
-    p.add_argument("--decays", default="0.001,0.005,0.02", help="decays λ to try")
-    p.add_argument("--segments", default="10", help="segment lengths to try")
+                   "bracket the best on the ptb-lstm preset, docs/results.md: %(default)s)")
+    p.add_argument("--decays", default="0.001,0.005,0.02", help="decays λ to try (default %(default)s)")
+    p.add_argument("--segments", default="10", help="segment lengths to try (default %(default)s)")
     p.add_argument("--tokens", type=option(int, at_least(1)), help="tune on the split's first N tokens only (default: all; "
                    "one pass per setting costs about 3 backward passes per token)")
     data_dir_option(p)

@@ -147,9 +147,9 @@ def add_tune_cache(sub) -> None:
                                    "RUN/cache_grid.png.")
     run_argument(p, "run directory of a neural model")
     p.add_argument("--split", default="valid", choices=["valid", "train"], help="split to tune on (never test)")
-    p.add_argument("--windows", default="100,500,1000,2000", help="cache sizes to try (comma-separated)")
-    p.add_argument("--thetas", default="0.05,0.1,0.2,0.3,0.5,0.7,1.0", help="θ values to try")
-    p.add_argument("--lambdas", default="0.05,0.1,0.15,0.2,0.25,0.3,0.4", help="λ values to try")
+    p.add_argument("--windows", default="100,500,1000,2000", help="cache sizes to try (comma-separated; default %(default)s)")
+    p.add_argument("--thetas", default="0.05,0.1,0.2,0.3,0.5,0.7,1.0", help="θ values to try (default %(default)s)")
+    p.add_argument("--lambdas", default="0.05,0.1,0.15,0.2,0.25,0.3,0.4", help="λ values to try (default %(default)s)")
     data_dir_option(p)
     p.set_defaults(func=cmd_tune_cache)
 
