@@ -58,6 +58,7 @@ def test_combinations_are_refused(runs, tmp_path):
     one_line_error(ctxlm("train", "--resume", runs["lstm"], "--run-dir", tmp_path / "x"), "--resume")
     one_line_error(ctxlm("eval", runs["lstm"], "--split", "valid", "--cache-window", "100"), "--cache-window goes with --cache")
     one_line_error(ctxlm("score", runs["lstm"], "--dynamic-lr", "0.5"), "--dynamic-lr goes with --dynamic")
+    one_line_error(ctxlm("tune-cache", runs["lstm"], "--windows", "100,abc"), "comma-separated whole numbers", "100,500")
     one_line_error(ctxlm("info", CONFIGS / "demo.toml", "--vocab-size", "50", "--set", "train.schedule=decay",
                          "--set", "train.lr_factor=0.5"), "train.lr_factor must be > 1", "0.5")
 
