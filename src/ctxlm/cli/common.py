@@ -122,7 +122,7 @@ def neural_only(run, what: str, because: str = "the neural cache reads a neural 
 
 def print_perplexities(results: dict) -> None:
     """The table of `ctxlm eval`: each split's (or file's) tokens, mean NLL and perplexity."""
-    print(f"{'split':<12}{'tokens':>10}{'nll':>10}{'perplexity':>12}")
+    print(f"{'split':<12}{'tokens':>10}{'nll/token':>10}{'perplexity':>12}")
     for name, r in results.items():
         print(f"{name:<12}{r['tokens']:>10,}{r['nll'] / r['tokens']:>10.4f}{r['ppl']:>12.2f}")
         if not math.isfinite(r["ppl"]):

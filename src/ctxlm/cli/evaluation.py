@@ -45,7 +45,7 @@ def add_eval(sub) -> None:
     p.add_argument("--mix-weight", type=option(float, in_range(0, 1)), help="λ in [0, 1] for --mix (default: chosen by "
                    "maximum likelihood on the valid split)")
     dynamic_options(p)
-    json_option(p, "print JSON")
+    json_option(p, "print JSON: per split, the targets (tokens), their summed NLL in nats (nll) and the perplexity (ppl); the table shows the NLL per token")
     data_dir_option(p)
     p.set_defaults(func=cmd_eval)
 
