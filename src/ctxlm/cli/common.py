@@ -122,14 +122,14 @@ def neural_only(run, what: str, because: str = "the neural cache reads a neural 
 
 def print_perplexities(results: dict) -> None:
     """The table of `ctxlm eval`: each split's (or file's) tokens, mean NLL and perplexity."""
-    print(f"{'split':<12}{'tokens':>10}{'nll/token':>10}{'perplexity':>12}")
+    print(f"{'split':<12}{'tokens':>10}{'nll/token':>11}{'perplexity':>12}")
     for name, r in results.items():
-        print(f"{name:<12}{r['tokens']:>10,}{r['nll'] / r['tokens']:>10.4f}{r['ppl']:>12.2f}")
+        print(f"{name:<12}{r['tokens']:>10,}{r['nll'] / r['tokens']:>11.4f}{r['ppl']:>12.2f}")
         if not math.isfinite(r["ppl"]):
             print(f"  ({name}: some target has probability 0, e.g. a word outside a model without <unk>)")
         if "names" in r:
             n = r["names"]
-            print(f"{'  names':<12}{n['tokens']:>10,}{n['nll'] / max(n['tokens'], 1):>10.4f}{n['ppl']:>12.2f}")
+            print(f"{'  names':<12}{n['tokens']:>10,}{n['nll'] / max(n['tokens'], 1):>11.4f}{n['ppl']:>12.2f}")
 
 
 SWITCHED = {"cache": ("cache_window", "cache_theta", "cache_lambda"),
