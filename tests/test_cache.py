@@ -120,9 +120,20 @@ def test_tune_cache_records_the_best_setting_and_eval_reproduces_it(tmp_path, co
     assert len(recorded["grid"]) == 8 and (tmp_path / "run" / "cache_grid.png").stat().st_size > 1000
     best = recorded["best"]
     assert best["ppl"] == min(r["ppl"] for r in recorded["grid"])
-    evaluated = json.loads(subprocess.run(cli + ["eval", str(tmp_path / "run"), "--cache", "--json", "--split", "valid"],
-                                          capture_output=True, text=True, check=True).stdout)
+    done = subprocess.run(cli + ["eval", str(tmp_path / "run"), "--cache", "--json", "--split", "valid"],
+                          capture_output=True, text=True, check=True)
+    evaluated = json.loads(done.stdout)
+    assert "tuned on other weights" not in done.stderr
     assert evaluated["valid"]["ppl"] == pytest.approx(best["ppl"], rel=1e-5)      # the grid's closed form = the wrapper
+    from ctxlm.run import load
+    from ctxlm.training.rundir import RunDir, identity
+
+    run = load(tmp_path / "run")                 # the run trains on after tuning: other weights, same config
+    with torch.no_grad():
+        next(run.model.parameters()).mul_(1.01)
+    RunDir(run.path).save_weights(run.model, identity(run.config.model.name, run.vocab))
+    stale = subprocess.run(cli + ["eval", str(tmp_path / "run"), "--cache", "--split", "valid"], capture_output=True, text=True)
+    assert stale.returncode == 0 and "cache.json was tuned on other weights" in stale.stderr and "tune-cache" in stale.stderr
     bad = subprocess.run(cli + ["tune-cache", str(tmp_path / "run"), "--thetas", "a,b"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--thetas" in bad.stderr and "Traceback" not in bad.stderr
     from ctxlm.training.count import estimate_run

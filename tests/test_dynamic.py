@@ -140,6 +140,8 @@ def test_tune_dynamic_records_the_best_setting_and_eval_uses_it(runs, tmp_path):
     used = json.loads(ctxlm("eval", run, "--split", "valid", "--dynamic", "--json").stdout)["valid"]
     assert used["dynamic"] == {k: record["best"][k] for k in ("rule", "lr", "decay", "segment")}
     assert used["ppl"] == pytest.approx(record["best"]["ppl"], rel=1e-12)
+    (run / "dynamic.json").write_text(json.dumps({**record, "weights": "0" * 64}))      # tuned on weights since replaced
+    assert "dynamic.json was tuned on other weights" in ctxlm("eval", run, "--split", "valid", "--dynamic").stderr
     one_line_error(ctxlm("tune-dynamic", run, "--lrs", "fast"), "--lrs")
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from pathlib import Path
@@ -144,6 +145,20 @@ def check_switched(args) -> None:
             raise CtxlmError(f"--{given[0].replace('_', '-')} goes with --{switch}: add --{switch} (or drop the option)")
 
 
+def note_if_tuned_on_other_weights(record: Path, run, tuner: str) -> None:
+    """A note on stderr when `record` (cache.json, dynamic.json) names other weights than the run's: it was
+    chosen before the run trained on, so its setting may no longer be the best."""
+    from ..training.rundir import RunDir
+
+    try:
+        tuned_on = json.loads(record.read_text(encoding="utf-8")).get("weights")
+    except (OSError, ValueError, AttributeError):
+        return                              # unreadable records are the readers' errors
+    if tuned_on and tuned_on != RunDir(run.path).weights_digest():
+        print(f"note: {record} was tuned on other weights than the run's current ones (it trained on since); "
+              f"run `ctxlm {tuner} {run.path}` again to choose on these", file=sys.stderr)
+
+
 def with_cache(run, args):
     """(the run's model, None), or with --cache (the model inside the neural cache, its settings): those
     `ctxlm tune-cache` recorded in the run, with any --cache-* option on top."""
@@ -153,6 +168,8 @@ def with_cache(run, args):
         return run.model, None
     neural_only(run, "--cache")
     settings = CacheSettings.recorded(run.path)
+    if settings is not None:
+        note_if_tuned_on_other_weights(CacheSettings.record_path(run.path), run, "tune-cache")
     if settings is None:
         settings = CacheSettings()
         if None in (args.cache_window, args.cache_theta, args.cache_lambda):

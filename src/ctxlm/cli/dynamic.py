@@ -10,7 +10,16 @@ from ..evaluation.dynamic import DynamicSetting
 from ..io import atomic_write_text
 from ..jsonio import json_text
 from ..training.rundir import RunDir, git_commit
-from .common import comma_values, data_dir_option, neural_only, print_perplexities, run_argument, split_data, with_cache
+from .common import (
+    comma_values,
+    data_dir_option,
+    neural_only,
+    note_if_tuned_on_other_weights,
+    print_perplexities,
+    run_argument,
+    split_data,
+    with_cache,
+)
 
 STEPS = "dynamic evaluation takes gradient steps on a neural model's weights"
 
@@ -33,7 +42,11 @@ def dynamic_options(p, items: str = "") -> None:
 
 def chosen_setting(run, args) -> DynamicSetting:
     """RUN/dynamic.json's best setting (or the defaults), with the command line's options on top."""
-    setting = DynamicSetting.read(RunDir(run.path).dynamic) or DynamicSetting()
+    record = RunDir(run.path).dynamic
+    setting = DynamicSetting.read(record)
+    if setting is not None:
+        note_if_tuned_on_other_weights(record, run, "tune-dynamic")
+    setting = setting or DynamicSetting()
     for key in ("rule", "lr", "decay", "segment"):
         given = getattr(args, f"dynamic_{key}")
         if given is not None:
@@ -131,7 +144,8 @@ def cmd_tune_dynamic(args) -> int:
     record = RunDir(run.path).dynamic
     helped = best["ppl"] < plain
     atomic_write_text(record, json_text({"split": args.split, "tokens": ids.numel() - 1, "model_ppl": plain, "best": best if helped else None,
-                                         "grid": grid, "commit": git_commit()}, indent=1) + "\n")
+                                         "grid": grid, "commit": git_commit(), "weights": RunDir(run.path).weights_digest()},
+                                        indent=1) + "\n")
     if not helped:
         print(f"no setting lowered {args.split} perplexity {plain:.2f} (best {best['ppl']:.2f}); recorded in {record} "
               "without a choice, so `eval --dynamic` asks for one: try smaller --lrs")
