@@ -170,7 +170,7 @@ def with_cache(run, args):
     settings = CacheSettings.recorded(run.path)
     if settings is not None:
         note_if_tuned_on_other_weights(CacheSettings.record_path(run.path), run, "tune-cache")
-    if settings is None:
+    else:
         settings = CacheSettings()
         if None in (args.cache_window, args.cache_theta, args.cache_lambda):
             print(f"note: {CacheSettings.record_path(run.path)} not found (run `ctxlm tune-cache {run.path}` to choose on "
