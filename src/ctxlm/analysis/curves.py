@@ -15,9 +15,10 @@ REQUIRED = ("epoch", "lr", "train_ppl", "valid_ppl", "elapsed_s")
 def read_curve(run_dir: str | Path) -> list[dict]:
     """The epoch records the trainer wrote to RUN/metrics.jsonl, checked line by line."""
     files = RunDir(run_dir)
-    files.read_config("give the folder `ctxlm train` wrote")          # a folder that is no run says so
     path = files.metrics
     if not path.is_file():
+        if not files.config.is_file():
+            raise CtxlmError(f"{run_dir}: not a run directory (no config.toml, no metrics.jsonl); give a folder `ctxlm train` wrote")
         raise CtxlmError(f"{run_dir}: no metrics.jsonl (no epoch has finished yet, or a count-based model, "
                          "which has no epochs)")
     rows = []
