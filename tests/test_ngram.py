@@ -195,3 +195,12 @@ def test_the_python_train_estimates_a_count_based_config(tmp_path, corpus):
     results = ctxlm.train(tiny_config(corpus, name="kneser-ney", order=3), tmp_path / "kn")
     assert results["test"]["ppl"] > 1 and (tmp_path / "kn" / "results.json").exists()
     assert ctxlm.load(tmp_path / "kn").model.count_based
+
+
+def test_ctxlm_train_reports_an_estimate_not_epochs(corpus, tmp_path):
+    from conftest import ctxlm
+
+    preset = tmp_path / "kn.toml"
+    preset.write_text(tiny_config(corpus, name="kneser-ney", order=3).to_toml())
+    done = ctxlm("train", "--config", preset, "--run-dir", tmp_path / "kn")
+    assert done.returncode == 0 and "(estimated from counts in" in done.stdout and "epoch" not in done.stdout, done.stdout

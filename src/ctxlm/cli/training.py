@@ -52,7 +52,9 @@ def cmd_train(args) -> int:
 
 
 def print_table(run_dir, results) -> None:
-    print(f"\nrun {run_dir} (best epoch {results['best_epoch']}, {results['train_wall_s']:.0f} s training"
+    trained = (f"estimated from counts in {results['train_wall_s']:.0f} s" if "ngrams" in results     # count-based: no epochs
+               else f"best epoch {results['best_epoch']}, {results['train_wall_s']:.0f} s training")
+    print(f"\nrun {run_dir} ({trained}"
           + (f", {results['train_tokens']:,} training tokens, vocabulary {results['vocabulary']:,})" if "train_tokens" in results else ")"))
     print(f"{'split':<8}{'tokens':>10}{'perplexity':>12}")
     for split in ("valid", "test"):
