@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import DATA_DIR, needs_data, tiny_config
+from conftest import DATA_DIR, ctxlm, needs_data, tiny_config
 from ctxlm.data.vocab import Vocabulary
 from ctxlm.evaluation import evaluate_stream
 from ctxlm.models.arpa import read_arpa, write_arpa
@@ -198,8 +198,6 @@ def test_the_python_train_estimates_a_count_based_config(tmp_path, corpus):
 
 
 def test_ctxlm_train_reports_an_estimate_not_epochs(corpus, tmp_path):
-    from conftest import ctxlm
-
     preset = tmp_path / "kn.toml"
     preset.write_text(tiny_config(corpus, name="kneser-ney", order=3).to_toml())
     done = ctxlm("train", "--config", preset, "--run-dir", tmp_path / "kn")
