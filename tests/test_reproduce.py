@@ -16,7 +16,6 @@ from ctxlm.reproduce import report, runner
 from ctxlm.reproduce.records import first_batches, hardware, record_from_run
 from ctxlm.reproduce.tables import load_tables
 
-ROOT = Path(__file__).resolve().parents[1]
 TABLE = """title = "A tiny table"
 spec = "no SPEC section"
 metric = "test_ppl"
