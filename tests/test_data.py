@@ -3,7 +3,7 @@ import gzip
 
 import pytest
 
-from conftest import DATA_DIR, needs_data
+from conftest import DATA_DIR, ctxlm, needs_data, one_line_error, tiny_config
 from ctxlm.data.corpus import lines_to_tokens, read_text
 from ctxlm.data.load import load_corpus
 from ctxlm.data.registry import locate
@@ -89,3 +89,17 @@ def test_gutenberg_reader_strips_licence_and_tokenises(tmp_path):
         ["it", "was", "a", "dark", "night", ".", EOS],
         ["don't", "go", "!", "she", "cried", ".", EOS],
         ["the", "end", EOS]]
+
+
+def test_your_own_files_need_no_test_split(corpus, tmp_path):
+    """dataset = "files" with train and valid only (as `prepare text` allows): it trains and evaluates valid,
+    and a test split asked for is one line naming the splits there are."""
+    from ctxlm.training.count import estimate_run
+
+    config = tiny_config({**corpus, "test": ""}, name="kneser-ney", order=3)
+    results = estimate_run(config, tmp_path / "run", log=lambda *a: None)
+    assert "valid" in results and "test" not in results
+    one_line_error(ctxlm("eval", tmp_path / "run", "--split", "test"), "--split test", "train, valid")
+    config.data.valid = ""
+    with pytest.raises(CtxlmError, match="needs data.valid"):
+        estimate_run(config, tmp_path / "other", log=lambda *a: None)

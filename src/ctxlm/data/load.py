@@ -45,10 +45,10 @@ def load_corpus(dataset: str, data_dir: str | Path | None = None, files: dict[st
     many tokens, `<eos>` counted (`data.max_train_tokens`).
     """
     if dataset == "files":
-        missing = [s for s in ("train", "valid", "test") if not (files or {}).get(s)]
+        missing = [s for s in ("train", "valid") if not (files or {}).get(s)]
         if missing:
-            raise CtxlmError(f"dataset = \"files\" needs data.{missing[0]} = PATH (train, valid and test files)")
-        corpus = Corpus("files", {s: readers.read_tokens(p) for s, p in files.items()})
+            raise CtxlmError(f"dataset = \"files\" needs data.{missing[0]} = PATH (train and valid files; test is optional)")
+        corpus = Corpus("files", {s: readers.read_tokens(p) for s, p in files.items() if p})
         return _truncated(corpus, max_train_tokens)
     if dataset == "prepared":
         if not prepared:
