@@ -82,6 +82,7 @@ class Run:
     vocab: Vocabulary
     model: LanguageModel
     dynamic: DynamicWeights | None = None      # set by with_dynamic: every text is scored with steps
+    weights_sha256: str = ""                   # the loaded weights' content digest (their file's metadata)
 
     # ------------------------------------------------------------ variants
     def with_cache(self, settings: CacheSettings | None = None) -> "Run":
@@ -234,6 +235,6 @@ def load(run_dir: str | Path, device: str = "cpu") -> Run:
     config = files.read_config("train one with `ctxlm train`")
     vocab = files.read_vocab()
     model = build_model(config.model, len(vocab), config.output)
-    files.load_weights(model, identity(config.model.name, vocab))
+    metadata = files.load_weights(model, identity(config.model.name, vocab))
     model.to("cpu" if model.count_based else device).eval()
-    return Run(files.path, config, vocab, model)
+    return Run(files.path, config, vocab, model, weights_sha256=metadata.get("sha256", ""))

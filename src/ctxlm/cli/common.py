@@ -148,13 +148,11 @@ def check_switched(args) -> None:
 def note_if_tuned_on_other_weights(record: Path, run, tuner: str) -> None:
     """A note on stderr when `record` (cache.json, dynamic.json) names other weights than the run's: it was
     chosen before the run trained on, so its setting may no longer be the best."""
-    from ..training.rundir import RunDir
-
     try:
         tuned_on = json.loads(record.read_text(encoding="utf-8")).get("weights")
     except (OSError, ValueError, AttributeError):
         return                              # unreadable records are the readers' errors
-    if tuned_on and tuned_on != RunDir(run.path).weights_digest():
+    if tuned_on and tuned_on != run.weights_sha256:
         print(f"note: {record} was tuned on other weights than the run's current ones (it trained on since); "
               f"run `ctxlm {tuner} {run.path}` again to choose on these", file=sys.stderr)
 

@@ -144,8 +144,7 @@ def cmd_tune_dynamic(args) -> int:
     record = RunDir(run.path).dynamic
     helped = best["ppl"] < plain
     atomic_write_text(record, json_text({"split": args.split, "tokens": ids.numel() - 1, "model_ppl": plain, "best": best if helped else None,
-                                         "grid": grid, "commit": git_commit(), "weights": RunDir(run.path).weights_digest()},
-                                        indent=1) + "\n")
+                                         "grid": grid, "commit": git_commit(), "weights": run.weights_sha256}, indent=1) + "\n")
     if not helped:
         print(f"no setting lowered {args.split} perplexity {plain:.2f} (best {best['ppl']:.2f}); recorded in {record} "
               "without a choice, so `eval --dynamic` asks for one: try smaller --lrs")

@@ -161,7 +161,7 @@ def cmd_tune_cache(args) -> int:
     from ..evaluation.cache import cache_grid
     from ..models.cache import CacheSettings
     from ..run import load
-    from ..training.rundir import RunDir, git_commit
+    from ..training.rundir import git_commit
 
     windows, thetas, lambdas = (comma_values("--windows", args.windows, int), comma_values("--thetas", args.thetas, float),
                                 comma_values("--lambdas", args.lambdas, float))
@@ -175,7 +175,7 @@ def cmd_tune_cache(args) -> int:
     left_to_right(run, "tune-cache")
     data = split_data(run, args, args.split)
     result = cache_grid(run.model, data.ids[args.split], windows, thetas, lambdas, run.config.data.eval_chunk)
-    result.update(split=args.split, commit=git_commit(), weights=RunDir(args.run).weights_digest())
+    result.update(split=args.split, commit=git_commit(), weights=run.weights_sha256)
     record, plot = CacheSettings.record_path(args.run), Path(args.run) / "cache_grid.png"
     atomic_write_text(record, json_text(result, indent=1) + "\n")
     plot_cache_grid(result, plot)

@@ -55,14 +55,6 @@ class RunDir:
         """The best weights so far (safetensors)."""
         return self.path / "model.safetensors"
 
-    def weights_digest(self) -> str:
-        """sha256 of the weights file: what a tuned setting (cache.json, dynamic.json) was chosen on."""
-        digest = hashlib.sha256()
-        with open(self.weights, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 22), b""):
-                digest.update(block)
-        return digest.hexdigest()
-
     @property
     def state(self) -> Path:
         """Everything `--resume` needs (trainer_state.pt; the one before it beside it, see checkpoint.save_state)."""

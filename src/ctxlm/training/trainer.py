@@ -91,8 +91,9 @@ class Trainer:
         """On --resume the run's own config wins; only train.* settings may be changed."""
         saved = self.files.read_config("nothing to resume")
         if given is not None:
+            given_paths, saved_paths = given.with_absolute_paths(), saved.with_absolute_paths()
             for section in ("data", "model"):
-                if getattr(given.with_absolute_paths(), section) != getattr(saved.with_absolute_paths(), section):
+                if getattr(given_paths, section) != getattr(saved_paths, section):
                     raise CtxlmError(f"--resume: [{section}] differs from {self.files.config}; only [train] settings can change when resuming")
             saved.train = given.train
         return saved
