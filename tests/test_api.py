@@ -73,11 +73,28 @@ def test_the_next_word_distribution_sums_to_one_and_is_what_scoring_gives(run):
         assert float(log_probs[VOCAB.index["dog"]]) == pytest.approx(run.score(words, document=True)[-1].log_probs[-2], abs=1e-5)
     top = run.top_next_words("the cat", k=4)
     assert [p for _, p in top] == sorted((p for _, p in top), reverse=True) and len(top) == 4
+    with pytest.raises(CtxlmError, match="at least 1"):
+        run.top_next_words("the cat", k=0)
+
+
+def test_a_line_break_ends_the_context_as_continuation_reads_it(run):
+    """After "the cat\n" the next word starts a line: the distribution after `<eos>`, as continuation and document
+    scoring read it; several line breaks are one `<eos>`."""
+    if not run.model.left_to_right:
+        return
+    dog = VOCAB.index["dog"]
+    after_line = float(run.next_word_log_probs("the cat\n")[dog])
+    assert after_line == pytest.approx(run.continuation("the cat\n", "dog").log_probs[0], abs=1e-5)
+    assert after_line == pytest.approx(run.score(["the cat", "dog"], document=True)[1].log_probs[0], abs=1e-5)
+    assert after_line == pytest.approx(float(run.next_word_log_probs("the cat\n\n")[dog]), abs=1e-6)
+    if run.config.model.name == "lstm":                  # (some untrained families are near uniform everywhere)
+        assert after_line != pytest.approx(float(run.next_word_log_probs("the cat")[dog]), abs=1e-3)
 
 
 def test_sentence_log_probs_work_for_every_family(run):
     totals = run.sentence_log_probs(["the cat sat", "a dog ran to the mat"])
     assert len(totals) == 2 and all(isinstance(t, float) for t in totals)
+    assert run.sentence_log_probs("the cat sat\na dog ran to the mat") == totals       # a string: its lines
     if run.model.left_to_right:
         assert totals[0] == pytest.approx(run.score(["the cat sat"])[0].total, abs=1e-4)
 
@@ -98,6 +115,42 @@ def test_dynamic_through_the_api_is_evaluate_dynamic_and_leaves_the_weights(fold
     assert [x for s in zero for x in s.log_probs] == pytest.approx([x for s in run.score(texts_of(ids[1:])) for x in s.log_probs], abs=1e-5)
     with pytest.raises(CtxlmError, match="trained weights"):
         adapted.generate("the")
+
+
+def test_the_cache_needs_a_next_word_distribution(run):
+    if run.model.count_based:
+        return
+    if run.model.left_to_right:
+        assert run.with_cache().perplexity("the cat sat on a mat") > 1
+    else:
+        with pytest.raises(CtxlmError, match="before and after"):
+            run.with_cache()
+
+
+def test_bad_arguments_are_one_clear_error(runs):
+    from ctxlm.models.cache import CacheSettings
+
+    run = load(runs["lstm"])
+    with pytest.raises(CtxlmError, match="batch_size"):
+        run.score(["the cat"], batch_size=0)
+    with pytest.raises(CtxlmError, match="batch_size"):
+        run.sentence_log_probs(["the cat"], batch_size=0)
+    with pytest.raises(CtxlmError, match="with_cache: .*window"):
+        run.with_cache(CacheSettings(window=0))
+    if not torch.cuda.is_available():
+        with pytest.raises(CtxlmError, match="no CUDA device"):
+            load(runs["lstm"], device="cuda")
+
+
+def test_a_dynamic_variant_never_changes_the_run_it_came_from(runs):
+    """The steps adapt the variant's own copy of the weights: the run scores as before, even while a variant's
+    document is half read."""
+    run = load(runs["lstm"])
+    lines = (Path(runs["corpus"]) / "valid.txt").read_text().splitlines()
+    before = run.perplexity(lines[:5])
+    reading = run.with_dynamic(DynamicSetting("sgd", lr=0.5, segment=3)).iter_score(lines, document=True)
+    next(reading), next(reading)
+    assert run.perplexity(lines[:5]) == before
 
 
 def test_count_based_runs_refuse_the_cache_and_dynamic_evaluation(runs):
@@ -153,6 +206,9 @@ def test_the_cache_and_dynamic_evaluation_combine(runs):
     both = run.with_dynamic(DynamicSetting("sgd", lr=0.5, segment=5)).with_cache(cache).perplexity(text)
     assert zero == pytest.approx(alone, rel=1e-6)
     assert torch.isfinite(torch.tensor(both)) and both != pytest.approx(alone, rel=1e-4)
+    for rate, expected in ((0.0, alone), (0.5, both)):             # the cache first: the same steps, inside it
+        setting = DynamicSetting("sgd", lr=rate, segment=5)
+        assert run.with_cache(cache).with_dynamic(setting).perplexity(text) == pytest.approx(expected, rel=1e-7)
 
 
 def test_a_source_tree_that_pip_never_installed_imports_and_runs():

@@ -193,4 +193,5 @@ def test_generation_and_bad_input_refused(runs, tmp_path):
     one_line_error(ctxlm("harness", runs["lstm"], "--tasks", "lambada_nowhere", *local), "lambada_nowhere", "no such task")
     one_line_error(ctxlm("harness", runs["lstm"], "--tasks", "x", "--include-path", tmp_path / "none"), "--include-path", "no such folder")
     one_line_error(ctxlm("harness", runs["lstm"], "--tasks", "x", "--only-include-path"), "--only-include-path")
+    one_line_error(ctxlm("harness", tmp_path / "no-run", "--tasks", "x", "--only-include-path"), "--only-include-path")
     assert not (tmp_path / "h.json").exists()

@@ -126,7 +126,8 @@ def test_bad_input_gives_one_line(world):
     for text, needles in [("u1 -1 the cat\nu1\n", ["bad.txt, line 2", "UTTERANCE-ID SCORE"]),
                           ("u1 -1 the cat\n\nu2 minus the dog\n", ["bad.txt, line 3", "'minus'", "not a finite number"]),
                           ("u1 nan the cat\n", ["bad.txt, line 1", "'nan'"]),
-                          ("# nothing\n\n", ["bad.txt", "no hypotheses"])]:
+                          ("# nothing\n\n", ["bad.txt", "no hypotheses"]),
+                          ("", ["bad.txt", "empty", "UTTERANCE-ID"])]:
         (world / "bad.txt").write_text(text)
         one_line_error(ctxlm("rescore", run, world / "bad.txt", *given), *needles)
     (world / "dup.txt").write_text("t1 the dog ran\nt2 the cat\nt1 a dog\n")
@@ -140,7 +141,9 @@ def test_bad_input_gives_one_line(world):
                             (("--lm-weight", "1", "--dev", world / "dev.txt", "--dev-refs", world / "dev_refs.txt"), "one"),
                             (("--lm-weight", "1", "--mix-weight", "0.5"), "--mix OTHER_RUN"),
                             (("--lm-weight", "1", "--mix", run), "--mix-weight"),
-                            (("--dev", world / "dev.txt", "--dev-refs", world / "dev_refs.txt", "--lm-weights", "1,x"), "--lm-weights")]:
+                            (("--dev", world / "dev.txt", "--dev-refs", world / "dev_refs.txt", "--lm-weights", "1,x"), "--lm-weights"),
+                            (("--dev", world / "dev.txt", "--dev-refs", world / "dev_refs.txt", "--lm-weights", "nan,1"), "finite"),
+                            (("--dev", world / "dev.txt", "--dev-refs", world / "dev_refs.txt", "--penalties=-inf,3"), "--penalties")]:
         one_line_error(ctxlm("rescore", run, world / "test.txt", *options, *outputs), needle)
     one_line_error(ctxlm("rescore", run, world / "test.txt", "--lm-weight", "1", "--one-best", world / "test.txt"),
                    "--one-best", "input")

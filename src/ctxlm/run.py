@@ -5,6 +5,7 @@ as `<unk>` (flagged in `unknown`). Log-probabilities are natural logs.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import itertools
@@ -89,24 +90,33 @@ class Run:
         """The run with the neural cache (Grave et al. 2017): `settings`, else those `ctxlm tune-cache` recorded,
         else the defaults."""
         self._neural("the neural cache reads a neural model's hidden states")
+        self._left_to_right("the neural cache")
         settings = settings or CacheSettings.recorded(self.path) or CacheSettings()
-        return dataclasses.replace(self, model=NeuralCache(self.model, settings))
+        try:
+            return dataclasses.replace(self, model=NeuralCache(self.model, settings))
+        except ValueError as exc:
+            raise CtxlmError(f"with_cache: {exc}") from None
 
     def with_dynamic(self, setting: DynamicSetting | None = None, train_ids: torch.Tensor | None = None,
                      data_dir=None) -> "Run":
         """The run scoring with dynamic evaluation (Krause et al. 2018): `setting`, else the one `ctxlm tune-dynamic`
         recorded, else the defaults. The rms rule needs the training gradients' mean squares, measured on
-        `train_ids` (default: the run's training split, read from `data_dir`)."""
+        `train_ids` (default: the run's training split, read from `data_dir`). The steps adapt a copy of the
+        weights, so this run scores as before; under a cache (`with_cache` first) they adapt the model inside it."""
         self._neural("dynamic evaluation takes gradient steps on a neural model's weights")
         self._left_to_right("dynamic evaluation")
+        if isinstance(self.model, NeuralCache):
+            plain = dataclasses.replace(self, model=self.model.model)
+            return plain.with_dynamic(setting, train_ids, data_dir).with_cache(self.model.settings)
         setting = setting or DynamicSetting.read(RunDir(self.path).dynamic) or DynamicSetting()
+        model = copy.deepcopy(self.model)
         mean_square = None
         if setting.rule == "rms":
             if train_ids is None:
                 from .data.load import prepare_data
                 train_ids = prepare_data(self.config, data_dir, self.vocab).ids["train"]
-            mean_square = mean_squared_gradients(self.model, train_ids, setting.segment)
-        return dataclasses.replace(self, dynamic=DynamicWeights(self.model, setting, mean_square))
+            mean_square = mean_squared_gradients(model, train_ids, setting.segment)
+        return dataclasses.replace(self, model=model, dynamic=DynamicWeights(model, setting, mean_square))
 
     def _neural(self, because: str) -> None:
         if self.model.count_based:
@@ -127,6 +137,7 @@ class Run:
     def iter_score(self, texts: str | Iterable[str], document: bool = False, batch_size: int = 32) -> Iterator[Scored]:
         """`score`, one text at a time as it is read (for long inputs)."""
         self._left_to_right("score")
+        check_batch_size(batch_size)
         lines = texts.splitlines() if isinstance(texts, str) else texts
         if document:
             read = deque()                      # lines read ahead of their scores (one or two)
@@ -156,10 +167,13 @@ class Run:
             raise CtxlmError("perplexity: no text to score")
         return safe_exp(-total / count)
 
-    def sentence_log_probs(self, texts: Iterable[str], batch_size: int = 50) -> list[float]:
-        """log p of each whole sentence (its words then `<eos>`), for every family — the bidirectional RM
-        included, which scores whole sentences only (`ctxlm complete` chooses candidates with this)."""
+    def sentence_log_probs(self, texts: str | Iterable[str], batch_size: int = 50) -> list[float]:
+        """log p of each whole sentence (its words then `<eos>`; a string of several lines is split), for every
+        family — the bidirectional RM included, which scores whole sentences only (`ctxlm complete` chooses
+        candidates with this)."""
         from .evaluation.completion import sentence_scores
+        check_batch_size(batch_size)
+        texts = texts.splitlines() if isinstance(texts, str) else texts
         return sentence_scores(self.model, self.vocab, [t.split() + [EOS] for t in texts], batch_size,
                                dynamic=self.dynamic).tolist()
 
@@ -191,10 +205,11 @@ class Run:
 
     # ------------------------------------------------------------ prediction
     def next_word_log_probs(self, context: str = "") -> torch.Tensor:
-        """[V] log-probabilities of the word after `context` (read after `<eos>`, its lines joined by `<eos>`)."""
+        """[V] log-probabilities of the word after `context`, read after `<eos>` as `continuation` reads it (`pair_words`:
+        a line break is `<eos>`, so after "the cat\n" the next word starts a line)."""
         self._left_to_right("next-word distribution")
         kept = []
-        words = [w for line in context.splitlines() for w in line.split() + [EOS]][:-1]
+        words = pair_words(context)[0]
         probe = self.vocab.encode(words + [EOS])        # any last id: its position reads the context's last word
         for _ in self._stream([probe], on_output=lambda out: kept.append(self.model.log_probs(out.last_position()))):
             pass
@@ -202,6 +217,8 @@ class Run:
 
     def top_next_words(self, context: str = "", k: int = 10) -> list[tuple[str, float]]:
         """The `k` likeliest next words after `context`, with their probabilities."""
+        if k < 1:
+            raise CtxlmError(f"top_next_words: k is the number of words to return, at least 1; got {k}")
         best = self.next_word_log_probs(context).topk(min(k, len(self.vocab)))
         return [(self.vocab.words[i], safe_exp(lp)) for lp, i in zip(best.values.tolist(), best.indices.tolist())]
 
@@ -228,9 +245,16 @@ class Run:
         return Scored(line, tokens, log_probs.tolist(), [t not in self.vocab.index for t in tokens])
 
 
+def check_batch_size(batch_size: int) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise CtxlmError(f"batch_size is the number of texts scored together, a whole number ≥ 1; got {batch_size!r}")
+
+
 def load(run_dir: str | Path, device: str = "cpu") -> Run:
     """Build the model from the run's config.toml and vocab.txt and load its best weights, on `device`
     (count-based models, Kneser-Ney, always on the CPU: their tables are numpy arrays)."""
+    if str(device).split(":")[0] == "cuda" and not torch.cuda.is_available():
+        raise CtxlmError(f"load: device {str(device)!r}, but no CUDA device is available here; use 'cpu'")
     files = RunDir(run_dir)
     config = files.read_config("train one with `ctxlm train`")
     vocab = files.read_vocab()

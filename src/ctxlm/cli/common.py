@@ -184,8 +184,11 @@ def with_cache(run, args):
 
 def comma_values(option_name: str, text: str, kind) -> tuple:
     """A grid option's comma-separated values, e.g. --thetas 0.1,0.2, as `kind`; a bad one is a one-line error."""
+    numbers, example = ("whole numbers", "100,500") if kind is int else ("finite numbers", "0.1,0.2")
     try:
-        return tuple(kind(v) for v in text.split(","))
+        values = tuple(kind(v) for v in text.split(","))
     except ValueError:
-        numbers, example = ("whole numbers", "100,500") if kind is int else ("numbers", "0.1,0.2")
-        raise CtxlmError(f"{option_name} {text!r}: expected comma-separated {numbers}, e.g. {option_name} {example}") from None
+        values = None
+    if values is None or (kind is float and not all(math.isfinite(v) for v in values)):
+        raise CtxlmError(f"{option_name} {text!r}: expected comma-separated {numbers}, e.g. {option_name} {example}")
+    return values

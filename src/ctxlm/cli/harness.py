@@ -57,15 +57,15 @@ def cmd_harness(args) -> int:
     from ..run import load
     from ..training.preflight import pick_device
 
-    harness = harness_module()
-    run = load(args.run, pick_device(args.device, "--device"))
-    run = run.with_cache() if args.cache else run
-    run = run.with_dynamic(data_dir=args.data_dir) if args.dynamic else run
     if args.only_include_path and not args.include_path:
         raise CtxlmError("--only-include-path: give --include-path DIR too (the folder of task YAML files to use)")
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     if not tasks:
         raise CtxlmError(f"--tasks {args.tasks!r}: no task named; give e.g. --tasks lambada_local")
+    harness = harness_module()
+    run = load(args.run, pick_device(args.device, "--device"))
+    run = run.with_dynamic(data_dir=args.data_dir) if args.dynamic else run
+    run = run.with_cache() if args.cache else run
     results = harness.evaluate(run, tasks, args.include_path, args.limit, args.num_fewshot, args.bootstrap_iters,
                                not args.only_include_path, greedy=args.greedy, device=args.device)
     results.update(run=str(args.run), tasks=tasks, greedy=args.greedy, cache=args.cache, limit=args.limit,

@@ -71,7 +71,13 @@ def cmd_export_arpa(args) -> int:
 
 def add_export_onnx(sub) -> None:
     p = sub.add_parser("export-onnx", help="write a neural run as an ONNX graph whose state is an input and an output "
-                       "(stream it with onnxruntime, docs/onnx.md)")
+                       "(stream it with onnxruntime, docs/onnx.md)",
+                       description="Write the run's model as an ONNX graph: token ids and the state in, log-probabilities "
+                                   "and the next state out, so onnxruntime streams a text in chunks as `ctxlm eval` reads "
+                                   "it; the export is checked against PyTorch before it is kept. Needs the [onnx] extra "
+                                   "(pip install -e '.[onnx]'). Every neural family exports but the attentive LMs "
+                                   "(attentive-lm, attentive-context) and the bidirectional RM; Kneser-Ney is refused "
+                                   "too (`ctxlm export-arpa` writes it for KenLM). Details: docs/onnx.md.")
     run_argument(p, "run directory of a neural model")
     p.add_argument("output", help="ONNX file to write")
     p.set_defaults(func=cmd_export_onnx)

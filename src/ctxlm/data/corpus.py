@@ -16,8 +16,8 @@ from ..errors import CtxlmError
 from .vocab import EOS
 
 
-def read_text(path: str | Path, encoding: str = "utf-8") -> str:
-    """Read a text file, gunzipping `*.gz`; empty or binary files are clear errors."""
+def read_text(path: str | Path, encoding: str = "utf-8", needs: str = "a corpus needs at least one line of text") -> str:
+    """Read a text file, gunzipping `*.gz`; empty or binary files are clear errors (`needs`: what an empty one lacks)."""
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -31,7 +31,7 @@ def read_text(path: str | Path, encoding: str = "utf-8") -> str:
         except (OSError, EOFError, zlib.error) as exc:
             raise CtxlmError(f"{path}: corrupt gzip file ({exc}); download it again") from None
     if not raw.strip():
-        raise CtxlmError(f"{path}: file is empty; a corpus needs at least one line of text")
+        raise CtxlmError(f"{path}: file is empty; {needs}")
     if b"\x00" in raw[:65536]:
         raise CtxlmError(f"{path}: looks binary (contains NUL bytes); expected plain text, one sentence per line")
     try:

@@ -1,8 +1,6 @@
 """What `ctxlm explore` computes for a text: per-token log-probabilities, top-k, ranks, attention (docs/explore.md)."""
 from __future__ import annotations
 
-import copy
-import dataclasses
 import math
 import threading
 import time
@@ -51,11 +49,10 @@ def load_runs(paths, cache: bool = False, dynamic: bool = False, data_dir=None) 
             name = f"{base}#{n}"
         run = load(path)
         runs[name] = Served(run)
-        if cache and not run.model.count_based:
+        if cache and not run.model.count_based and run.model.left_to_right:
             runs[f"{name} + cache"] = Served(run.with_cache())
         if dynamic and not run.model.count_based and run.model.left_to_right:
-            own = dataclasses.replace(run, model=copy.deepcopy(run.model))     # steps never touch the plain run
-            runs[f"{name} + dynamic"] = Served(own.with_dynamic(data_dir=data_dir))
+            runs[f"{name} + dynamic"] = Served(run.with_dynamic(data_dir=data_dir))    # its own copy of the weights
     return runs
 
 

@@ -51,8 +51,8 @@ class CtxlmLM(LM):
         if not run.model.left_to_right:
             raise CtxlmError(f"model {run.config.model.name!r} of {run.path} predicts each word from the words before and "
                              "after it: it has no next-word probabilities for the harness to read")
-        run = run.with_cache() if _flag(cache, "cache") else run
-        self.run = run.with_dynamic() if _flag(dynamic, "dynamic") else run
+        run = run.with_dynamic() if _flag(dynamic, "dynamic") else run
+        self.run = run.with_cache() if _flag(cache, "cache") else run
         self.greedy, self.progress = greedy, progress
         self._device = device
 

@@ -129,8 +129,13 @@ class NeuralCache(LanguageModel):
     def __init__(self, model: LanguageModel, settings: CacheSettings):
         super().__init__()
         settings.check()
+        if not model.left_to_right:
+            raise ValueError(f"{type(model).__name__} predicts each word from the words before and after it, so it has "
+                             "no next-word distribution to mix a cache into; score whole sentences (`ctxlm complete`)")
         self.model, self.settings = model, settings
-        self.embedding, self.output = model.embedding, model.output
+        self.output = model.output
+        if hasattr(model, "embedding"):             # MemN reads its words through the memory block's tables instead
+            self.embedding = model.embedding
 
     def forward(self, inputs, state=None, reset=None) -> ModelOutput:
         inner, memory = (None, None) if state is None else state

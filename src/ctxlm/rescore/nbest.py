@@ -29,7 +29,8 @@ class Hypothesis:
 
 
 def _lines(path: str | Path):
-    for number, line in enumerate(read_text(path).split("\n"), 1):
+    needs = "expected n-best lists or references, 'UTTERANCE-ID …' a line (docs/rescoring.md)"
+    for number, line in enumerate(read_text(path, needs=needs).split("\n"), 1):
         fields = line.split()
         if fields and not fields[0].startswith("#"):
             yield number, fields
