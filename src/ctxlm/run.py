@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from .checks import safe_exp
+from .checks import at_least, safe_exp
 from .config import Config
 from .data.vocab import EOS, Vocabulary
 from .errors import CtxlmError
@@ -90,7 +90,6 @@ class Run:
         """The run with the neural cache (Grave et al. 2017): `settings`, else those `ctxlm tune-cache` recorded,
         else the defaults."""
         self._neural("the neural cache reads a neural model's hidden states")
-        self._left_to_right("the neural cache")
         settings = settings or CacheSettings.recorded(self.path) or CacheSettings()
         try:
             return dataclasses.replace(self, model=NeuralCache(self.model, settings))
@@ -246,8 +245,9 @@ class Run:
 
 
 def check_batch_size(batch_size: int) -> None:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise CtxlmError(f"batch_size is the number of texts scored together, a whole number ≥ 1; got {batch_size!r}")
+    """The texts scored together: as `--batch-size` allows (a CtxlmError otherwise)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not at_least(1).admits(batch_size):
+        raise CtxlmError(f"batch_size must be {at_least(1).describe(int)}, got {batch_size!r}")
 
 
 def load(run_dir: str | Path, device: str = "cpu") -> Run:
