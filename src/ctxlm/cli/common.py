@@ -185,10 +185,11 @@ def with_cache(run, args):
 def comma_values(option_name: str, text: str, kind) -> tuple:
     """A grid option's comma-separated values, e.g. --thetas 0.1,0.2, as `kind`; a bad one is a one-line error."""
     numbers, example = ("whole numbers", "100,500") if kind is int else ("finite numbers", "0.1,0.2")
+    refusal = CtxlmError(f"{option_name} {text!r}: expected comma-separated {numbers}, e.g. {option_name} {example}")
     try:
         values = tuple(kind(v) for v in text.split(","))
     except ValueError:
-        values = None
-    if values is None or (kind is float and not all(math.isfinite(v) for v in values)):
-        raise CtxlmError(f"{option_name} {text!r}: expected comma-separated {numbers}, e.g. {option_name} {example}")
+        raise refusal from None
+    if kind is float and not all(math.isfinite(v) for v in values):
+        raise refusal
     return values

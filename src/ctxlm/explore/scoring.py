@@ -49,9 +49,10 @@ def load_runs(paths, cache: bool = False, dynamic: bool = False, data_dir=None) 
             name = f"{base}#{n}"
         run = load(path)
         runs[name] = Served(run)
-        if cache and not run.model.count_based and run.model.left_to_right:
+        next_word_model = not run.model.count_based and run.model.left_to_right      # what a cache and steps need
+        if cache and next_word_model:
             runs[f"{name} + cache"] = Served(run.with_cache())
-        if dynamic and not run.model.count_based and run.model.left_to_right:
+        if dynamic and next_word_model:
             runs[f"{name} + dynamic"] = Served(run.with_dynamic(data_dir=data_dir))    # its own copy of the weights
     return runs
 
