@@ -96,6 +96,12 @@ def test_lambda_zero_is_the_model_and_a_repeated_word_gains():
     assert with_cache < 0.8 * evaluate_stream(model.model, periodic, 1, 50)["ppl"]
 
 
+@pytest.mark.parametrize("name, sizes", [("lstm", {}), ("memn", {"memory": 5})])
+def test_a_cache_adds_no_parameters_to_the_counts_of_the_model_it_wraps(name, sizes):
+    model = build_model(ModelConfig.of(name=name, emb_size=8, hidden_size=8, **sizes), V)
+    assert NeuralCache(model, CacheSettings(7, 0.8, 0.3)).parameter_counts() == model.parameter_counts()
+
+
 def test_bad_settings_are_refused():
     for settings in (CacheSettings(0, 0.3, 0.1), CacheSettings(10, -1.0, 0.1), CacheSettings(10, 0.3, 1.5)):
         with pytest.raises(ValueError):

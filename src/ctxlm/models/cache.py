@@ -134,8 +134,6 @@ class NeuralCache(LanguageModel):
                              "no next-word distribution to mix a cache into; score whole sentences (`ctxlm complete`)")
         self.model, self.settings = model, settings
         self.output = model.output
-        if hasattr(model, "embedding"):             # MemN reads its words through the memory block's tables instead
-            self.embedding = model.embedding
 
     def forward(self, inputs, state=None, reset=None) -> ModelOutput:
         inner, memory = (None, None) if state is None else state
@@ -160,6 +158,10 @@ class NeuralCache(LanguageModel):
         held = keys - length
         distance = (torch.arange(length).view(-1, 1) + held + 1) - torch.arange(keys).view(1, -1)
         return distance.expand(batch, length, keys)
+
+    def parameter_counts(self) -> dict[str, int]:
+        """The wrapped model's counts: the cache adds no parameters."""
+        return self.model.parameter_counts()
 
     def mixture_weight(self, out: ModelOutput) -> torch.Tensor:
         """[B, T]: λ, the cache's share of the mixture (0 while the cache is still empty)."""
