@@ -189,3 +189,71 @@ def test_complete_scores_each_candidate_from_the_trained_weights(runs):
     both = sentence_scores(run.model, run.vocab, sentences, dynamic=run.dynamic)
     assert float(both[1]) == float(sentence_scores(run.model, run.vocab, sentences[1:], dynamic=run.dynamic)[0])
     assert float(both[1]) != pytest.approx(float(sentence_scores(run.model, run.vocab, sentences[1:])[0]), abs=1e-3)
+
+
+def test_lines_scored_separately_are_each_an_item_from_the_trained_weights():
+    """`fresh` blocks with steps (explore's "lines separately"): each block scored as if alone, as `ctxlm score`
+    without --stream scores it, whatever the segment boundaries of the blocks before it."""
+    from ctxlm.evaluation.scoring import score_item
+
+    torch.manual_seed(0)
+    lstm = build_model(ModelConfig.of(name="lstm", emb_size=12, hidden_size=12, dropout=0.0), len(VOCAB)).eval()
+    blocks = [sentences(1, seed) for seed in (3, 4, 5)]
+    weights = DynamicWeights(lstm, DynamicSetting("sgd", lr=0.5, decay=0.0, segment=4))
+    together = list(score_stream(lstm, blocks, VOCAB.eos, dynamic=weights, fresh=True))
+    for block, scored in zip(blocks, together):
+        assert torch.equal(scored, score_item(lstm, block, VOCAB.eos, dynamic=weights))
+    carried = list(score_stream(lstm, blocks, VOCAB.eos, dynamic=weights))
+    assert not torch.allclose(carried[2], together[2], atol=1e-4)        # the steps do carry over in a stream
+
+
+def test_the_rms_scales_are_those_of_the_nll_the_steps_take():
+    """MS is the squared gradient of the mean NLL (target_log_probs), not of a training loss with noise draws:
+    an NCE-trained model gets the same scales whatever the random state."""
+    from ctxlm.config import OutputConfig
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig.of(name="lstm", emb_size=8, hidden_size=8, dropout=0.0), len(VOCAB),
+                        OutputConfig("nce", noise_samples=5)).eval()
+    ids = torch.cat([torch.tensor([VOCAB.eos]), sentences(6, 2)])
+    torch.manual_seed(1)
+    first = mean_squared_gradients(model, ids, 5, batch_size=2, max_batches=3)
+    torch.manual_seed(2)
+    second = mean_squared_gradients(model, ids, 5, batch_size=2, max_batches=3)
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    batch = ids[:6].view(1, -1)
+    out = model(batch[:, :-1], None, None)
+    grads = torch.autograd.grad(-model.target_log_probs(out, batch[:, 1:]).mean(), list(model.parameters()), allow_unused=True)
+    one = mean_squared_gradients(model, ids[:6], 5, batch_size=1, max_batches=1)
+    assert all(torch.allclose(m, torch.zeros_like(m) if g is None else g.square(), rtol=1e-5, atol=0) for m, g in zip(one, grads))
+
+
+def test_a_training_text_too_short_for_the_scales_is_refused():
+    from ctxlm.errors import CtxlmError
+
+    lstm = build_model(ModelConfig.of(name="lstm", emb_size=8, hidden_size=8), len(VOCAB))
+    with pytest.raises(CtxlmError, match="too few"):
+        mean_squared_gradients(lstm, torch.tensor([VOCAB.eos]), 5)
+
+
+def test_eval_dynamic_refuses_options_it_does_not_read(runs):
+    one_line_error(ctxlm("eval", runs["lstm"], "--dynamic", "--chunk", "20"), "--chunk", "--dynamic-segment")
+    one_line_error(ctxlm("eval", runs["lstm"], "--dynamic", "--batch-size", "4"), "--batch-size")
+
+
+def test_tune_dynamic_never_chooses_a_setting_that_diverged_to_nan(runs, tmp_path, monkeypatch):
+    import shutil
+
+    import ctxlm.evaluation.perplexity as perplexity
+
+    run = shutil.copytree(runs["lstm"], tmp_path / "run")
+    real = perplexity.evaluate_dynamic
+
+    def nan_at_the_first_rate(model, ids, weights):
+        result = real(model, ids, weights)
+        return {**result, "ppl": float("nan")} if weights.setting.lr == 0.01 else result
+
+    monkeypatch.setattr(perplexity, "evaluate_dynamic", nan_at_the_first_rate)
+    assert ctxlm("tune-dynamic", run, "--rules", "sgd", "--lrs", "0.01,0.05", "--decays", "0", "--segments", "10").returncode == 0
+    best = json.loads((run / "dynamic.json").read_text())["best"]
+    assert best is not None and best["lr"] == 0.05

@@ -22,7 +22,7 @@ from .data.vocab import EOS, Vocabulary
 from .errors import CtxlmError
 from .evaluation.dynamic import DynamicSetting, DynamicWeights, mean_squared_gradients
 from .evaluation.lambada import not_answers
-from .evaluation.scoring import score_sentences, score_stream
+from .evaluation.scoring import score_item, score_sentences, score_stream
 from .generate import sample
 from .models.base import LanguageModel, build_model
 from .models.cache import CacheSettings, NeuralCache
@@ -191,7 +191,7 @@ class Run:
                 kept.append(self.model.log_probs(out.from_position(max(0, start - seen[0])))[0].float().cpu())
             seen[0] += length
 
-        log_probs = next(self._stream([self.vocab.encode(before + after)], on_output=keep))[start:]
+        log_probs = self._item(self.vocab.encode(before + after), on_output=keep)[start:]
         distributions = torch.cat(kept)
         words = distributions.masked_fill(self._not_answers, -torch.inf)
         return Continued(after, log_probs.tolist(), [t not in self.vocab.index for t in after],
@@ -235,10 +235,13 @@ class Run:
     def _stream(self, blocks, on_output=None) -> Iterator[torch.Tensor]:
         return score_stream(self.model, blocks, self.vocab.eos, self.config.data.eval_chunk, self.dynamic, on_output=on_output)
 
+    def _item(self, block: torch.Tensor, on_output=None) -> torch.Tensor:
+        return score_item(self.model, block, self.vocab.eos, self.config.data.eval_chunk, self.dynamic, on_output)
+
     def _sentences(self, sentences: list[torch.Tensor], batch_size: int) -> list[torch.Tensor]:
         if self.dynamic is None:
             return score_sentences(self.model, sentences, self.vocab.eos, batch_size)
-        return [next(self._stream([s])) for s in sentences]       # each from the trained weights
+        return [self._item(s) for s in sentences]                 # each from the trained weights
 
     def _scored(self, line: str, tokens: list[str], log_probs: torch.Tensor) -> Scored:
         return Scored(line, tokens, log_probs.tolist(), [t not in self.vocab.index for t in tokens])

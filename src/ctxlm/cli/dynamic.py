@@ -3,6 +3,8 @@ which chooses the rule's numbers on validation and records them in RUN/dynamic.j
 from __future__ import annotations
 
 import itertools
+import math
+import sys
 
 from ..checks import at_least, in_range, option
 from ..errors import CtxlmError
@@ -76,6 +78,12 @@ def eval_dynamic(run, args) -> int:
 
     if args.names or args.precision != "fp32":
         raise CtxlmError("--dynamic goes without --names and --precision: drop them")
+    if args.batch_size is not None or args.chunk is not None:
+        raise CtxlmError("--dynamic reads one stream in segments of --dynamic-segment tokens: drop --batch-size and --chunk")
+    if run.config.data.batching == "sentence":
+        print("note: --dynamic reads each split as one stream, the state carried across sentences (as --cache does); "
+              f"plain `ctxlm eval` reads each sentence alone, so compare with `ctxlm eval {run.path} --dynamic "
+              "--dynamic-lr 0`", file=sys.stderr)
     setting = chosen_setting(run, args)
     needs_corpus = not args.file or setting.rule == "rms"          # sgd on a file: no corpus
     data = split_data(run, args, *(args.split or [])) if needs_corpus else None
@@ -140,7 +148,7 @@ def cmd_tune_dynamic(args) -> int:
             ppl = evaluate_dynamic(run.model, ids, weights)["ppl"]
             grid.append({**vars(setting), "ppl": ppl})
             print(f"  rule {rule}, lr {lr}, decay {decay}, segment {segment}: {ppl:.2f}", flush=True)
-    best = min(grid, key=lambda r: r["ppl"])
+    best = min(grid, key=lambda r: math.inf if math.isnan(r["ppl"]) else r["ppl"])      # NaN: diverged
     record = RunDir(run.path).dynamic
     helped = best["ppl"] < plain
     atomic_write_text(record, json_text({"split": args.split, "tokens": ids.numel() - 1, "model_ppl": plain, "best": best if helped else None,

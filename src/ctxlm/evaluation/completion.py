@@ -27,7 +27,7 @@ from ..data.corpus import BLANK, LETTERS, CompletionQuestion, msr_tokens, read_t
 from ..data.vocab import EOS
 from ..errors import CtxlmError
 from .dynamic import DynamicWeights
-from .scoring import model_device, score_stream
+from .scoring import model_device, score_item
 
 
 def candidate_sentences(question: CompletionQuestion) -> list[list[str]]:
@@ -45,7 +45,7 @@ def sentence_scores(model, vocab, sentences: list[list[str]], batch_size: int = 
     if dynamic is not None:
         for row, sentence in enumerate(sentences):
             ids = vocab.encode(sentence)
-            scores[row] = float(next(score_stream(model, [ids], vocab.eos, dynamic=dynamic)).double().sum())
+            scores[row] = float(score_item(model, ids, vocab.eos, dynamic=dynamic).double().sum())
             if progress:
                 progress([row])
         return scores

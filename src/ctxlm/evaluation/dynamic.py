@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ..data.batching import StreamBatches
+from ..data.batching import IGNORE, StreamBatches
 from ..errors import CtxlmError
 from ..models.base import detach_state
 
@@ -76,6 +76,8 @@ class DynamicWeights:
         if setting.rule == "rms":
             rms = [m.sqrt() for m in mean_square]
             mean_rms = torch.cat([r.flatten() for r in rms]).mean()
+            if not mean_rms > 0:                    # λ·√MS / mean √MS would be 0/0: every weight NaN
+                raise ValueError("the mean squared training gradients are all zero (no training batch was read?)")
             self.scale = [1 / (r + EPSILON) for r in rms]
             self.pull = [(setting.decay * r / mean_rms).clamp(max=1.0) for r in rms]
         else:
@@ -118,15 +120,18 @@ class DynamicWeights:
             p.copy_(p0)
 
 
-def mean_squared_gradients(model, ids: torch.Tensor, segment: int, batch_size: int = 64, max_batches: int = 400,
-                           device="cpu") -> list[torch.Tensor]:
+def mean_squared_gradients(model, ids: torch.Tensor, segment: int, batch_size: int = 64,
+                           max_batches: int = 400) -> list[torch.Tensor]:
     """MS of each weight: over the first `max_batches` training batches of `batch_size` streams × `segment`
     tokens (state carried), the mean squared gradient of the batch's mean NLL, as Krause et al. compute it on
-    training mini-batches (fewer streams where the text is short). A mini-batch's gradient averages away
+    training mini-batches (fewer streams where the text is short). The NLL is the one each step differentiates,
+    not the model's training loss (NCE's sampled loss, a pointer's or a gate's supervision term), so the
+    scales are those of the adapted loss and do not depend on random draws. A mini-batch's gradient averages away
     the noise of single segments, so rows of rare words get a smaller MS, hence larger steps, than from
     segments one at a time (first 20,000 PTB valid tokens, ptb-lstm: 127.5 against 129.4 at their best η)."""
     model.eval()
     params = [p for p in model.parameters() if p.requires_grad]
+    device = params[0].device
     sums = [torch.zeros_like(p) for p in params]
     state, seen = None, 0
     for batch in StreamBatches(ids, max(1, min(batch_size, (ids.numel() - 1) // segment)), segment):
@@ -135,10 +140,13 @@ def mean_squared_gradients(model, ids: torch.Tensor, segment: int, batch_size: i
         inputs, targets = batch.inputs.to(device), batch.targets.to(device)
         with torch.enable_grad():
             out = model(inputs, state, None)
-            nll, n = model.loss(out, targets)
-            grads = torch.autograd.grad(nll / max(n, 1), params, allow_unused=True)
+            nll = -model.target_log_probs(out, targets).sum()          # IGNORE targets count 0
+            grads = torch.autograd.grad(nll / max(int((targets != IGNORE).sum()), 1), params, allow_unused=True)
         for s, g in zip(sums, grads):
             if g is not None:
                 s.add_(g.square())
         state, seen = detach_state(out.state), seen + 1
-    return [s / max(seen, 1) for s in sums]
+    if seen == 0:
+        raise CtxlmError(f"the training text has {ids.numel()} tokens, too few to measure "
+                         "the rms rule's gradient scales on: use the sgd rule")
+    return [s / seen for s in sums]

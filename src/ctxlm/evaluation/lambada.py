@@ -23,7 +23,7 @@ from ..data.corpus import gutenberg_sentences
 from ..data.vocab import EOS, UNK
 from ..errors import CtxlmError
 from .dynamic import DynamicWeights
-from .scoring import score_stream
+from .scoring import score_item
 
 
 def score_passages(model, vocab, passages: list[list[str]], names: frozenset[str] = frozenset(), top: int = 5,
@@ -39,8 +39,8 @@ def score_passages(model, vocab, passages: list[list[str]], names: frozenset[str
             raise CtxlmError(f"passage {index + 1} has {len(tokens)} word(s); each needs context and a last (target) word")
         ids = vocab.encode([EOS] + tokens).unsqueeze(0)
         last = []                     # the target's distribution, from the weights before any step that saw it
-        log_probs = next(score_stream(model, [ids[0, 1:]], vocab.eos, chunk, dynamic,
-                                      on_output=lambda out: last.append(model.log_probs(out.last_position()))))
+        log_probs = score_item(model, ids[0, 1:], vocab.eos, chunk, dynamic,
+                               on_output=lambda out: last.append(model.log_probs(out.last_position())))
         distribution = last[-1][0, 0].float().cpu()
         target, context = tokens[-1], tokens[:-1]
         known = target in vocab.index

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import nullcontext
+from contextlib import closing, nullcontext
 
 import torch
 
@@ -31,7 +31,8 @@ def score_stream(model, blocks: Iterable[torch.Tensor], eos: int, chunk: int = 1
     """Yield, block by block, the log-probability of each of the block's ids (on the CPU), reading
     `<eos>` + the blocks as one stream. `fresh`: each block starts from a fresh state (the chunks stay the same).
     `dynamic`: read in its segments instead of `chunk`s, each scored, then a step; the trained weights are back
-    when the stream ends or is abandoned. `on_output(out)` sees each chunk's ModelOutput before any step (e.g. for top-k)."""
+    when the stream ends or is abandoned, and with `fresh` before each block (each an item of its own, its last
+    segment ending with it). `on_output(out)` sees each chunk's ModelOutput before any step (e.g. for top-k)."""
     device = model_device(model)
     model.eval()
     chunk = dynamic.setting.segment if dynamic is not None else chunk
@@ -67,6 +68,12 @@ def score_stream(model, blocks: Iterable[torch.Tensor], eos: int, chunk: int = 1
 
     try:
         for block in blocks:
+            if fresh and dynamic is not None:       # an item ends: its last segment, then the trained weights again
+                if pending.numel() > 1:
+                    read(pending, resets)
+                    pending, resets = pending[-1:], resets[-1:]
+                    yield from finished()
+                dynamic.restore()
             resets[-1] = fresh           # the input before a block's first id starts it afresh
             pending = torch.cat([pending, block.cpu()])
             resets = torch.cat([resets, torch.zeros(block.numel(), dtype=torch.bool)])
@@ -83,9 +90,17 @@ def score_stream(model, blocks: Iterable[torch.Tensor], eos: int, chunk: int = 1
             dynamic.restore()
 
 
+def score_item(model, block: torch.Tensor, eos: int, chunk: int = 1000, dynamic: DynamicWeights | None = None,
+               on_output: Callable | None = None) -> torch.Tensor:
+    """The log-probabilities of one text's ids read as a stream after `<eos>` (`score_stream` of one block), with
+    the trained weights back before it returns."""
+    with closing(score_stream(model, [block], eos, chunk, dynamic, on_output=on_output)) as stream:
+        return next(stream)
+
+
 def stream_log_probs(model, ids: torch.Tensor, chunk: int = 1000, dynamic: DynamicWeights | None = None) -> torch.Tensor:
     """[N − 1] log-probabilities (float64) of `ids` (starting with `<eos>`) read as one stream."""
-    return next(score_stream(model, [ids[1:]], int(ids[0]), chunk, dynamic)).double()
+    return score_item(model, ids[1:], int(ids[0]), chunk, dynamic).double()
 
 
 @torch.no_grad()
