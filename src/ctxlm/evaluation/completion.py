@@ -26,8 +26,9 @@ from ..data.batching import SentenceBatches
 from ..data.corpus import BLANK, LETTERS, CompletionQuestion, msr_tokens, read_text
 from ..data.vocab import EOS
 from ..errors import CtxlmError
+from ..models.base import model_device
 from .dynamic import DynamicWeights
-from .scoring import model_device, score_item
+from .scoring import score_item
 
 
 def candidate_sentences(question: CompletionQuestion) -> list[list[str]]:

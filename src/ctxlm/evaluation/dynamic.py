@@ -22,7 +22,7 @@ import torch
 
 from ..data.batching import IGNORE, StreamBatches
 from ..errors import CtxlmError
-from ..models.base import detach_state
+from ..models.base import detach_state, model_device
 
 EPSILON = 2e-5     # bounds the rms step (≤ η/ε · g) where a weight's training gradient was ~0 (rare words' rows)
 
@@ -131,7 +131,7 @@ def mean_squared_gradients(model, ids: torch.Tensor, segment: int, batch_size: i
     segments one at a time (first 20,000 PTB valid tokens, ptb-lstm: 127.5 against 129.4 at their best η)."""
     model.eval()
     params = [p for p in model.parameters() if p.requires_grad]
-    device = params[0].device
+    device = model_device(model)
     sums = [torch.zeros_like(p) for p in params]
     state, seen = None, 0
     for batch in StreamBatches(ids, max(1, min(batch_size, (ids.numel() - 1) // segment)), segment):

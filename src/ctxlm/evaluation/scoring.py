@@ -16,14 +16,8 @@ from contextlib import closing, nullcontext
 import torch
 
 from ..data.batching import SentenceBatches
-from ..models.base import detach_state
+from ..models.base import detach_state, model_device
 from .dynamic import DynamicWeights
-
-
-def model_device(model) -> torch.device:
-    """Where the model's weights are (Kneser-Ney has none: its tables are numpy arrays on the CPU)."""
-    weight = next(model.parameters(), None)
-    return weight.device if weight is not None else torch.device("cpu")
 
 
 def score_stream(model, blocks: Iterable[torch.Tensor], eos: int, chunk: int = 1000, dynamic: DynamicWeights | None = None,

@@ -108,6 +108,12 @@ def map_state(state: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
     return type(state)(map_state(s, fn) for s in state)
 
 
+def model_device(model) -> torch.device:
+    """Where the model's weights are (Kneser-Ney has none: its tables are numpy arrays on the CPU)."""
+    weight = next(model.parameters(), None)
+    return weight.device if weight is not None else torch.device("cpu")
+
+
 def detach_state(state: Any) -> Any:
     """Truncated BPTT: cut the graph at the chunk boundary, keep the values."""
     return map_state(state, torch.Tensor.detach)
