@@ -27,7 +27,10 @@ def build_parser() -> Parser:
 
 
 def main(argv=None) -> int:
+    from ..allocator import keep_freed_memory
     from ..outputs import check_outputs
+
+    keep_freed_memory()
 
     args = build_parser().parse_args(argv)
     try:

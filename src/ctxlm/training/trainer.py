@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from ..allocator import keep_freed_memory
 from ..checks import safe_exp
 from ..config import Config
 from ..data.batching import IGNORE, ReadStreamBatches, SentenceBatches, StreamBatches, WindowBatches
@@ -68,6 +69,7 @@ class Trainer:
                                  "each process needs at least one stream")
             if not self.world.main:
                 self.log = lambda *args, **kwargs: None
+        keep_freed_memory()                        # training's big tensors stay mapped between steps (allocator.py)
         if config.train.threads:
             torch.set_num_threads(capped_threads(config.train.threads, self.log))
         vocab = self.files.read_vocab() if resume and self.files.vocab.exists() else None
