@@ -2,10 +2,13 @@
 every runnable row has a valid preset, every record belongs to a row, and docs/results.md opens with
 what `ctxlm reproduce --report` prints from the records."""
 import json
+import re
 from pathlib import Path
 
 from ctxlm.config import apply_overrides, load_toml, validate
 from ctxlm.reproduce import report
+from ctxlm.reproduce.report import plan_text
+from ctxlm.reproduce.runner import row_runs
 from ctxlm.reproduce.tables import load_tables
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,3 +44,12 @@ def test_the_results_page_opens_with_the_report():
     tables = load_tables(ROOT / "reproductions")
     assert report.page_report(ROOT / "docs" / "results.md") == report.report_markdown(tables, ROOT / "results"), \
         "docs/results.md differs from the records: ctxlm reproduce --report --page docs/results.md"
+
+
+def test_the_report_and_the_plan_count_the_same_runnable_rows(tmp_path):
+    tables = load_tables(ROOT / "reproductions")
+    plan = plan_text(row_runs(tables, [], tmp_path / "runs", ROOT / "results"), [], measure=False)
+    planned = int(re.search(r"^(\d+) runnable rows", plan.splitlines()[-1]).group(1))
+    summary = report.report_markdown(tables, ROOT / "results").splitlines()[0]
+    assert re.search(r"tables: (\d+) runnable here", summary).group(1) == str(planned)
+    assert any(row.same_as for table in tables for row in table.rows)       # the case that once counted twice

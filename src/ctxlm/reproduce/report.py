@@ -154,13 +154,17 @@ def table_markdown(table: Table, records_dir: Path) -> str:
 def report_markdown(tables: list[Table], records_dir: Path) -> str:
     """The summary, the tables with rows that run here, then those that need data we do not have."""
     rows = [(t, r) for t in tables for r in t.rows]
-    runnable = [(t, r) for t, r in rows if r.runnable]
-    found = {(t.id, r.id): shown(records.load_record(records.record_path(records_dir, *t.record_key(r))))[0]
-             for t, r in runnable}
-    measured = [(t, r) for t, r in runnable if (found[t.id, r.id] or {}).get("finished")]
-    held = [(t, r) for t, r in measured if verdict(t, r, found[t.id, r.id]).startswith("✓")]
-    summary = (f"{len(rows)} rows in {len(tables)} tables: {len(runnable)} runnable here, {len(measured)} measured, "
-               f"{len(held)} of them reproduced (within the band or the claim holds).")
+    runs = {}                            # a row that is another table's run counts once, as --plan counts it: as that row
+    for t, r in rows:
+        if r.runnable and (t.record_key(r) not in runs or not r.same_as):
+            runs[t.record_key(r)] = (t, r)
+    found = {key: shown(records.load_record(records.record_path(records_dir, *key)))[0] for key in runs}
+    measured = [key for key in runs if (found[key] or {}).get("finished")]
+    held = [key for key in measured if verdict(*runs[key], found[key]).startswith("✓")]
+    repeated = sum(r.runnable for _, r in rows) - len(runs)
+    summary = (f"{len(rows)} rows in {len(tables)} tables: {len(runs)} runnable here"
+               + (f" (and {repeated} that repeat one of them in another table)" if repeated else "")
+               + f", {len(measured)} measured, {len(held)} of them reproduced (within the band or the claim holds).")
     here = [t for t in tables if any(r.runnable for r in t.rows)]
     elsewhere = [t for t in tables if t not in here]
     parts = [summary, ""]
