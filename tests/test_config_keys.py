@@ -105,6 +105,13 @@ def test_models_command_lists_a_family_s_options_with_defaults():
     one_line_error(ctxlm("models", "nope"), "unknown model 'nope'")
 
 
+def test_models_command_says_which_families_always_tie():
+    attentive = ctxlm("models", "attentive-lm").stdout
+    assert "tie_weights = true" in attentive and "always ties its softmax" in attentive
+    lstm = ctxlm("models", "lstm").stdout
+    assert "tie_weights = false" in lstm and "always ties" not in lstm
+
+
 def allowed_value(key, value, toml: bool = False):
     """The value a TOML value (or, as a string, a --set value) should give, or None where it must be refused.
     In a TOML file (`toml`) a quoted string is never a number or a truth value."""

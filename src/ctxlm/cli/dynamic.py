@@ -33,11 +33,13 @@ def dynamic_options(p, items: str = "") -> None:
                                  "untuned defaults; the options below override either")
     group.add_argument("--dynamic", action="store_true", help="score with dynamic evaluation "
                        f"({items or 'read as one stream'})")
-    group.add_argument("--dynamic-rule", choices=["rms", "sgd"], help="rms: steps scaled by the training gradients' "
-                       "RMS, measured first on the train split (default); sgd: plain steps")
+    group.add_argument("--dynamic-rule", choices=["rms", "sgd"], help="rms: steps divided by the training gradients' "
+                       "RMS (√MS + 2e-5), measured first on 400 training mini-batches (default); sgd: plain steps (docs/dynamic.md)")
     group.add_argument("--dynamic-lr", type=option(float, at_least(0)), help=f"step size η (default {DynamicSetting.lr})")
     group.add_argument("--dynamic-decay", type=option(float, in_range(0, 1)),
-                       help=f"λ, the pull back to the trained weights per step (default {DynamicSetting.decay})")
+                       help="λ, the decay back to the trained weights per step: sgd pulls every weight by λ; rms by "
+                            "min(1, λ·√MS/mean √MS), more for weights with larger training gradients (docs/dynamic.md; "
+                            f"default {DynamicSetting.decay})")
     group.add_argument("--dynamic-segment", type=option(int, at_least(1)),
                        help=f"tokens per step (default {DynamicSetting.segment})")
 

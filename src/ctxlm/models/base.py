@@ -63,13 +63,13 @@ def refuse_unread_keys(config, model: "LanguageModel", output_layer: str) -> Non
                          f"nothing; set it to false, or tie through output.layer = \"nce\"")
 
 
-def softmax_ties(name: str) -> bool:
-    """Whether family `name`, built at its defaults with tie_weights = true, ties its softmax to the embeddings."""
+def softmax_ties(name: str, tie_weights: bool = True) -> bool:
+    """Whether family `name`, built at its defaults with this tie_weights, ties its softmax to the embeddings."""
     from ..config import ModelConfig
 
     config = ModelConfig.of(name=name)
     config.emb_size = config.hidden_size
-    config.tie_weights = True
+    config.tie_weights = tie_weights
     with torch.device("meta"):
         return build_model(config, 2).ties_weights()
 
