@@ -85,11 +85,9 @@ def add_export_onnx(sub) -> None:
 
 def cmd_export_onnx(args) -> int:
     from ..export import export_onnx
-    from ..outputs import check_writable_file
     from ..run import load
 
-    check_writable_file(args.output, "OUTPUT")
-    run = load(args.run)
+    run = load(args.run)        # OUTPUT was checked before (outputs.check_outputs)
     written = export_onnx(run.model, run.vocab, run.config.model.name, args.output)
     chunks = "chunks of any length" if written["chunk"] is None else f"{written['chunk']} token per call"
     print(f"wrote {args.output}: {written['family']}, {written['bytes'] / 1e6:.1f} MB, {len(written['state'])} state "

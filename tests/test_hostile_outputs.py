@@ -1,0 +1,160 @@
+"""Issue 59, data lost through outputs, and the process-level cases: one rule for every file a command
+writes (replace a regular file atomically, write through a device, FIFO or open descriptor, keep a link
+a link, never replace a folder); prepared folders built beside the old one; interrupts and locks said
+in one line. Devices are made with mknod in a temporary folder, never the system's."""
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import ctxlm as run_ctxlm
+from conftest import one_line_error
+from ctxlm.errors import CtxlmError
+from ctxlm.io import atomic_write, atomic_write_text
+
+NULL, FULL = (1, 3), (1, 7)          # the kernel's char devices null and full, made under tmp_path only
+NBEST = "u1 -1 the cat sat\nu1 -2 the dog ran\nu2 0 a mat\n"
+
+
+def device(path: Path, numbers=NULL) -> Path:
+    os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(*numbers))
+    return path
+
+
+def is_device(path: Path) -> bool:
+    return stat.S_ISCHR(os.lstat(path).st_mode)
+
+
+class FifoReader:
+    """A FIFO at `path` read to its end by a thread, as a shell pipeline's reader would."""
+
+    def __init__(self, path: Path):
+        os.mkfifo(path)
+        self.path, self.data = path, None
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        with open(self.path, "rb") as f:
+            self.data = f.read()
+
+    def finish(self) -> bytes:
+        if self.thread.is_alive() and self.data is None:          # the command never opened it: release the reader
+            try:
+                os.close(os.open(self.path, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+        self.thread.join(30)
+        return self.data
+
+
+# ------------------------------------------------------------------------------ every command that writes a file
+COMMANDS = {
+    "export-arpa": lambda w, out: ["export-arpa", w / "ngram", out],
+    "export-onnx": lambda w, out: ["export-onnx", w / "lstm", out],
+    "names": lambda w, out: ["names", w / "corpus" / "train.txt", "--out", out, "--min-count", "1"],
+    "lambada": lambda w, out: ["lambada", w / "lstm", w / "passages.txt", "--out", out],
+    "complete": lambda w, out: ["complete", w / "lstm", "--questions", w / "questions.csv", "--out", out],
+    "rescore --out": lambda w, out: ["rescore", w / "ngram", w / "nbest.txt", "--lm-weight", "1", "--out", out,
+                                     "--one-best", w / "best.txt"],
+    "rescore --one-best": lambda w, out: ["rescore", w / "ngram", w / "nbest.txt", "--lm-weight", "1",
+                                          "--out", w / "r.jsonl", "--one-best", out],
+}
+
+
+def command(world, case, out):
+    (world / "nbest.txt").write_text(NBEST)
+    return [str(a) for a in COMMANDS[case](world, out)]
+
+
+@pytest.mark.parametrize("case", COMMANDS)
+def test_a_device_output_is_written_through_and_stays_a_device(world, case):
+    null = device(world / "x")
+    result = run_ctxlm(*command(world, case, null))
+    assert result.returncode == 0, result.stderr
+    assert is_device(null), f"{case} replaced a device node by a {stat.filemode(os.lstat(null).st_mode)}"
+    assert not list(world.glob(".x.*")), "a temporary file was left beside the device"
+
+
+@pytest.mark.parametrize("case", ["export-arpa", "names", "rescore --one-best"])
+def test_a_fifo_output_is_written_through_with_the_bytes_a_file_gets(world, case):
+    assert run_ctxlm(*command(world, case, world / "plain")).returncode == 0
+    reader = FifoReader(world / "fifo")
+    result = run_ctxlm(*command(world, case, world / "fifo"))
+    data = reader.finish()
+    assert result.returncode == 0, result.stderr
+    assert stat.S_ISFIFO(os.lstat(world / "fifo").st_mode)
+    assert data == (world / "plain").read_bytes()
+
+
+@pytest.mark.parametrize("case", ["export-arpa", "names", "lambada", "complete", "rescore --out"])
+def test_a_link_stays_a_link_and_its_target_gets_the_output(world, case):
+    assert run_ctxlm(*command(world, case, world / "plain")).returncode == 0
+    (world / "target").write_text("old\n")
+    os.symlink("target", world / "link")
+    os.symlink(device(world / "null"), world / "to-device")
+    assert run_ctxlm(*command(world, case, world / "link")).returncode == 0
+    assert os.path.islink(world / "link") and os.readlink(world / "link") == "target"
+    assert (world / "target").read_bytes() == (world / "plain").read_bytes()
+    assert run_ctxlm(*command(world, case, world / "to-device")).returncode == 0
+    assert os.path.islink(world / "to-device") and is_device(world / "null")
+
+
+def test_harness_writes_through_a_device(world, tmp_path):
+    pytest.importorskip("lm_eval")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    (world / "passages.txt").write_text("the cat sat on a mat\nthe dog ran to the house\n")
+    assert run_ctxlm("lambada-task", world / "passages.txt", "--out", world / "task").returncode == 0
+    null = device(world / "x")
+    result = run_ctxlm("harness", world / "lstm", "--tasks", "lambada_local", "--include-path", world / "task",
+                       "--only-include-path", "--out", null)
+    assert result.returncode == 0, result.stderr
+    assert is_device(null)
+
+
+def test_a_folder_output_is_refused_before_any_work(world):
+    (world / "folder").mkdir()
+    one_line_error(run_ctxlm("export-arpa", world / "ngram", world / "folder"), "folder")
+    one_line_error(run_ctxlm(*command(world, "rescore --one-best", world / "folder")), "--one-best", "folder")
+    assert (world / "folder").is_dir() and not list((world / "folder").iterdir())
+
+
+def test_a_full_device_is_one_line_saying_disk_full(world):
+    full = device(world / "full", FULL)
+    line = one_line_error(run_ctxlm(*command(world, "export-arpa", full)), str(full), "disk full")
+    assert "unchanged" not in line and is_device(full)
+
+
+# ------------------------------------------------------------------------------ the rule itself (io.atomic_write)
+def test_the_rule_for_each_kind_of_path(tmp_path):
+    (tmp_path / "file").write_text("old")
+    atomic_write_text(tmp_path / "file", "new")
+    assert (tmp_path / "file").read_text() == "new"
+    os.symlink(tmp_path / "absent" / "new.txt", tmp_path / "dangling")      # a link to a new file: the file is made
+    atomic_write_text(tmp_path / "dangling", "made")
+    assert os.path.islink(tmp_path / "dangling") and (tmp_path / "absent" / "new.txt").read_text() == "made"
+    null = device(tmp_path / "null")
+    atomic_write(null, lambda tmp: Path(tmp).write_bytes(b"x" * 3_000_000))
+    assert is_device(null)
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(CtxlmError, match="is a folder"):
+        atomic_write_text(tmp_path / "folder", "x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["absent", "dangling", "file", "folder", "null"]
+
+
+def test_a_link_to_an_open_descriptor_is_written_through(tmp_path):
+    """`--out /dev/stdout` in a pipeline: the link leads to /proc/self/fd/N, a pipe; the pipe gets the bytes."""
+    read, write = os.pipe()
+    os.symlink(f"/proc/self/fd/{write}", tmp_path / "stdout")
+    got = []
+    reader = threading.Thread(target=lambda: got.append(os.fdopen(read, "rb").read()), daemon=True)
+    reader.start()
+    try:
+        atomic_write_text(tmp_path / "stdout", "through the pipe\n")
+    finally:
+        os.close(write)
+    reader.join(30)
+    assert got == [b"through the pipe\n"]
+    assert os.path.islink(tmp_path / "stdout") and sorted(p.name for p in tmp_path.iterdir()) == ["stdout"]
