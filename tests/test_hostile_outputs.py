@@ -3,8 +3,12 @@ writes (replace a regular file atomically, write through a device, FIFO or open 
 a link, never replace a folder); prepared folders built beside the old one; interrupts and locks said
 in one line. Devices are made with mknod in a temporary folder, never the system's."""
 import os
+import signal
 import stat
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -158,3 +162,46 @@ def test_a_link_to_an_open_descriptor_is_written_through(tmp_path):
     reader.join(30)
     assert got == [b"through the pipe\n"]
     assert os.path.islink(tmp_path / "stdout") and sorted(p.name for p in tmp_path.iterdir()) == ["stdout"]
+
+
+# ------------------------------------------------------------------------------ Ctrl-C and SIGTERM at any point
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+# the console script's own two lines (`from ctxlm.cli import main; sys.exit(main())`), with a signal sent to
+# the process when module argv[1] is first imported
+SIGNAL_ON_IMPORT = """
+import builtins, os, signal, sys
+real, fired = builtins.__import__, []
+def hook(name, *args, **kwargs):
+    if name == sys.argv[1] and not fired:
+        fired.append(name)
+        os.kill(os.getpid(), getattr(signal, sys.argv[2]))
+    return real(name, *args, **kwargs)
+builtins.__import__ = hook
+from ctxlm.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def ctxlm_process(*args, code=None, **options) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    command = [sys.executable, "-c", code, *map(str, args)] if code else [sys.executable, "-m", "ctxlm", *map(str, args)]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **options)
+
+
+@pytest.mark.parametrize("sent, line, status", [("SIGINT", "ctxlm: interrupted", 130), ("SIGTERM", "ctxlm: terminated", 143)])
+def test_a_signal_while_the_command_is_still_importing_is_one_line(world, sent, line, status):
+    process = ctxlm_process("torch", sent, "info", world / "lstm", code=SIGNAL_ON_IMPORT)
+    out, err = process.communicate(timeout=120)
+    assert (process.returncode, err) == (status, line + "\n"), err
+
+
+def test_sigterm_in_the_middle_of_a_command_is_one_line(world):
+    os.mkfifo(world / "lines")
+    process = ctxlm_process("score", world / "lstm", "--input", world / "lines")
+    with open(world / "lines", "w") as feed:         # opens once the command reads its input: mid-command
+        feed.write("the cat sat\n")
+        feed.flush()
+        time.sleep(0.5)
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=120)
+    assert (process.returncode, err) == (143, "ctxlm: terminated\n"), err

@@ -289,7 +289,7 @@ class Runner:
             figure = f"test {record['test_ppl']:.2f}" if record and record.get("test_ppl") else "done"
             self.log(f"{run.name}: finished, {figure} (record {run.record_file})")
             return True
-        if process.returncode in (130, -signal.SIGTERM) or getattr(process, "stop_sent", False):
+        if process.returncode in (130, 128 + signal.SIGTERM, -signal.SIGTERM) or getattr(process, "stop_sent", False):
             self.log(f"{run.name}: stopped, {run.status()}")
             return True
         tail = run.run_dir.with_suffix(".log").read_text(encoding="utf-8").strip().splitlines()[-1:]
