@@ -100,6 +100,11 @@ def write_failed(path, exc: BaseException, kept: str) -> CtxlmError:
     return CtxlmError(f"{path}: could not be written ({reason}){guess}; {kept}")
 
 
+def warn(line: str) -> None:
+    """A warning or a note ("warning: ...", "note: ..."): on stderr, never mixed into what a command prints on stdout."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 

@@ -2,7 +2,6 @@
 `export-onnx`."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from ..checks import at_least, option
@@ -106,7 +105,7 @@ def add_import_arpa(sub) -> None:
 def cmd_import_arpa(args) -> int:
     from ..training.count import import_arpa
 
-    model, vocab = import_arpa(args.arpa, args.run_dir, args.set or [], lambda line: print(line, file=sys.stderr))
+    model, vocab = import_arpa(args.arpa, args.run_dir, args.set or [])
     print(f"imported a {model.order}-gram model with {len(vocab):,} words into {Path(args.run_dir)}")
     return 0
 
