@@ -2,6 +2,7 @@
 writes (replace a regular file atomically, write through a device, FIFO or open descriptor, keep a link
 a link, never replace a folder); prepared folders built beside the old one; interrupts and locks said
 in one line. Devices are made with mknod in a temporary folder, never the system's."""
+import errno
 import os
 import signal
 import stat
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ctxlm as run_ctxlm
-from conftest import one_line_error
+from conftest import digests, one_line_error
 from ctxlm.errors import CtxlmError
 from ctxlm.io import atomic_write, atomic_write_text
 
@@ -205,3 +206,97 @@ def test_sigterm_in_the_middle_of_a_command_is_one_line(world):
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=120)
     assert (process.returncode, err) == (143, "ctxlm: terminated\n"), err
+
+
+# ------------------------------------------------------------------------------ prepare: whose folder, inside what, full disk
+def prepare(*args):
+    return run_ctxlm("prepare", "text", *map(str, args))
+
+
+def test_prepare_refuses_a_folder_that_is_no_preparation_and_changes_nothing(world):
+    mine = world / "mine"
+    mine.mkdir()
+    (mine / "words.tsv").write_text("my own table\n")
+    (mine / "notes.txt").write_text("keep\n")
+    before = digests(mine)
+    one_line_error(prepare(world / "corpus" / "train.txt", "--valid-sentences", "5", "--out", mine),
+                   f"--out {mine}", "notes.txt", "no prepared corpus")
+    assert digests(mine) == before and sorted(p.name for p in mine.iterdir()) == ["notes.txt", "words.tsv"]
+    (world / "empty").mkdir()                                       # an empty folder is fine
+    assert prepare(world / "corpus" / "train.txt", "--valid-sentences", "5", "--out", world / "empty").returncode == 0
+
+
+def test_prepare_force_never_deletes_files_it_did_not_write(world):
+    prep = world / "prep"
+    assert prepare(world / "corpus" / "train.txt", "--valid-sentences", "5", "--out", prep).returncode == 0
+    (prep / "README").write_text("mine\n")
+    before = digests(world)
+    one_line_error(prepare(world / "corpus" / "train.txt", "--valid-sentences", "6", "--out", prep, "--force"),
+                   "README", "move them out")
+    assert digests(world) == before
+
+
+@pytest.mark.parametrize("inside", ["", "sub"])
+def test_prepare_refuses_an_output_inside_a_folder_it_reads(world, inside):
+    before = digests(world / "corpus")
+    line = one_line_error(prepare(world / "corpus", "--valid-sentences", "5", "--out", world / "corpus" / inside))
+    assert "input of this command" in line or "which this command reads" in line, line
+    assert digests(world / "corpus") == before and not (world / "corpus" / "sub").exists()
+
+
+def test_prepare_says_a_fifo_input_is_a_fifo(world):
+    os.mkfifo(world / "pipe")
+    one_line_error(prepare(world / "pipe", "--valid-sentences", "5", "--out", world / "prep"), "pipe", "FIFO", "not a regular file")
+    assert not (world / "prep").exists()
+
+
+class FullDisk:
+    """A file that takes `room` bytes, then fails as a full disk does."""
+
+    def __init__(self, handle, room: int):
+        self.handle, self.room = handle, room
+
+    def write(self, data):
+        size = memoryview(data).nbytes
+        if size > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= size
+        return self.handle.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.handle, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.close()
+
+
+def full_disk_open(path, mode="r", *args, **kwargs):
+    handle = open(path, mode, *args, **kwargs)
+    return FullDisk(handle, 1024) if "w" in mode or "a" in mode else handle
+
+
+def test_a_full_disk_while_preparing_says_disk_full_naming_the_file(world, monkeypatch):
+    import ctxlm.io
+
+    monkeypatch.setattr(ctxlm.io, "open", full_disk_open, raising=False)
+    line = one_line_error(prepare(world / "corpus" / "train.txt", "--valid-sentences", "5", "--out", world / "prep"),
+                          "disk full", str(world / "prep"))
+    assert "requested" not in line
+
+
+def test_a_full_disk_while_counting_on_disk_says_disk_full(monkeypatch, tmp_path):
+    import numpy as np
+
+    from ctxlm.models import ngram_disk
+    from ctxlm.models.ngram import KneserNeyLM
+
+    monkeypatch.setattr(ngram_disk, "open", full_disk_open, raising=False)
+    model = KneserNeyLM(12, 3)
+    model.tmp_dir = str(tmp_path)
+    ids = np.random.default_rng(0).integers(0, 12, 20_000)
+    with pytest.raises(ValueError, match=f"counting on disk in {tmp_path}.*: disk full .No space left on device"):
+        model.estimate(ids, memory=1)
+    assert list(tmp_path.iterdir()) == []

@@ -109,6 +109,49 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
+class Writer:
+    """A binary file open for writing (arrays or bytes) whose failure, a full disk above all, is one line naming
+    the file (`shown`, if not `path`), not numpy's "65768 requested and 1024 written"."""
+
+    def __init__(self, path: str | Path, mode: str = "wb", shown: str | Path | None = None):
+        self.shown = shown or path
+        self.handle = open(path, mode)
+
+    def write(self, data) -> None:
+        self._guarded(lambda: self.handle.write(memoryview(data).cast("B")))
+
+    def flush(self) -> None:
+        self._guarded(self.handle.flush)
+
+    def close(self, sync: bool = False) -> None:
+        if self.handle.closed:
+            return
+        self._guarded(lambda: (self.handle.flush(), sync and os.fsync(self.handle.fileno())))
+        self.handle.close()
+
+    def _guarded(self, step) -> None:
+        try:
+            step()
+        except OSError as exc:
+            self.discard()
+            raise write_failed(self.shown, exc, "the command stopped") from None
+
+    def discard(self) -> None:
+        try:
+            self.handle.close()
+        except OSError:                       # the failure already said
+            pass
+
+    def __enter__(self) -> "Writer":
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.discard()
+
+
 def clear_temporaries(folder: str | Path) -> list[Path]:
     """Delete the temporary files that writes interrupted by a kill left in `folder`; return what else is there."""
     folder = Path(folder)

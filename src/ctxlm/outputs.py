@@ -25,6 +25,7 @@ OUTPUTS = {
     "lambada-task": ("out", ("file",)),
     "rescore": ("out", ("run", "nbest", "refs", "dev", "dev_refs", "mix")),
     "names": ("out", ("files",)),
+    "prepare": ("out", ("inputs", "valid", "test")),        # `prepare holmes` has none of these: its ROOT may hold the raw files
     "attention": ("out", ("run",)),
     "analyze": ("out", ("run", "runs")),
     "curves": ("out", ("runs",)),
