@@ -82,7 +82,7 @@ def test_a_failure_leaves_no_runs_behind(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(ngram_disk, "interpolate", broken)
-    with pytest.raises(ValueError, match="counting on disk in .*: No space left on device"):
+    with pytest.raises(ValueError, match="counting on disk in .*: disk full .No space left on device"):
         estimate_budgeted(np.concatenate(random_sentences(500, 12, seed=1)), 12, 3, 1, tmp_path)
     assert list(tmp_path.iterdir()) == []
 

@@ -14,7 +14,7 @@ import torch
 
 import ctxlm
 from conftest import ctxlm as run_ctxlm
-from conftest import one_line_error, tiny_config, write_corpus
+from conftest import digests, one_line_error, tiny_config, write_corpus
 from ctxlm.config import Config
 from ctxlm.data.batching import ReadStreamBatches, StreamBatches
 from ctxlm.data.load import prepare_data
@@ -172,14 +172,26 @@ def test_again_is_a_no_op_and_damage_is_refused(text, tmp_path):
 
 
 def test_a_refused_preparation_is_not_taken_for_an_interrupted_one(text, tmp_path):
-    """Asking to hold out more sentences than there are is refused: a new folder is not left behind, and an
-    existing one (--force) says it was refused and why, not that it was interrupted."""
+    """Asking to hold out more sentences than there are is refused: a new folder is not left behind, a complete
+    one replaced with --force stays whole (issue 59: built beside it, swapped in only when complete), and an
+    interrupted one says it was refused and why, not that it was interrupted."""
     too_many = (text["train"], "--valid-sentences", "5000", "--out", tmp_path / "new")
     one_line_error(run_ctxlm("prepare", "text", *too_many), "--valid-sentences 5000", "hold out fewer")
     assert not (tmp_path / "new").exists()
     prepare(text["train"], "--valid", text["valid"], "--out", tmp_path / "old")
-    one_line_error(run_ctxlm("prepare", "text", text["train"], "--valid-sentences", "5000", "--out", tmp_path / "old", "--force"),
-                   "hold out fewer")
+    before = digests(tmp_path)
+    (tmp_path / "latin-1.txt").write_bytes("café au lait\n".encode("latin-1"))
+    for refused, needle in ((("--valid-sentences", "5000"), "hold out fewer"), (("--valid-sentences", "99999"), "hold out fewer")):
+        one_line_error(run_ctxlm("prepare", "text", text["train"], *refused, "--out", tmp_path / "old", "--force"), needle)
+    one_line_error(run_ctxlm("prepare", "text", tmp_path / "latin-1.txt", "--valid-sentences", "1", "--out", tmp_path / "old",
+                             "--force"), "not valid utf-8")
+    (tmp_path / "latin-1.txt").unlink()
+    assert digests(tmp_path) == before and not (tmp_path / "old" / ".incomplete").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".old")) == []
+    prepare_data(prepared_config(tmp_path / "old"))                     # as it was
+    (tmp_path / "old" / "manifest.json").unlink()                       # now an interrupted one
+    (tmp_path / "old" / ".incomplete").write_text('{"command": "ctxlm prepare text"}\n')
+    one_line_error(run_ctxlm("prepare", "text", text["train"], "--valid-sentences", "5000", "--out", tmp_path / "old"), "hold out fewer")
     with pytest.raises(CtxlmError, match="was refused .*hold out fewer.*prepare it again"):
         prepare_data(prepared_config(tmp_path / "old"))
 
@@ -232,13 +244,19 @@ def test_a_killed_preparation_is_detected_and_done_again(tmp_path, point, earlie
     child = subprocess.run([sys.executable, "-c", KILLER, point, *map(str, args)], env=env, capture_output=True, text=True)
     assert child.returncode == -signal.SIGKILL, child.stderr
     folder = tmp_path / "prep"
-    assert not (folder / "manifest.json").exists() and (folder / ".incomplete").exists()
-    with pytest.raises(CtxlmError, match="was interrupted and never finished"):
+    if earlier:       # the replacement was built beside the complete folder (issue 59): that one is whole and used
+        assert (folder / "manifest.json").exists() and not (folder / ".incomplete").exists()
+        assert [p.name for p in tmp_path.glob(".prep.*.building")]
         prepare_data(prepared_config(folder))
-    (tmp_path / "run.toml").write_text(f'[data]\ndataset = "prepared"\nprepared = "{folder}"\n')
-    one_line_error(run_ctxlm("train", "--config", tmp_path / "run.toml", "--run-dir", tmp_path / "run"),
-                   "was interrupted", "ctxlm prepare text")
+    else:
+        assert not (folder / "manifest.json").exists() and (folder / ".incomplete").exists()
+        with pytest.raises(CtxlmError, match="was interrupted and never finished"):
+            prepare_data(prepared_config(folder))
+        (tmp_path / "run.toml").write_text(f'[data]\ndataset = "prepared"\nprepared = "{folder}"\n')
+        one_line_error(run_ctxlm("train", "--config", tmp_path / "run.toml", "--run-dir", tmp_path / "run"),
+                       "was interrupted", "ctxlm prepare text")
     assert "prepared in" in prepare(*args[2:]).stdout              # done again, never taken as it was
+    assert not list(tmp_path.glob(".prep.*"))                     # what the killed replacement left is cleared
     assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in clean.iterdir())
     for name in ("train.npy", "valid.npy", "words.tsv"):
         assert (folder / name).read_bytes() == (clean / name).read_bytes(), name

@@ -326,6 +326,29 @@ def test_a_second_reproduce_leaves_a_row_another_process_trains_to_it(reference)
     assert contents() == before
 
 
+def test_two_reproduce_started_together_train_a_row_once(tmp_path):
+    """Issue 59: a second `reproduce` on the same --runs while the first one's child is still starting (the run
+    not yet locked by it) says the row is trained by another process, starts no child and writes nothing to
+    the row's log (it said "failed (exit 2)" and both wrote the same log)."""
+    project = make_project(tmp_path)
+    first = subprocess.Popen([sys.executable, "-m", "ctxlm", "reproduce", "tiny-1", "lstm", *map(str, folders(project, "both")),
+                              "--set", "train.threads=1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = project / "both-runs" / "tiny-1" / "lstm.log"
+    deadline = time.time() + 120
+    while not log.exists() and first.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    try:
+        second = ctxlm("reproduce", "tiny-1", "lstm", *folders(project, "both"), "--set", "train.threads=1")
+    finally:
+        first.send_signal(signal.SIGTERM)
+        output = first.communicate(timeout=300)[0]
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert f"tiny-1/lstm: training now in another process (ctxlm reproduce, process {first.pid} on " in second.stdout
+    assert "failed" not in second.stdout and "started" not in second.stdout, second.stdout
+    assert log.read_text().count("$ ctxlm") == 1, log.read_text()
+    assert "tiny-1/lstm: started" in output
+
+
 def test_a_bad_table_is_one_line_naming_the_file_and_key(tmp_path):
     (tmp_path / "reproductions").mkdir()
     bad = tmp_path / "reproductions" / "bad-1.toml"

@@ -1,28 +1,52 @@
-"""ctxlm: word-level language models that look back at their context."""
-from importlib.metadata import PackageNotFoundError, version
+"""ctxlm: word-level language models that look back at their context.
 
-from .config import Config, load_toml
-from .data.vocab import Vocabulary
-from .errors import CtxlmError
-from .evaluation import evaluate_sentences, evaluate_stream
-from .models import build_model
-from .run import Run, load
-from .training import launch
-from .training.trainer import Trainer
+The public API is imported on first use (PEP 562), so that `import ctxlm` — and the `ctxlm` command, which
+imports this package first — does not load PyTorch before the command can answer Ctrl-C in one line.
+"""
+from importlib import import_module
 
-try:
-    __version__ = version("ctxlm")
-except PackageNotFoundError:        # a source tree on PYTHONPATH, not pip-installed (a borrowed GPU machine)
-    __version__ = "0+source"
+# name: the module that defines it
+API = {"Config": "config", "load_toml": "config", "Vocabulary": "data.vocab", "CtxlmError": "errors",
+       "evaluate_sentences": "evaluation", "evaluate_stream": "evaluation", "build_model": "models", "Run": "run",
+       "load": "run", "launch": "training", "Trainer": "training.trainer"}
 
 
-def train(config: Config, run_dir, data_dir=None, resume: bool = False) -> dict:
+def __getattr__(name: str):
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("ctxlm")
+        except PackageNotFoundError:        # a source tree on PYTHONPATH, not pip-installed (a borrowed GPU machine)
+            found = "0+source"
+        globals()["__version__"] = found
+        return found
+    if name == "evaluate":
+        return __getattr__("evaluate_stream")
+    if name in API:
+        value = getattr(import_module(f"{__name__}.{API[name]}"), name)
+    else:
+        try:
+            value = import_module(f"{__name__}.{name}")       # a submodule: `import ctxlm; ctxlm.io`
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":          # a missing dependency of a submodule that exists
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted([*globals(), *__all__])
+
+
+def train(config, run_dir, data_dir=None, resume: bool = False) -> dict:
     """Train (or resume) a run directory and return its results (valid/test perplexity of the best epoch);
     a count-based family (Kneser-Ney) is estimated from counts instead, in seconds."""
+    from .training import launch
+
     return launch.train(config, run_dir, data_dir, resume)
 
-
-evaluate = evaluate_stream
 
 __all__ = ["Config", "CtxlmError", "Run", "Trainer", "Vocabulary", "build_model", "evaluate", "evaluate_sentences",
            "evaluate_stream", "load", "load_toml", "train"]

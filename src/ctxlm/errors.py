@@ -6,3 +6,7 @@ class CtxlmError(Exception):
 
     The message must name the file, line or option involved and say what to do.
     """
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is (as Ctrl-C raises KeyboardInterrupt), so that it ends in one line."""

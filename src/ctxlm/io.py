@@ -3,7 +3,11 @@ file), the progress display (a tqdm bar on a terminal, a plain line every 30 s i
 matplotlib set up for files."""
 from __future__ import annotations
 
+import errno
 import os
+import re
+import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -15,11 +19,20 @@ from .errors import CtxlmError
 
 
 def atomic_write(path: str | Path, write) -> None:
-    """Call `write(tmp)` on a temporary file beside `path`, then rename it into place: `path` is always
-    whole, the old content or the new; a failed write (a full disk) is one line and leaves `path` as it was."""
+    """Write the file the user named, by one rule (docs/reliability.md, "Where outputs go"): `write(tmp)` fills
+    a temporary file, which then replaces a regular file (or a link's regular target) in one rename, so the
+    file is always whole; a device, FIFO or open descriptor (`/dev/stdout`, also through links) is written
+    through, as `cp` does, never replaced; a folder is refused. A failed write (a full disk) is one line."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    kind = output_kind(path)
+    if kind == "folder":
+        raise CtxlmError(f"{path}: is a folder; give a file name (inside it, or elsewhere) to write")
+    if kind == "through":
+        _write_through(path, write)
+        return
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path     # a link stays a link: its target is written
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     os.close(handle)
     try:
         try:
@@ -28,17 +41,115 @@ def atomic_write(path: str | Path, write) -> None:
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
         except (OSError, SafetensorError, RuntimeError) as exc:   # a full disk: ENOSPC, or the writer's own error
-            reason = os.strerror(exc.errno) if getattr(exc, "errno", None) else " ".join(str(exc).split())[:160]
-            raise CtxlmError(f"{path}: could not be written ({reason}); is the disk full? The file it would "
-                             "replace is unchanged; free some space and run the command again") from None
-        os.replace(tmp, path)
+            raise write_failed(path, exc, "the file it would replace is unchanged") from None
+        os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
 
 
+def output_kind(path: str | Path) -> str:
+    """How `atomic_write` writes `path`: "replace" (a regular file, new or through a link), "through" (a
+    device, a FIFO, an open descriptor such as /proc/self/fd/1, or a link to one) or "folder" (refused)."""
+    if _descriptor_link(path):
+        return "through"
+    try:
+        mode = os.stat(path).st_mode          # follows links
+    except FileNotFoundError:                 # new, or a link to a new file
+        return "replace"
+    if stat.S_ISDIR(mode):
+        return "folder"
+    return "replace" if stat.S_ISREG(mode) else "through"
+
+
+def _descriptor_link(path) -> bool:
+    """Whether `path` leads, through links, to /proc/PID/fd/N: another process's open file, written through."""
+    path = os.path.abspath(path)
+    for _ in range(40):                       # the kernel's own limit on a chain of links
+        if not os.path.islink(path):
+            return False
+        folder = os.path.realpath(os.path.dirname(path))
+        if re.fullmatch(r"/proc/[^/]+(/task/[^/]+)?/fd", folder):
+            return True
+        path = os.path.join(folder, os.readlink(path))
+    return False
+
+
+def _write_through(path: Path, write) -> None:
+    """Fill a private temporary file, then copy it into `path` (a device or FIFO), which is kept as it is."""
+    handle, tmp = tempfile.mkstemp(prefix="ctxlm-", suffix=".tmp")
+    os.close(handle)
+    try:
+        write(tmp)
+        with open(tmp, "rb") as source, open(path, "wb") as out:
+            shutil.copyfileobj(source, out, 1 << 20)
+    except (OSError, SafetensorError, RuntimeError) as exc:
+        raise write_failed(path, exc, "it was written through (a device or FIFO), not replaced") from None
+    finally:
+        os.unlink(tmp)
+
+
+def write_failed(path, exc: BaseException, kept: str) -> CtxlmError:
+    """The one line for a file that could not be written: "disk full" when it is, else the system's reason."""
+    number = getattr(exc, "errno", None)
+    reason = os.strerror(number) if number else " ".join(str(exc).split())[:160]
+    if number in (errno.ENOSPC, errno.EDQUOT):
+        return CtxlmError(f"{path}: could not be written: disk full ({reason}); {kept}; free some space and "
+                          "run the command again")
+    guess = "" if number else "; is the disk full?"
+    return CtxlmError(f"{path}: could not be written ({reason}){guess}; {kept}")
+
+
+def warn(line: str) -> None:
+    """A warning or a note ("warning: ...", "note: ..."): on stderr, never mixed into what a command prints on stdout."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+class Writer:
+    """A binary file open for writing (arrays or bytes) whose failure, a full disk above all, is one line naming
+    the file (`shown`, if not `path`), not numpy's "65768 requested and 1024 written"."""
+
+    def __init__(self, path: str | Path, mode: str = "wb", shown: str | Path | None = None):
+        self.shown = shown or path
+        self.handle = open(path, mode)
+
+    def write(self, data) -> None:
+        self._guarded(lambda: self.handle.write(memoryview(data).cast("B")))
+
+    def flush(self) -> None:
+        self._guarded(self.handle.flush)
+
+    def close(self, sync: bool = False) -> None:
+        if self.handle.closed:
+            return
+        self._guarded(lambda: (self.handle.flush(), sync and os.fsync(self.handle.fileno())))
+        self.handle.close()
+
+    def _guarded(self, step) -> None:
+        try:
+            step()
+        except OSError as exc:
+            self.discard()
+            raise write_failed(self.shown, exc, "the command stopped") from None
+
+    def discard(self) -> None:
+        try:
+            self.handle.close()
+        except OSError:                       # the failure already said
+            pass
+
+    def __enter__(self) -> "Writer":
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.discard()
 
 
 def clear_temporaries(folder: str | Path) -> list[Path]:

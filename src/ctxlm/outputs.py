@@ -3,7 +3,8 @@
 An output that is one of the command's inputs (the same file, also through a link), or that lies
 inside a folder it reads (a run directory, a folder of texts), is refused with one line before any
 work is done, so `ctxlm export-arpa RUN RUN/model.safetensors` cannot replace the run's weights.
-Writing over an unrelated existing file stays allowed.
+Writing over an unrelated existing file stays allowed. How a file is then written (replaced atomically,
+or written through when it is a device or FIFO, never a folder) is one rule: `io.atomic_write`.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 from pathlib import Path
 
 from .errors import CtxlmError
+from .io import output_kind
 
 # command (or `analyze`'s analyses): (attribute of the output path, attributes of the paths it reads)
 OUTPUTS = {
@@ -23,10 +25,14 @@ OUTPUTS = {
     "lambada-task": ("out", ("file",)),
     "rescore": ("out", ("run", "nbest", "refs", "dev", "dev_refs", "mix")),
     "names": ("out", ("files",)),
+    "prepare": ("out", ("inputs", "valid", "test")),        # `prepare holmes` has none of these: its ROOT may hold the raw files
     "attention": ("out", ("run",)),
     "analyze": ("out", ("run", "runs")),
     "curves": ("out", ("runs",)),
 }
+# the commands whose output is one file (the others write a folder), with any second output file
+FILES = {"export-arpa": (), "export-onnx": (), "complete": (), "lambada": (), "harness": (), "names": (),
+         "rescore": ("one_best",)}
 
 
 def check_outputs(args) -> None:
@@ -48,6 +54,11 @@ def check_outputs(args) -> None:
         inputs += value if isinstance(value, list) else [value]
     option = "--out" if attribute == "out" else attribute.upper()
     check_output(output, option, [p for p in inputs if p is not None and str(p) != "-"])
+    if args.command in FILES:
+        check_writable_file(output, option)
+        for other in FILES[args.command]:
+            if getattr(args, other, None) is not None:
+                check_writable_file(getattr(args, other), "--" + other.replace("_", "-"))
 
 
 def check_output(output, option: str, inputs) -> Path:
@@ -66,11 +77,18 @@ def check_output(output, option: str, inputs) -> Path:
 
 
 def check_writable_file(output, option: str) -> None:
-    """Before any work: refuse an output file that is a folder, or whose nearest existing folder is a file or
-    cannot be written (the command would otherwise fail only when it writes, at the end)."""
+    """Before any work: refuse an output file that is a folder, a device or FIFO that cannot be written, or a
+    file whose nearest existing folder is a file or cannot be written (the command would otherwise fail
+    only when it writes, at the end)."""
     out = Path(output)
-    if out.is_dir():
+    kind = output_kind(out)
+    if kind == "folder":
         raise CtxlmError(f"{option} {output}: that is a folder; give a file name inside it")
+    if kind == "through":                          # a device or FIFO: written through, its folder is not touched
+        if not os.access(out, os.W_OK):
+            raise CtxlmError(f"{option} {output}: cannot be written (no permission); choose another {option}")
+        return
+    out = _resolved(out) if out.is_symlink() else out          # a link to a file: its target is replaced
     folder = next(parent for parent in out.absolute().parents if parent.exists())
     if not folder.is_dir():
         raise CtxlmError(f"{option} {output}: {folder} is a file, not a folder; choose another {option}")

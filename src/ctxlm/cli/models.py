@@ -2,7 +2,6 @@
 `export-onnx`."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from ..checks import at_least, option
@@ -85,11 +84,9 @@ def add_export_onnx(sub) -> None:
 
 def cmd_export_onnx(args) -> int:
     from ..export import export_onnx
-    from ..outputs import check_writable_file
     from ..run import load
 
-    check_writable_file(args.output, "OUTPUT")
-    run = load(args.run)
+    run = load(args.run)        # OUTPUT was checked before (outputs.check_outputs)
     written = export_onnx(run.model, run.vocab, run.config.model.name, args.output)
     chunks = "chunks of any length" if written["chunk"] is None else f"{written['chunk']} token per call"
     print(f"wrote {args.output}: {written['family']}, {written['bytes'] / 1e6:.1f} MB, {len(written['state'])} state "
@@ -108,7 +105,7 @@ def add_import_arpa(sub) -> None:
 def cmd_import_arpa(args) -> int:
     from ..training.count import import_arpa
 
-    model, vocab = import_arpa(args.arpa, args.run_dir, args.set or [], lambda line: print(line, file=sys.stderr))
+    model, vocab = import_arpa(args.arpa, args.run_dir, args.set or [])
     print(f"imported a {model.order}-gram model with {len(vocab):,} words into {Path(args.run_dir)}")
     return 0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..checks import at_least, in_range, option
 from ..errors import CtxlmError
-from ..io import atomic_write_text
+from ..io import atomic_write_text, warn
 from ..jsonio import json_text
 from .common import comma_values, json_option, run_argument
 
@@ -130,7 +130,7 @@ def _print(summary: dict, args) -> None:
         print(f"chosen on {args.dev} ({d['utterances']:,} utterances, grid of {len(d['grid'])}): LM weight {d['lm_weight']:g}, "
               f"penalty {d['penalty']:g}, dev WER {100 * d['wer']:.2f}% (oracle {100 * d['oracle_errors'] / d['reference_words']:.2f}%)")
         if d["at_edge"]:
-            print(f"note: the choice is at {' and '.join(d['at_edge'])} of the grid; widen it (--lm-weights, --penalties)")
+            warn(f"note: the choice is at {' and '.join(d['at_edge'])} of the grid; widen it (--lm-weights, --penalties)")
     else:
         print(f"LM weight {summary['lm_weight']:g}, penalty {summary['penalty']:g} (given)")
     if "wer" in summary:

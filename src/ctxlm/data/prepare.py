@@ -28,7 +28,8 @@ from typing import Callable
 import numpy as np
 
 from ..errors import CtxlmError
-from ..io import Progress, atomic_write_text, clear_temporaries
+from ..io import Progress, Writer, atomic_write_text, clear_temporaries
+from . import outfolder
 from .prepared import FORMAT, MANIFEST, MARKER, check, read_manifest
 from .text import TextOptions, sentences
 from .vocab import EOS, UNK
@@ -80,11 +81,15 @@ def prepare(recipe: Recipe, folder: Path, force: bool = False, command: str = ""
             _amount(rule, 0, f"--{split}-sentences")           # its form, before the long pass
     if folder.exists() and not folder.is_dir():
         raise CtxlmError(f"--out {folder}: is a file; give a folder to write the prepared corpus into")
+    outfolder.restore(folder)
+    outfolder.check_ours(folder)
     created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     described = recipe.describe()
+    log = log or (lambda *a: None)
     try:
-        with FileLock(str(folder / ".prepare.lock"), timeout=0):
+        with FileLock(str(folder / outfolder.LOCK), timeout=0):
+            outfolder.clear_leftovers(folder)
             manifest = read_manifest(folder)
             if manifest is not None and manifest.get("format") == FORMAT and not force:
                 if manifest.get("recipe") != described:
@@ -92,7 +97,9 @@ def prepare(recipe: Recipe, folder: Path, force: bool = False, command: str = ""
                                      "add --force to replace it, or choose another --out")
                 check(folder, manifest)
                 return manifest, False
-            return _prepare(recipe, described, folder, command, log or (lambda *a: None)), True
+            if manifest is not None:       # a complete preparation: the new one is built beside it, swapped in when whole
+                return outfolder.replace(folder, lambda beside: _prepare(recipe, described, beside, command, log)), True
+            return _prepare(recipe, described, folder, command, log), True
     except Timeout:
         raise CtxlmError(f"{folder}: another `ctxlm prepare` is writing this folder; wait for it to finish") from None
     except CtxlmError:
@@ -174,7 +181,7 @@ class Encoder:
         index, words = self.index, self.words
         tokens, ends = np.zeros(len(paths), dtype=np.int64), np.zeros(len(paths), dtype=np.int64)
         bar = Progress(len(paths), f"prepare: read {spool.name.split('.')[1]}")
-        with open(spool, "wb") as handle:
+        with Writer(spool) as handle:
             for number, path in enumerate(paths):
                 if check is not None:
                     check(path)
@@ -197,7 +204,7 @@ class Encoder:
 
     def _flush(self, block: list[int], handle, count: bool, tokens: int, ends: int) -> tuple[int, int]:
         array = np.asarray(block, dtype=np.int32)
-        array.tofile(handle)
+        handle.write(array)
         if count and array.size:
             seen = np.bincount(array, minlength=len(self.words))
             if seen.size > self.counts.size:
@@ -281,7 +288,7 @@ def _hold_out(recipe: Recipe, extents: Extents, spools: dict, encoder: Encoder):
 
 
 def _copy_out(held: Held, spools: dict, encoder: Encoder) -> None:
-    outputs = {split: open(spools[split], "wb") for split in ("valid", "test") if getattr(held, split).size}
+    outputs = {split: Writer(spools[split]) for split in ("valid", "test") if getattr(held, split).size}
     try:
         first, seen = 0, np.zeros(len(encoder.words), dtype=np.int64)
         for chunk in _chunks(spools["all"]):
@@ -289,7 +296,7 @@ def _copy_out(held: Held, spools: dict, encoder: Encoder) -> None:
             first = int(numbers[-1]) + int(chunk[-1] == 0)
             for split, handle in outputs.items():
                 part = chunk[Held.member(numbers, getattr(held, split))]
-                part.tofile(handle)
+                handle.write(part)
                 seen += np.bincount(part, minlength=seen.size)
         held.seen = seen
     finally:
@@ -302,7 +309,7 @@ class _Hashed:
 
     def __init__(self, path: Path):
         self.path, self.tmp = path, path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        self.handle, self.digest, self.bytes = open(self.tmp, "wb"), hashlib.sha256(), 0
+        self.handle, self.digest, self.bytes = Writer(self.tmp, shown=path), hashlib.sha256(), 0
 
     def write(self, data) -> None:
         view = memoryview(data).cast("B")
@@ -311,9 +318,7 @@ class _Hashed:
         self.bytes += view.nbytes
 
     def close(self) -> dict:
-        self.handle.flush()
-        os.fsync(self.handle.fileno())
-        self.handle.close()
+        self.handle.close(sync=True)
         os.replace(self.tmp, self.path)
         return {"bytes": self.bytes, "sha256": self.digest.hexdigest()}
 
@@ -322,7 +327,7 @@ class _Hashed:
 
     def __exit__(self, kind, value, traceback):
         if kind is not None:
-            self.handle.close()
+            self.handle.discard()
             self.tmp.unlink(missing_ok=True)
 
 

@@ -12,6 +12,7 @@ PTB is lower-cased and writes every number as `N`).
 from __future__ import annotations
 
 import re
+import stat
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -51,9 +52,18 @@ def input_files(inputs: list[str | Path], option: str = "INPUT") -> list[Path]:
             found.extend(files)
         elif path.is_file():
             found.append(path)
+        elif path.exists():             # a FIFO, a device, a socket: read once at most, with no size or time to record
+            raise CtxlmError(f"{option} {given}: is a {_kind(path)}, not a regular file; save the text to a file "
+                             "and give that (prepare reads its inputs as files and records their size and time)")
         else:
             raise CtxlmError(f"{option} {given}: no such file or folder")
     return found
+
+
+def _kind(path: Path) -> str:
+    mode = path.stat().st_mode
+    return ("FIFO (named pipe)" if stat.S_ISFIFO(mode) else "character device" if stat.S_ISCHR(mode)
+            else "block device" if stat.S_ISBLK(mode) else "socket" if stat.S_ISSOCK(mode) else "special file")
 
 
 @lru_cache(maxsize=4)

@@ -20,6 +20,7 @@ tables are mapped read-only from their files, whose names are removed at once.
 """
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -51,8 +52,8 @@ class Column:
 
 
 def _append(path: Path, array: np.ndarray) -> None:
-    with open(path, "ab") as out:
-        array.tofile(out)
+    with open(path, "ab") as out:                 # not tofile: its error on a full disk has no errno ("N requested and M written")
+        out.write(memoryview(np.ascontiguousarray(array)).cast("B"))
 
 
 def _unique(keys: np.ndarray):
@@ -262,6 +263,8 @@ def estimate_on_disk(ids: np.ndarray, order: int, vocab_size: int, eos: int, mem
         discounts = interpolate(counts, sink, vocab_size, vocab_size, spill.rows, log)
         return sink.tables(counts.keys), discounts
     except OSError as exc:
-        raise ValueError(f"counting on disk in {folder}: {exc.strerror or exc}") from None
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        raise ValueError(f"counting on disk in {folder}: {'disk full (' if full else ''}{exc.strerror or exc}"
+                         f"{'); free some space there or set model.tmp_dir to a folder with room' if full else ''}") from None
     finally:
         shutil.rmtree(folder, ignore_errors=True)

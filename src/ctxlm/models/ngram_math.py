@@ -14,6 +14,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..io import warn
+
 FALLBACK_DISCOUNTS = (0.5, 1.0, 1.5)   # as KenLM's --discount_fallback, for corpora too small to estimate
 
 
@@ -106,8 +108,8 @@ def interpolate(counts: Counts, sink: Sink, vocab_size: int, bos: int, rows: int
     for n in range(1, len(counts.keys) + 1):
         adjusted = counts.adjusted[n - 1]
         (d1, d2, d3), fell_back = discounts_from_count_of_counts(count_of_counts(adjusted, rows))
-        if fell_back and log:
-            log(f"warning: order {n}: too little data to estimate discounts; using {FALLBACK_DISCOUNTS}")
+        if fell_back and log:                # a warning: on stderr, not in the estimate's log
+            warn(f"warning: order {n}: too little data to estimate discounts; using {FALLBACK_DISCOUNTS}")
         discounts.append((d1, d2, d3))
         if n == 1:
             a = adjusted[0:len(adjusted)]

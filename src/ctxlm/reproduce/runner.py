@@ -58,7 +58,7 @@ class RowRun:
         if self.done():
             return "done"
         epochs = len(self.curve()) if self.started() else len((self.record() or {}).get("curve", []))
-        writer = RunLock(self.run_dir).held_by_another()
+        writer = RowLock(self.run_dir).held_by_another() or RunLock(self.run_dir).held_by_another()
         if writer:
             return f"training now, {epochs} epoch{'s' * (epochs != 1)} finished ({writer})"
         if self.started():
@@ -89,6 +89,59 @@ class RowRun:
         from ..config import apply_overrides, load_toml
 
         return apply_overrides(load_toml(self.row.preset), self.row.overrides + extra)
+
+
+class RowLock:
+    """The right to train a row, held by the `reproduce` that starts its child from before the start to the
+    end (the child takes the run's own lock only once it has imported, seconds later): RUNS/TABLE/.ROW.lock,
+    with .ROW.lock.holder naming the process."""
+
+    def __init__(self, run_dir: Path):
+        self.file = run_dir.parent / f".{run_dir.name}.lock"
+        self.holder_file = self.file.with_name(self.file.name + ".holder")
+        self.lock = None
+
+    def acquire(self) -> bool:
+        """Take it, or False at once when another process has it."""
+        import socket
+
+        if not self._take():
+            return False
+        self.holder_file.write_text(f"ctxlm reproduce, process {os.getpid()} on {socket.gethostname()}, "
+                                    f"since {time.strftime('%Y-%m-%d %H:%M:%S')}\n", encoding="utf-8")
+        return True
+
+    def held_by_another(self) -> str | None:
+        """Who holds the row now (another process), or None; takes and drops the lock to see."""
+        if not self.file.exists():
+            return None
+        if not self._take():
+            return self.holder()
+        self.release()
+        return None
+
+    def _take(self) -> bool:
+        from filelock import FileLock, Timeout
+
+        self.file.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(self.file), timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            return False
+        self.lock = lock
+        return True
+
+    def holder(self) -> str:
+        try:
+            return self.holder_file.read_text(encoding="utf-8").strip() or "holder unknown"
+        except OSError:
+            return "holder unknown"
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
 
 def _shown(path: Path) -> str:
@@ -152,7 +205,7 @@ class Runner:
         self.jobs, self.extra, self.data_dir, self.log = jobs, extra, data_dir, log
         self.deadline = time.monotonic() + stop_after if stop_after else None
         self.stopping: str | None = None
-        self.active: dict[subprocess.Popen, tuple[RowRun, list[str], object]] = {}
+        self.active: dict[subprocess.Popen, tuple[RowRun, list[str], object, RowLock]] = {}
         self.seen: dict[str, int | None] = {}       # metrics.jsonl's last change per running row
         self.commit = git_commit()                  # the code this process runs (fingerprints are computed here)
 
@@ -193,23 +246,25 @@ class Runner:
         return 1 if failed else 0
 
     def _start(self, run: RowRun) -> None:
-        writer = RunLock(run.run_dir).held_by_another()
+        row = RowLock(run.run_dir)
+        writer = None if row.acquire() else row.holder()
+        writer = writer or RunLock(run.run_dir).held_by_another()
         if writer:      # another `reproduce` (or `train`) trains this row and writes its record: leave it to that one
+            row.release()
             self.log(f"{run.name}: training now in another process ({writer}); left to it")
             return
         argv = run.train_argv(self.extra, self.data_dir)
-        run.run_dir.parent.mkdir(parents=True, exist_ok=True)
         log_file = open(run.run_dir.with_suffix(".log"), "a", encoding="utf-8")
         log_file.write(f"\n$ ctxlm {shlex.join(argv)}\n")
         log_file.flush()
         process = subprocess.Popen([sys.executable, "-m", "ctxlm", *argv], stdout=log_file, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True)   # our signals reach it through us
-        self.active[process] = (run, argv, log_file)
+        self.active[process] = (run, argv, log_file, row)
         self.log(f"{run.name}: {'resumed' if '--resume' in argv else 'started'} (log {run.run_dir.with_suffix('.log')})")
 
     def _record_new_epochs(self) -> None:
         """Keep each running row's record up to date after every epoch (the curve survives the run directory)."""
-        for run, _, _ in self.active.values():
+        for run, *_ in self.active.values():
             metrics = RunDir(run.run_dir).metrics
             stamp = metrics.stat().st_mtime_ns if metrics.exists() else None
             if stamp != self.seen.get(run.name):
@@ -218,20 +273,23 @@ class Runner:
                     update_record(run, self.extra, self.data_dir, self.log, self.commit)
 
     def _stop_all(self) -> None:
-        for process, (run, _, _) in self.active.items():
+        for process in self.active:
             if process.poll() is None and not getattr(process, "stop_sent", False):
                 process.send_signal(signal.SIGTERM)
                 process.stop_sent = True
 
     def _finish(self, process: subprocess.Popen) -> bool:
-        run, argv, log_file = self.active.pop(process)
+        run, argv, log_file, row = self.active.pop(process)
         log_file.close()
-        record = update_record(run, self.extra, self.data_dir, self.log, self.commit)
+        try:
+            record = update_record(run, self.extra, self.data_dir, self.log, self.commit)
+        finally:
+            row.release()
         if run.done():
             figure = f"test {record['test_ppl']:.2f}" if record and record.get("test_ppl") else "done"
             self.log(f"{run.name}: finished, {figure} (record {run.record_file})")
             return True
-        if process.returncode in (130, -signal.SIGTERM) or getattr(process, "stop_sent", False):
+        if process.returncode in (130, 128 + signal.SIGTERM, -signal.SIGTERM) or getattr(process, "stop_sent", False):
             self.log(f"{run.name}: stopped, {run.status()}")
             return True
         tail = run.run_dir.with_suffix(".log").read_text(encoding="utf-8").strip().splitlines()[-1:]

@@ -11,6 +11,7 @@ from ..config import Config, apply_overrides
 from ..data.load import prepare_data
 from ..errors import CtxlmError
 from ..evaluation.perplexity import evaluate_split
+from ..io import warn
 from ..models.base import build_model
 from .preflight import check_config
 from .rundir import RunDir, RunLock, content, git_commit, identity
@@ -55,7 +56,7 @@ def _estimate(config: Config, run_dir: RunDir, data_dir, log) -> dict:
     return results
 
 
-def import_arpa(arpa: str | Path, run_dir: str | Path, overrides: list[str], warn=print):
+def import_arpa(arpa: str | Path, run_dir: str | Path, overrides: list[str], warn=warn):
     """Make a new run directory from an ARPA file (`overrides` e.g. data.dataset=...); return its model and vocabulary."""
     from ..models.arpa import read_arpa
 

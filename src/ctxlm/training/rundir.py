@@ -24,7 +24,7 @@ import torch
 from ..config import Config, load_toml
 from ..data.vocab import Vocabulary
 from ..errors import CtxlmError
-from ..io import atomic_write_text, clear_temporaries
+from ..io import atomic_write_text, clear_temporaries, warn
 from . import checkpoint
 from .distributed import main_process
 
@@ -254,7 +254,7 @@ def data_fingerprint(data) -> dict[str, str]:
     return found
 
 
-def check_same_data(recorded: dict | None, now: dict[str, str], run_dir: Path, config, allow: bool, log) -> None:
+def check_same_data(recorded: dict | None, now: dict[str, str], run_dir: Path, config, allow: bool, log=warn) -> None:
     """Refuse to resume on changed data, unless `allow` (then say so)."""
     if not recorded:            # a state written before fingerprints were recorded
         return

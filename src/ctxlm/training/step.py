@@ -5,11 +5,12 @@ import os
 
 import torch
 
+from ..io import warn
 from ..models.base import detach_state
 from .precision import autocast, float32_state
 
 
-def capped_threads(asked: int, log=print) -> int:
+def capped_threads(asked: int, log=warn) -> int:
     """train.threads, at most the CPUs this process may use (more only slow it down, or crash PyTorch)."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if asked > cpus:

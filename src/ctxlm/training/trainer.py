@@ -71,12 +71,12 @@ class Trainer:
                 self.log = lambda *args, **kwargs: None
         keep_freed_memory()                        # training's big tensors stay mapped between steps (allocator.py)
         if config.train.threads:
-            torch.set_num_threads(capped_threads(config.train.threads, self.log))
+            torch.set_num_threads(capped_threads(config.train.threads))
         vocab = self.files.read_vocab() if resume and self.files.vocab.exists() else None
         self.data = prepare_data(config, data_dir, vocab)
         self.fingerprint = data_fingerprint(self.data)
         if self.resume_state is not None:
-            check_same_data(self.resume_state.get("data"), self.fingerprint, self.run_dir, config, allow_changed_data, self.log)
+            check_same_data(self.resume_state.get("data"), self.fingerprint, self.run_dir, config, allow_changed_data)
         torch.manual_seed(config.train.seed)
         counts = self.data.counts("train")        # class bins, NCE noise
         self.model = build_model(config.model, len(self.data.vocab), config.output, counts).to(self.device)
