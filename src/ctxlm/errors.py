@@ -6,3 +6,7 @@ class CtxlmError(Exception):
 
     The message must name the file, line or option involved and say what to do.
     """
+
+
+class InvalidValue(CtxlmError, ValueError):
+    """An argument outside what `checks.RULES` allows (also a ValueError, as Python's own checks raise)."""
