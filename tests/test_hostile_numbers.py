@@ -294,3 +294,81 @@ def test_every_shipped_table_and_record_follows_its_schema():
     assert load_tables(root / "reproductions")
     for path in sorted((root / "results").glob("*/*.json")):
         assert load_record(path)["finished"] in (True, False)
+
+
+# ------------------------------------------------------------------------------ config, data folders, resume
+def test_set_model_options_work_before_or_after_the_family(tmp_path, corpus):
+    from conftest import toml
+
+    preset = toml(tiny_config(corpus), tmp_path / "c.toml")
+    for number, order in enumerate((["model.window=5", "model.name=attention"], ["model.name=attention", "model.window=5"])):
+        result = run_ctxlm("info", preset, "--vocab-size", "50", *[a for s in order for a in ("--set", s)])
+        assert result.returncode == 0, result.stderr
+        assert "attention" in result.stdout
+
+
+def test_a_data_dir_without_the_corpora_says_so_instead_of_using_the_environments(tmp_path, monkeypatch):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("CTXLM_DATA_DIR", str(Path(__file__).resolve().parent))     # anything: it must not be read
+    from ctxlm.data.registry import search_roots
+
+    assert search_roots(empty)[0] == empty and Path(__file__).resolve().parent not in search_roots(empty)
+    one_line_error(run_ctxlm("train", "--run-dir", tmp_path / "run", "--data-dir", empty, "--set", "data.dataset=ptb"),
+                   f"looked in {empty}")
+
+
+def _interrupted(tmp_path, corpus):
+    from ctxlm.training.trainer import Trainer
+
+    config = tiny_config(corpus)
+    config.train.checkpoint_every = 3
+    first = Trainer(config, tmp_path / "run", log=lambda *a: None)
+    first.on_batch = lambda t, epoch, batch: t.request_stop("test") if (epoch, batch) == (2, 5) else None
+    with pytest.raises(KeyboardInterrupt):
+        first.fit()
+    return tmp_path / "run"
+
+
+def test_the_unreadable_state_message_is_whole(tmp_path, corpus):
+    run = _interrupted(tmp_path, corpus)
+    state = run / "trainer_state.pt"
+    state.write_bytes(state.read_bytes()[:3000])
+    result = run_ctxlm("train", "--resume", run)
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if "is unreadable" in line)
+    assert "failed finding central directory); moved it to trainer_state.unreadable.pt" in line, line   # whole, never cut
+
+
+@pytest.mark.parametrize("allow", [[], ["--allow-changed-data"]])
+def test_resume_after_vocab_txt_changed_names_the_vocabulary(tmp_path, corpus, allow):
+    run = _interrupted(tmp_path, corpus)
+    words = (run / "vocab.txt").read_text().splitlines()
+    words[2], words[3] = words[3], words[2]
+    (run / "vocab.txt").write_text("\n".join(words) + "\n")
+    result = run_ctxlm("train", "--resume", run, *allow)
+    one_line_error(result, f"{run / 'vocab.txt'}: changed since the trainer state was written", "restore the run's own vocab.txt")
+    assert "warning" not in result.stdout + result.stderr
+
+
+# ------------------------------------------------------------------------------ harness task files
+def test_a_task_file_that_does_not_parse_says_so(runs, tmp_path):
+    pytest.importorskip("lm_eval")
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "mine.yaml").write_text("task: mine\n  dataset_path: [unclosed\n")
+    one_line_error(run_ctxlm("harness", runs["lstm"], "--tasks", "mine", "--include-path", tmp_path / "tasks", "--only-include-path"),
+                   f"{tmp_path / 'tasks' / 'mine.yaml'}: not a task file the harness can read", "line 2")
+    (tmp_path / "tasks" / "mine.yaml").write_text("task: mine\nnum_fewshot: 1e9\n")
+    one_line_error(run_ctxlm("harness", runs["lstm"], "--tasks", "mine", "--include-path", tmp_path / "tasks", "--only-include-path"),
+                   "mine.yaml: key num_fewshot: must be an integer in [0, 1000]")
+
+
+def test_more_fewshot_examples_than_documents_is_one_line(runs, tmp_path):
+    pytest.importorskip("lm_eval")
+    lines = [line for line in (runs["corpus"] / "valid.txt").read_text().splitlines() if len(line.split()) > 2][:4]
+    (tmp_path / "p.txt").write_text("\n".join(lines) + "\n")
+    assert run_ctxlm("lambada-task", tmp_path / "p.txt", "--out", tmp_path / "task").returncode == 0
+    result = run_ctxlm("harness", runs["lstm"], "--tasks", "lambada_local", "--include-path", tmp_path / "task",
+                       "--only-include-path", "--num-fewshot", "500")
+    assert result.returncode == 2 and "Traceback" not in result.stderr      # after the harness's progress bar: one line
+    assert result.stderr.strip().splitlines()[-1].startswith("ctxlm: error: --num-fewshot 500: more few-shot examples")
