@@ -372,3 +372,11 @@ def test_more_fewshot_examples_than_documents_is_one_line(runs, tmp_path):
                        "--only-include-path", "--num-fewshot", "500")
     assert result.returncode == 2 and "Traceback" not in result.stderr      # after the harness's progress bar: one line
     assert result.stderr.strip().splitlines()[-1].startswith("ctxlm: error: --num-fewshot 500: more few-shot examples")
+
+
+def test_the_docs_rule_table_is_the_code_rule_table():
+    from ctxlm.checks import RULES
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "reliability.md").read_text(encoding="utf-8")
+    for name, rule in RULES.items():
+        assert f"| `{name}` | {rule.describe()}" in text, name
