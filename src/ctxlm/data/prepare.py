@@ -276,11 +276,13 @@ def _hold_out(recipe: Recipe, extents: Extents, spools: dict, encoder: Encoder):
     held = None
     if drawn:
         want = sum(drawn.values())
-        if want >= total:
+        if want >= total and len(drawn) == 1:
+            split = next(iter(drawn))
+            raise CtxlmError(f"--{split}-sentences {drawn[split]}: the corpus has only {total:,} sentences; hold out fewer")
+        if want >= total:                           # the sum is what is too many: say so, with both options
             given = " and ".join(f"--{split}-sentences {rule} ({drawn[split]:,})" for split, rule in
-                                 (("valid", recipe.valid), ("test", recipe.test)) if split in drawn)
-            together = " together" if len(drawn) > 1 else ""
-            raise CtxlmError(f"{given}{together} hold out {want:,} sentences, but the corpus has only {total:,}; "
+                                 (("valid", recipe.valid), ("test", recipe.test)))
+            raise CtxlmError(f"{given} together hold out {want:,} sentences, but the corpus has only {total:,}; "
                              "hold out fewer, so that some are left for training")
         chosen = generator.choice(total, want, replace=False)
         n_valid = drawn.get("valid", 0)
