@@ -103,9 +103,13 @@ def test_a_cache_adds_no_parameters_to_the_counts_of_the_model_it_wraps(name, si
 
 
 def test_bad_settings_are_refused():
-    for settings in (CacheSettings(0, 0.3, 0.1), CacheSettings(10, -1.0, 0.1), CacheSettings(10, 0.3, 1.5)):
+    for settings in ((0, 0.3, 0.1), (10, -1.0, 0.1), (10, 0.3, 1.5), (10, 1e308, 0.1)):     # refused when made
         with pytest.raises(ValueError):
-            settings.check()
+            CacheSettings(*settings)
+    settings = CacheSettings()
+    settings.window = 0                 # and when changed after
+    with pytest.raises(ValueError):
+        settings.check()
 
 
 def test_tune_cache_records_the_best_setting_and_eval_reproduces_it(tmp_path, corpus):

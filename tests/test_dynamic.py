@@ -9,7 +9,7 @@ import torch
 
 from conftest import ctxlm, one_line_error
 from ctxlm.config import ModelConfig
-from ctxlm.evaluation.dynamic import EPSILON, DynamicSetting, DynamicWeights, mean_squared_gradients
+from ctxlm.evaluation.dynamic import EPSILON, Diverged, DynamicSetting, DynamicWeights, mean_squared_gradients
 from ctxlm.evaluation.perplexity import evaluate_dynamic, evaluate_stream
 from ctxlm.evaluation.scoring import score_stream, stream_log_probs
 from ctxlm.models import MODELS, build_model
@@ -93,7 +93,10 @@ def test_the_trained_weights_are_back_after_a_pass(model):
     trained = {name: p.detach().clone() for name, p in model.named_parameters()}
     ids = torch.cat([torch.tensor([VOCAB.eos]), sentences(8, 5)])
     mean_square = mean_squared_gradients(model, ids, 6, max_batches=4)
-    evaluate_dynamic(model, ids, DynamicWeights(model, DynamicSetting("rms", lr=0.01, decay=0.01, segment=6), mean_square))
+    try:        # steps this large diverge on some families (a stop since issue 59): the weights are back even then
+        evaluate_dynamic(model, ids, DynamicWeights(model, DynamicSetting("rms", lr=0.01, decay=0.01, segment=6), mean_square))
+    except Diverged:
+        pass
     stream = score_stream(model, [ids[5 * k + 1:5 * k + 6] for k in range(6)], VOCAB.eos, 6,
                           DynamicWeights(model, DynamicSetting("sgd", lr=0.5, segment=6)))
     next(stream), next(stream)

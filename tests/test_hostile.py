@@ -67,9 +67,9 @@ def test_display_numbers_never_overflow():
 
 # ------------------------------------------------------------------------------ tracebacks
 @pytest.mark.parametrize("text, key", [("{not json", "cache.json"), ("[]", "cache.json"), ('{"best": 3}', "cache.json"),
-                                        ('{"best": {"window": 10, "theta": 0.3}}', "no key 'lambda'"),
-                                        ('{"best": {"window": "10", "theta": 0.3, "lambda": 0.1}}', "window must be an integer"),
-                                        ('{"best": {"window": 10, "theta": 0.3, "lambda": 7}}', "lambda must be in [0, 1]")])
+                                        ('{"best": {"window": 10, "theta": 0.3}}', "missing key 'lambda'"),
+                                        ('{"best": {"window": "10", "theta": 0.3, "lambda": 0.1}}', "key best.window: must be an integer"),
+                                        ('{"best": {"window": 10, "theta": 0.3, "lambda": 7}}', "key best.lambda: must be a number in [0, 1]")])
 def test_a_corrupt_cache_json_is_one_line_naming_it(world, text, key):
     (world / "lstm" / "cache.json").write_text(text)
     one_line_error(run_ctxlm("eval", world / "lstm", "--cache"), "cache.json", key, "tune-cache")

@@ -133,7 +133,8 @@ def test_random_sentences_are_held_out_by_a_stated_rule(tmp_path):
     prepare(tmp_path / "all.txt", "--valid-sentences", "10", "--test-sentences", "5%", "--out", tmp_path / "c", "--seed", "2")
     assert split_lines(tmp_path / "b", "valid") == valid and split_lines(tmp_path / "c", "valid") != valid
     one_line_error(run_ctxlm("prepare", "text", tmp_path / "all.txt", "--valid-sentences", "150", "--test-sentences", "50",
-                             "--out", tmp_path / "d"), "--valid-sentences 150: the corpus has only 200 sentences")
+                             "--out", tmp_path / "d"), "--valid-sentences 150 (150) and --test-sentences 50 (50) together hold out 200 "
+                   "sentences, but the corpus has only 200")        # the sum, not one option (issue 59)
     one_line_error(run_ctxlm("prepare", "text", tmp_path / "all.txt", "--valid-sentences", "ten", "--out", tmp_path / "d"),
                    "--valid-sentences ten", "percentage")
     one_line_error(run_ctxlm("prepare", "text", tmp_path / "all.txt", "--out", tmp_path / "d"), "--valid FILE or --valid-sentences")

@@ -69,20 +69,20 @@ OPTIONS = [
     ("eval", "--batch-size", int, lambda v: v >= 1),
     ("eval", "--chunk", int, lambda v: v >= 1),
     ("eval", "--mix-weight", float, lambda v: 0 <= v <= 1),
-    ("eval", "--dynamic-lr", float, lambda v: v >= 0),
+    ("eval", "--dynamic-lr", float, lambda v: 0 <= v <= 100),
     ("eval", "--dynamic-decay", float, lambda v: 0 <= v <= 1),
-    ("eval", "--dynamic-segment", int, lambda v: v >= 1),
-    ("score", "--dynamic-lr", float, lambda v: v >= 0),
+    ("eval", "--dynamic-segment", int, lambda v: 1 <= v <= 100_000),
+    ("score", "--dynamic-lr", float, lambda v: 0 <= v <= 100),
     ("score", "--dynamic-decay", float, lambda v: 0 <= v <= 1),
-    ("score", "--dynamic-segment", int, lambda v: v >= 1),
-    ("lambada", "--dynamic-lr", float, lambda v: v >= 0),
+    ("score", "--dynamic-segment", int, lambda v: 1 <= v <= 100_000),
+    ("lambada", "--dynamic-lr", float, lambda v: 0 <= v <= 100),
     ("lambada", "--dynamic-decay", float, lambda v: 0 <= v <= 1),
-    ("lambada", "--dynamic-segment", int, lambda v: v >= 1),
-    ("complete", "--dynamic-lr", float, lambda v: v >= 0),
+    ("lambada", "--dynamic-segment", int, lambda v: 1 <= v <= 100_000),
+    ("complete", "--dynamic-lr", float, lambda v: 0 <= v <= 100),
     ("complete", "--dynamic-decay", float, lambda v: 0 <= v <= 1),
-    ("complete", "--dynamic-segment", int, lambda v: v >= 1),
-    ("score", "--cache-window", int, lambda v: v >= 1),
-    ("score", "--cache-theta", float, lambda v: v >= 0),
+    ("complete", "--dynamic-segment", int, lambda v: 1 <= v <= 100_000),
+    ("score", "--cache-window", int, lambda v: 1 <= v <= 10_000_000),
+    ("score", "--cache-theta", float, lambda v: 0 <= v <= 1000),
     ("score", "--cache-lambda", float, lambda v: 0 <= v <= 1),
     ("tune-dynamic", "--tokens", int, lambda v: v >= 1),
     ("generate", "--max-tokens", int, lambda v: v >= 1),
@@ -100,8 +100,8 @@ OPTIONS = [
     ("analyze memory", "--seed", int, lambda v: v >= 0),
     ("analyze kernel-ngrams", "--top", int, lambda v: v >= 1),
     ("analyze lesion", "--max-tokens", int, lambda v: v >= 0),
-    *[(command, "--cache-window", int, lambda v: v >= 1) for command in ("eval", "lambada", "analyze categories")],
-    *[(command, "--cache-theta", float, lambda v: v >= 0) for command in ("eval", "lambada", "analyze categories")],
+    *[(command, "--cache-window", int, lambda v: 1 <= v <= 10_000_000) for command in ("eval", "lambada", "analyze categories")],
+    *[(command, "--cache-theta", float, lambda v: 0 <= v <= 1000) for command in ("eval", "lambada", "analyze categories")],
     *[(command, "--cache-lambda", float, lambda v: 0 <= v <= 1) for command in ("eval", "lambada", "analyze categories")],
     ("lambada", "--top", int, lambda v: v >= 1),
     ("names", "--min-count", int, lambda v: v >= 1),
@@ -115,10 +115,10 @@ OPTIONS = [
     ("complete", "--batch-size", int, lambda v: v >= 1),
     ("reproduce", "--jobs", int, lambda v: v >= 1),
     ("harness", "--limit", int, lambda v: v >= 1),
-    ("harness", "--num-fewshot", int, lambda v: v >= 0),
+    ("harness", "--num-fewshot", int, lambda v: 0 <= v <= 1000),
     ("harness", "--bootstrap-iters", int, lambda v: v >= 0),
-    ("rescore", "--lm-weight", float, lambda v: v >= 0),
-    ("rescore", "--penalty", float, lambda v: True),
+    ("rescore", "--lm-weight", float, lambda v: 0 <= v <= 1e6),
+    ("rescore", "--penalty", float, lambda v: -1e6 <= v <= 1e6),
     ("rescore", "--mix-weight", float, lambda v: 0 <= v <= 1),
     ("rescore", "--batch-size", int, lambda v: v >= 1),
 ]
@@ -226,6 +226,8 @@ def test_every_numeric_option_is_checked(runs, tmp_path, holmes_data, command, o
         one_line_error(result, f"argument {option}: must be ", f"got {value!r}")
     elif option == "--line" and want > 12:      # the valid split has 12 lines
         one_line_error(result, f"--line {want}: the valid split has 12 non-empty lines")
+    elif option == "--dynamic-lr" and result.returncode:        # steps this large may diverge: a clear stop
+        one_line_error(result, "dynamic evaluation diverged", "--dynamic-lr")
     elif option == "--vocab-size" and want > 2**40 and result.returncode:   # more than torch can size
         one_line_error(result, "model 'lstm' (", "cannot be built", "lower the sizes")
     else:

@@ -4,14 +4,18 @@
 string or TOML value into `kind` and checks it, raising ValueError with "must be ..., got ...".
 argparse gets `option(kind, allowed)` as `type=`; config fields carry `setting(default, allowed)`.
 Floats are always finite and integers always fit in 64 bits (what torch and numpy can hold).
+`RULES` is the one table of the numbers that options, API arguments and files share (docs/reliability.md).
 """
 from __future__ import annotations
 
 import argparse
 import math
+import numbers
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from .errors import InvalidValue
 
 INT64 = (-2**63, 2**63 - 1)
 
@@ -150,6 +154,53 @@ def option(kind: type, allowed: Allowed = ANY):
 def setting(default: Any, allowed: Allowed = ANY):
     """A config dataclass field with its allowed values (checked by config.apply and config.validate)."""
     return field(default=default, metadata={"allowed": allowed})
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one number may be, wherever it comes from: an option, an API argument or a key of a file."""
+    kind: type
+    allowed: Allowed
+    names: str          # where it is given, for the docs' table
+
+    def describe(self) -> str:
+        return self.allowed.describe(self.kind)
+
+
+# The numbers shared by options, API arguments and files. Upper bounds sit far above any useful value and below
+# what overflows a float32 step or score, so that a typo such as 1e30 is refused before any work.
+RULES = {
+    "dynamic.lr": Rule(float, in_range(0, 100), "--dynamic-lr, tune-dynamic --lrs, DynamicSetting.lr, dynamic.json best.lr"),
+    "dynamic.decay": Rule(float, in_range(0, 1), "--dynamic-decay, --decays, DynamicSetting.decay, dynamic.json best.decay"),
+    "dynamic.segment": Rule(int, in_range(1, 100_000), "--dynamic-segment, --segments, DynamicSetting.segment, dynamic.json"),
+    "cache.window": Rule(int, in_range(1, 10_000_000), "--cache-window, --windows, CacheSettings.window, cache.json best.window"),
+    "cache.theta": Rule(float, in_range(0, 1000), "--cache-theta, --thetas, CacheSettings.theta, cache.json best.theta"),
+    "cache.lambda": Rule(float, in_range(0, 1), "--cache-lambda, --lambdas, CacheSettings.lam, cache.json best.lambda"),
+    "rescore.lm_weight": Rule(float, in_range(0, 1e6), "rescore --lm-weight, --lm-weights"),
+    "rescore.penalty": Rule(float, in_range(-1e6, 1e6), "rescore --penalty, --penalties"),
+    "harness.num_fewshot": Rule(int, in_range(0, 1000), "harness --num-fewshot"),
+    "reproduce.stop_after": Rule(float, in_range(0, 1e9, low_open=True), "reproduce --stop-after (seconds)"),
+    "table.band": Rule(float, in_range(0, 1), "band of a reproduction table"),
+    "table.perplexity": Rule(float, at_least(1), "test_ppl, valid_ppl, train_ppl, below of a table or record"),
+    "table.accuracy": Rule(float, in_range(0, 100), "accuracy (percent) of a table or record"),
+    "table.seconds": Rule(float, at_least(0), "wall_s of a record"),
+}
+
+
+def argument(rule: str, value: Any, name: str) -> Any:
+    """An API argument checked against `RULES[rule]`: the value (an int for an integer rule, a float for a
+    number), or InvalidValue (a CtxlmError) saying "<name> must be ..., got ..."."""
+    kind = RULES[rule].kind
+    typed = isinstance(value, numbers.Integral if kind is int else numbers.Real) and not isinstance(value, bool)
+    result = kind(value) if typed else None
+    if result is None or not RULES[rule].allowed.admits(result):
+        raise InvalidValue(f"{name} must be {RULES[rule].describe()}, got {value!r}")
+    return result
+
+
+def rule_option(rule: str):
+    """argparse `type=` for an option that follows `RULES[rule]`."""
+    return option(RULES[rule].kind, RULES[rule].allowed)
 
 
 def safe_exp(x: float) -> float:

@@ -270,11 +270,15 @@ def _other_families_options(model: ModelConfig) -> set[str]:
 
 
 def apply_overrides(config: Config, overrides: list[str]) -> Config:
-    """Apply `section.key=value` strings from the command line (`--set`)."""
+    """Apply `section.key=value` strings from the command line (`--set`). `model.name` goes first, so a family's
+    options may be given before or after the family that has them."""
+    parsed = []
     for item in overrides:
         name, sep, value = item.partition("=")
         section, dot, key = name.strip().partition(".")
         if not sep or not dot:
             raise CtxlmError(f"--set {item!r}: expected section.key=value, e.g. --set train.epochs=3")
-        apply(config, section, key, value.strip(), "--set")
+        parsed.append((section, key.strip(), value.strip()))
+    for section, key, value in sorted(parsed, key=lambda p: (p[0], p[1]) != ("model", "name")):      # stable
+        apply(config, section, key, value, "--set")
     return config

@@ -10,3 +10,7 @@ class CtxlmError(Exception):
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the command is (as Ctrl-C raises KeyboardInterrupt), so that it ends in one line."""
+
+
+class InvalidValue(CtxlmError, ValueError):
+    """An argument outside what `checks.RULES` allows (also a ValueError, as Python's own checks raise)."""

@@ -114,6 +114,7 @@ class Run:
             if train_ids is None:
                 from .data.load import prepare_data
                 train_ids = prepare_data(self.config, data_dir, self.vocab).ids["train"]
+            check_ids(train_ids, len(self.vocab), "with_dynamic: train_ids")
             mean_square = mean_squared_gradients(model, train_ids, setting.segment)
         return dataclasses.replace(self, model=model, dynamic=DynamicWeights(model, setting, mean_square))
 
@@ -137,7 +138,7 @@ class Run:
         """`score`, one text at a time as it is read (for long inputs)."""
         self._left_to_right("score")
         check_batch_size(batch_size)
-        lines = texts.splitlines() if isinstance(texts, str) else texts
+        lines = text_lines(texts, "score")
         if document:
             read = deque()                      # lines read ahead of their scores (one or two)
 
@@ -172,7 +173,7 @@ class Run:
         candidates with this)."""
         from .evaluation.completion import sentence_scores
         check_batch_size(batch_size)
-        texts = texts.splitlines() if isinstance(texts, str) else texts
+        texts = list(text_lines(texts, "sentence_log_probs"))
         return sentence_scores(self.model, self.vocab, [t.split() + [EOS] for t in texts], batch_size,
                                dynamic=self.dynamic).tolist()
 
@@ -180,6 +181,8 @@ class Run:
         """The words of `continuation` after those of `context` (`pair_words`), read as one stream after `<eos>` with
         nothing appended, as `ctxlm lambada` reads a passage (lm-evaluation-harness's `loglikelihood`, ctxlm.harness)."""
         self._left_to_right("continuation")
+        check_text(context, "continuation: context")
+        check_text(continuation, "continuation: continuation")
         before, after = pair_words(context, continuation)
         if not after:
             raise CtxlmError(f"continuation {continuation!r} has no word to score")
@@ -207,6 +210,7 @@ class Run:
         """[V] log-probabilities of the word after `context`, read after `<eos>` as `continuation` reads it (`pair_words`:
         a line break is `<eos>`, so after "the cat\n" the next word starts a line)."""
         self._left_to_right("next-word distribution")
+        check_text(context, "next_word_log_probs: context")
         kept = []
         words = pair_words(context)[0]
         probe = self.vocab.encode(words + [EOS])        # any last id: its position reads the context's last word
@@ -226,6 +230,7 @@ class Run:
         """Continue `prompt` by sampling (temperature 0: greedy); the sampled words, `<eos>` included. `seed`: a
         number, or a torch.Generator to draw several different samples from in turn."""
         self._left_to_right("generate")
+        check_text(prompt, "generate: prompt")
         if self.dynamic is not None:
             raise CtxlmError("generate samples from the trained weights; drop with_dynamic")
         generator = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(seed)
@@ -245,6 +250,40 @@ class Run:
 
     def _scored(self, line: str, tokens: list[str], log_probs: torch.Tensor) -> Scored:
         return Scored(line, tokens, log_probs.tolist(), [t not in self.vocab.index for t in tokens])
+
+
+def check_text(text, name: str) -> None:
+    """A CtxlmError unless `text` is a str (bytes would be read as one unknown word per line)."""
+    if not isinstance(text, str):
+        hint = "; decode bytes first (text.decode('utf-8'))" if isinstance(text, (bytes, bytearray)) else ""
+        raise CtxlmError(f"{name} must be a str, got {type(text).__name__} {_shown(text)}{hint}")
+
+
+def text_lines(texts, name: str) -> Iterator[str]:
+    """The lines of `texts`, a str (split at line breaks) or an iterable of str, each checked as it is read."""
+    if isinstance(texts, str):
+        yield from texts.splitlines()
+        return
+    if isinstance(texts, (bytes, bytearray, dict)) or not isinstance(texts, Iterable):
+        raise CtxlmError(f"{name}: texts must be a str or a list of str, got {type(texts).__name__} {_shown(texts)}")
+    for number, text in enumerate(texts, 1):
+        check_text(text, f"{name}: text {number}")
+        yield text
+
+
+def _shown(value) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 40 else shown[:37] + "..."
+
+
+def check_ids(ids, size: int, name: str) -> None:
+    """A CtxlmError unless `ids` is a 1-D integer tensor of ids in [0, size)."""
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype == torch.bool \
+            or ids.is_complex():
+        raise CtxlmError(f"{name} must be a 1-D integer tensor of token ids, got {_shown(ids)}")
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= size):
+        raise CtxlmError(f"{name}: ids must be in [0, {size}) (the run's vocabulary), found {int(ids.min())} to "
+                         f"{int(ids.max())}; encode the text with run.vocab.encode")
 
 
 def check_batch_size(batch_size: int) -> None:

@@ -7,7 +7,7 @@ import math
 import sys
 from pathlib import Path
 
-from ..checks import at_least, in_range, option
+from ..checks import RULES, rule_option
 from ..errors import CtxlmError
 
 SPLITS = ["train", "valid", "test"]
@@ -62,9 +62,9 @@ def json_option(p, help: str) -> None:
 def cache_options(p) -> None:
     p.add_argument("--cache", action="store_true", help="add the neural cache (Grave et al. 2017) with the settings "
                    "`ctxlm tune-cache` recorded in the run; --cache-window/--cache-theta/--cache-lambda override them")
-    p.add_argument("--cache-window", type=option(int, at_least(1)), help="cache size: (hidden state, next word) pairs kept (default 2000)")
-    p.add_argument("--cache-theta", type=option(float, at_least(0)), help="flatness θ of the cache distribution (default 0.3)")
-    p.add_argument("--cache-lambda", type=option(float, in_range(0, 1)), help="cache interpolation weight λ in [0, 1] (default 0.1)")
+    p.add_argument("--cache-window", type=rule_option("cache.window"), help="cache size: (hidden state, next word) pairs kept (default 2000)")
+    p.add_argument("--cache-theta", type=rule_option("cache.theta"), help="flatness θ of the cache distribution (default 0.3)")
+    p.add_argument("--cache-lambda", type=rule_option("cache.lambda"), help="cache interpolation weight λ in [0, 1] (default 0.1)")
 
 
 # ---------------------------------------------------------------- what handlers share
@@ -183,7 +183,10 @@ def with_cache(run, args):
 
 
 def comma_values(option_name: str, text: str, kind) -> tuple:
-    """A grid option's comma-separated values, e.g. --thetas 0.1,0.2, as `kind`; a bad one is a one-line error."""
+    """A grid option's comma-separated values, e.g. --thetas 0.1,0.2: `kind` (str, int or float), or the name of a
+    rule of `checks.RULES` that each value must follow; a bad one is a one-line error."""
+    rule = RULES.get(kind) if isinstance(kind, str) else None
+    kind = rule.kind if rule else kind
     numbers, example = ("whole numbers", "100,500") if kind is int else ("finite numbers", "0.1,0.2")
     refusal = CtxlmError(f"{option_name} {text!r}: expected comma-separated {numbers}, e.g. {option_name} {example}")
     try:
@@ -192,4 +195,7 @@ def comma_values(option_name: str, text: str, kind) -> tuple:
         raise refusal from None
     if kind is float and not all(math.isfinite(v) for v in values):
         raise refusal
+    for value in values if rule else ():
+        if not rule.allowed.admits(value):
+            raise CtxlmError(f"{option_name} {text!r}: each value must be {rule.describe()}, got {value!r}")
     return values

@@ -6,7 +6,7 @@ import itertools
 import math
 import sys
 
-from ..checks import at_least, in_range, option
+from ..checks import at_least, option, rule_option
 from ..errors import CtxlmError
 from ..evaluation.dynamic import DynamicSetting
 from ..io import atomic_write_text
@@ -15,6 +15,7 @@ from ..training.rundir import RunDir, git_commit
 from .common import (
     comma_values,
     data_dir_option,
+    left_to_right,
     neural_only,
     note_if_tuned_on_other_weights,
     print_perplexities,
@@ -35,12 +36,12 @@ def dynamic_options(p, items: str = "") -> None:
                        f"({items or 'read as one stream'})")
     group.add_argument("--dynamic-rule", choices=["rms", "sgd"], help="rms: steps divided by the training gradients' "
                        "RMS (√MS + 2e-5), measured first on 400 training mini-batches (default); sgd: plain steps (docs/dynamic.md)")
-    group.add_argument("--dynamic-lr", type=option(float, at_least(0)), help=f"step size η (default {DynamicSetting.lr})")
-    group.add_argument("--dynamic-decay", type=option(float, in_range(0, 1)),
+    group.add_argument("--dynamic-lr", type=rule_option("dynamic.lr"), help=f"step size η (default {DynamicSetting.lr})")
+    group.add_argument("--dynamic-decay", type=rule_option("dynamic.decay"),
                        help="λ, the decay back to the trained weights per step: sgd pulls every weight by λ; rms by "
                             "min(1, λ·√MS/mean √MS), more for weights with larger training gradients (docs/dynamic.md; "
                             f"default {DynamicSetting.decay})")
-    group.add_argument("--dynamic-segment", type=option(int, at_least(1)),
+    group.add_argument("--dynamic-segment", type=rule_option("dynamic.segment"),
                        help=f"tokens per step (default {DynamicSetting.segment})")
 
 
@@ -126,16 +127,18 @@ def add_tune_dynamic(sub) -> None:
 
 
 def cmd_tune_dynamic(args) -> int:
-    from ..evaluation.dynamic import DynamicWeights, mean_squared_gradients
+    from ..evaluation.dynamic import Diverged, DynamicWeights, mean_squared_gradients
     from ..evaluation.perplexity import evaluate_dynamic, evaluate_stream
     from ..run import load
 
-    rules, lrs, decays, segments = (comma_values("--rules", args.rules, str), comma_values("--lrs", args.lrs, float),
-                                    comma_values("--decays", args.decays, float), comma_values("--segments", args.segments, int))
-    if set(rules) - {"rms", "sgd"} or min(lrs) < 0 or not all(0 <= d <= 1 for d in decays) or min(segments) < 1:
-        raise CtxlmError("tune-dynamic: rules are rms or sgd, step sizes ≥ 0, decays in [0, 1], segments ≥ 1")
+    rules, lrs, decays, segments = (comma_values("--rules", args.rules, str), comma_values("--lrs", args.lrs, "dynamic.lr"),
+                                    comma_values("--decays", args.decays, "dynamic.decay"),
+                                    comma_values("--segments", args.segments, "dynamic.segment"))
+    if set(rules) - {"rms", "sgd"}:
+        raise CtxlmError(f"--rules {args.rules!r}: the rules are rms and sgd (comma-separated)")
     run = load(args.run)
     neural_only(run, "tune-dynamic", STEPS)
+    left_to_right(run, "tune-dynamic")
     data = split_data(run, args, args.split, "train")
     ids = data.ids[args.split][:args.tokens + 1 if args.tokens else None]
     plain = evaluate_stream(run.model, ids, 1, run.config.data.eval_chunk)["ppl"]
@@ -147,7 +150,12 @@ def cmd_tune_dynamic(args) -> int:
         for rule, lr, decay in itertools.product(rules, lrs, decays):
             setting = DynamicSetting(rule, lr, decay, segment)
             weights = DynamicWeights(run.model, setting, mean_square if rule == "rms" else None)
-            ppl = evaluate_dynamic(run.model, ids, weights)["ppl"]
+            try:
+                ppl = evaluate_dynamic(run.model, ids, weights)["ppl"]
+            except Diverged:
+                ppl = math.inf                      # recorded as null: this setting diverged
+            finally:
+                weights.restore()
             grid.append({**vars(setting), "ppl": ppl})
             print(f"  rule {rule}, lr {lr}, decay {decay}, segment {segment}: {ppl:.2f}", flush=True)
     best = min(grid, key=lambda r: math.inf if math.isnan(r["ppl"]) else r["ppl"])      # NaN: diverged

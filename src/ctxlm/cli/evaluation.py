@@ -163,8 +163,9 @@ def cmd_tune_cache(args) -> int:
     from ..run import load
     from ..training.rundir import git_commit
 
-    windows, thetas, lambdas = (comma_values("--windows", args.windows, int), comma_values("--thetas", args.thetas, float),
-                                comma_values("--lambdas", args.lambdas, float))
+    windows, thetas, lambdas = (comma_values("--windows", args.windows, "cache.window"),
+                                comma_values("--thetas", args.thetas, "cache.theta"),
+                                comma_values("--lambdas", args.lambdas, "cache.lambda"))
     try:
         for setting in itertools.product(windows, thetas, lambdas):
             CacheSettings(*setting).check()

@@ -2,7 +2,7 @@
 `lambada-task` (the LAMBADA file as the harness's local task)."""
 from __future__ import annotations
 
-from ..checks import at_least, option
+from ..checks import at_least, option, rule_option
 from ..errors import CtxlmError
 from ..io import atomic_write_text
 from ..jsonio import json_text
@@ -34,7 +34,7 @@ def add_harness(sub) -> None:
     p.add_argument("--only-include-path", action="store_true", help="look for the tasks in --include-path only, not "
                    "among the harness's own (indexing its 14,000 tasks takes most of a minute)")
     p.add_argument("--limit", type=option(int, at_least(1)), help="only the first N documents of each task")
-    p.add_argument("--num-fewshot", type=option(int, at_least(0)), help="few-shot examples per prompt (default: the task's, else 0)")
+    p.add_argument("--num-fewshot", type=rule_option("harness.num_fewshot"), help="few-shot examples per prompt (default: the task's, else 0)")
     p.add_argument("--greedy", choices=["token", "word"], default="token",
                    help="acc counts a continuation when each of its tokens is the likeliest token (token, the harness's "
                         "definition, default) or the likeliest word, <unk>, <eos> and punctuation passed over "

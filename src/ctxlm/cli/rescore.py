@@ -2,7 +2,7 @@
 on a development list (docs/rescoring.md)."""
 from __future__ import annotations
 
-from ..checks import at_least, in_range, option
+from ..checks import at_least, in_range, option, rule_option
 from ..errors import CtxlmError
 from ..io import atomic_write_text, warn
 from ..jsonio import json_text
@@ -20,8 +20,8 @@ def add_rescore(sub) -> None:
     p.add_argument("--refs", help="their references, 'UTTERANCE-ID WORD ...' a line: report the word error rate")
     p.add_argument("--dev", metavar="NBEST", help="development n-best lists on which α and β are chosen (never the lists rescored)")
     p.add_argument("--dev-refs", metavar="FILE", help="the development lists' references (needed with --dev)")
-    p.add_argument("--lm-weight", type=option(float, at_least(0)), help="α, instead of choosing it on --dev")
-    p.add_argument("--penalty", type=option(float), help="β with --lm-weight (default 0)")
+    p.add_argument("--lm-weight", type=rule_option("rescore.lm_weight"), help="α, instead of choosing it on --dev")
+    p.add_argument("--penalty", type=rule_option("rescore.penalty"), help="β with --lm-weight (default 0)")
     p.add_argument("--lm-weights", help="the α grid for --dev, comma-separated (default 0,0.05,0.1,...,20)")
     p.add_argument("--penalties", help="the β grid for --dev, comma-separated (default -10,-7,-5,...,5,7,10)")
     p.add_argument("--mix", metavar="OTHER_RUN", help="score with the mixture (1 - λ) p_RUN + λ p_OTHER per token "
@@ -74,10 +74,8 @@ def cmd_rescore(args) -> int:
     references = read_references(args.refs, lists, args.nbest) if args.refs else None
     dev = read_nbest(args.dev, args.costs) if args.dev else None
     dev_references = read_references(args.dev_refs, dev, args.dev) if dev else None
-    weights = comma_values("--lm-weights", args.lm_weights, float) if args.lm_weights else LM_WEIGHTS
-    penalties = comma_values("--penalties", args.penalties, float) if args.penalties else PENALTIES
-    if any(w < 0 for w in weights):
-        raise CtxlmError(f"--lm-weights {args.lm_weights}: an LM weight is at least 0")
+    weights = comma_values("--lm-weights", args.lm_weights, "rescore.lm_weight") if args.lm_weights else LM_WEIGHTS
+    penalties = comma_values("--penalties", args.penalties, "rescore.penalty") if args.penalties else PENALTIES
 
     device = pick_device(args.device, "--device")
     runs = [load(args.run, device)] + ([load(args.mix, device)] if args.mix else [])
@@ -89,7 +87,7 @@ def cmd_rescore(args) -> int:
         model.choose_mix_weight(list(dev_references.values()))
     summary["mix_weight"] = model.mix_weight
     if dev is not None:
-        tuned = tune(dev, lm_scores(model, dev), dev_references, weights, penalties)
+        tuned = _named(args.dev, tune, dev, lm_scores(model, dev), dev_references, weights, penalties)
         weight, penalty = tuned["lm_weight"], tuned["penalty"]
         summary["dev"] = {"nbest": str(args.dev), "utterances": len(dev), **tuned}
     else:
@@ -97,6 +95,7 @@ def cmd_rescore(args) -> int:
     summary.update(lm_weight=weight, penalty=penalty)
 
     lm = lm_scores(model, lists)
+    _named(args.nbest, lambda: [totals(h, lm[u], weight, penalty) for u, h in lists.items()])     # all finite
     records, chosen = [], {}
     for utterance, hypotheses in lists.items():
         total = totals(hypotheses, lm[utterance], weight, penalty)
@@ -118,6 +117,14 @@ def cmd_rescore(args) -> int:
         return 0
     _print(summary, args)
     return 0
+
+
+def _named(path, function, *args):
+    """`function(*args)`, a CtxlmError about a line of `path` naming it."""
+    try:
+        return function(*args)
+    except CtxlmError as exc:
+        raise CtxlmError(f"{path}, {exc}") from None
 
 
 def _print(summary: dict, args) -> None:

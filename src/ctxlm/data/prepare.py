@@ -74,6 +74,7 @@ def prepare(recipe: Recipe, folder: Path, force: bool = False, command: str = ""
     from filelock import FileLock, Timeout
 
     folder = Path(folder)
+    recipe.text.check()
     if not recipe.valid:
         raise CtxlmError("no validation split: give --valid FILE or --valid-sentences N (random sentences held out)")
     for split, rule in (("valid", recipe.valid), ("test", recipe.test)):
@@ -252,13 +253,19 @@ class Held:
 
 
 def _amount(rule: str, sentences: int, option: str) -> int:
+    """The sentences `rule` ("N" or "P%") holds out of `sentences`: at least one (`sentences` 0: the form only)."""
     text = rule.strip()
     try:
-        amount = round(sentences * float(text[:-1]) / 100) if text.endswith("%") else int(text)
-    except ValueError:
+        share = float(text[:-1]) if text.endswith("%") else None
+        amount = round(sentences * share / 100) if share is not None else int(text)
+    except (ValueError, OverflowError):
         amount = -1
-    if amount < 0 or (text.endswith("%") and not 0 <= float(text[:-1]) < 100):
-        raise CtxlmError(f"{option} {rule}: give a number of sentences (e.g. 3000) or a percentage (e.g. 1%)")
+    if amount < 0 or (share is not None and not 0 < share < 100) or (share is None and amount == 0):
+        raise CtxlmError(f"{option} {rule}: give a number of sentences ≥ 1 (e.g. 3000) or a percentage in (0, 100) "
+                         "(e.g. 1%); leave the option out for no such split")
+    if sentences and amount == 0:
+        raise CtxlmError(f"{option} {rule}: {rule} of the corpus's {sentences:,} sentences is none; hold out at least "
+                         "one sentence (a larger percentage, or a number)")
     return amount
 
 
@@ -276,9 +283,14 @@ def _hold_out(recipe: Recipe, extents: Extents, spools: dict, encoder: Encoder):
     held = None
     if drawn:
         want = sum(drawn.values())
-        if want >= total:
-            first = next(iter(drawn))
-            raise CtxlmError(f"--{first}-sentences {drawn[first]}: the corpus has only {total:,} sentences; hold out fewer")
+        if want >= total and len(drawn) == 1:
+            split = next(iter(drawn))
+            raise CtxlmError(f"--{split}-sentences {drawn[split]}: the corpus has only {total:,} sentences; hold out fewer")
+        if want >= total:                           # the sum is what is too many: say so, with both options
+            given = " and ".join(f"--{split}-sentences {rule} ({drawn[split]:,})" for split, rule in
+                                 (("valid", recipe.valid), ("test", recipe.test)))
+            raise CtxlmError(f"{given} together hold out {want:,} sentences, but the corpus has only {total:,}; "
+                             "hold out fewer, so that some are left for training")
         chosen = generator.choice(total, want, replace=False)
         n_valid = drawn.get("valid", 0)
         held = Held(chosen[:n_valid], chosen[n_valid:])

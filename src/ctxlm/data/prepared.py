@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .. import schemas
 from ..errors import CtxlmError
 from .vocab import EOS, UNK, Vocabulary
 
@@ -26,8 +27,27 @@ MARKER = ".incomplete"         # written before anything else, removed after the
 SPLITS = ("train", "valid", "test")
 CHUNK = 1 << 22                # tokens read at a time when a whole split is needed
 
+_FILE = schemas.record({"bytes": schemas.integer(0), "sha256": schemas.SHA256}, ("bytes", "sha256"),
+                       description="{bytes, sha256}")
+_SPLITS = schemas.record({s: schemas.integer(1) for s in SPLITS}, ("train", "valid"), closed=True,
+                         description="a count ≥ 1 for train, valid and (optionally) test")
+# manifest.json as data/prepare.py writes it: what the readers rely on (train and valid splits, at least one token)
+MANIFEST_SCHEMA = schemas.record({
+    "format": {"const": FORMAT}, "sentences": _SPLITS, "tokens": _SPLITS,
+    "types": schemas.record({"train": schemas.integer(0), "all": schemas.integer(1)}, ("train", "all"),
+                            description="{train, all} counts of word types"),
+    "vocabulary": schemas.record({"min_count": schemas.integer(1), "max_vocab": schemas.integer(0), "size": schemas.integer(2)},
+                                 ("min_count", "max_vocab", "size"), description="{min_count, max_vocab, size}"),
+    "files": schemas.record({f"{s}.npy": _FILE for s in SPLITS} | {"words.tsv": _FILE}, ("train.npy", "valid.npy", "words.tsv"),
+                            closed=True, description="train.npy, valid.npy, words.tsv and (optionally) test.npy"),
+}, ("format", "sentences", "tokens", "types", "vocabulary", "files"), description="a prepared corpus's manifest")
+
 
 def read_manifest(folder: Path) -> dict | None:
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise CtxlmError(f"{folder}: a file, not a prepared folder; data.prepared is the folder `ctxlm prepare text "
+                         f"FILES --out FOLDER` wrote (to train on text files, use data.dataset = \"files\" and data.train)")
     try:
         return json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -64,13 +84,47 @@ def check(folder: Path, manifest: dict | None = None, redo: str = "run the `ctxl
             raise CtxlmError(f"{folder}: its preparation{command} was interrupted and never finished; "
                              "run it again (it starts over), never use this folder as it is")
         raise CtxlmError(f"{folder}: not a prepared corpus (no {MANIFEST}); make one with `ctxlm prepare text FILES --out {folder}`")
-    if manifest.get("format") != FORMAT:
-        raise CtxlmError(f"{folder}: prepared by another ctxlm version ({manifest.get('format')}, now {FORMAT}); {redo} to redo it")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
+        raise CtxlmError(f"{folder}: prepared by another ctxlm version ({found}, now {FORMAT}); {redo} to redo it")
+    if isinstance(manifest.get("files"), dict) and "valid.npy" not in manifest["files"]:
+        raise CtxlmError(f"{folder}: no validation split (valid.npy), which training and evaluation need; prepare it "
+                         "again with --valid FILE or --valid-sentences N (N ≥ 1)")
+    schemas.check(manifest, MANIFEST_SCHEMA, folder / MANIFEST, f"{redo} with --force")
+    missing = [name for name in manifest["files"] if name.endswith(".npy") and name[:-4] not in manifest["tokens"]]
+    if missing:
+        raise CtxlmError(f"{folder / MANIFEST}: key tokens: missing key {missing[0][:-4]!r} for {missing[0]}; {redo} with --force")
+    words = manifest["types"]["all"] + 2
     for name, entry in manifest["files"].items():
         path = folder / name
-        if not path.is_file() or path.stat().st_size != entry["bytes"] or _sha256(path) != entry["sha256"]:
+        if not path.is_file() or path.stat().st_size != entry["bytes"]:
+            raise CtxlmError(f"{path}: missing, incomplete or changed since it was prepared; {redo} with --force")
+        if name.endswith(".npy"):
+            _check_ids(path, entry, manifest["tokens"][name[:-4]], words, redo)
+        elif _sha256(path) != entry["sha256"]:
             raise CtxlmError(f"{path}: missing, incomplete or changed since it was prepared; {redo} with --force")
     return manifest
+
+
+def _check_ids(path: Path, entry: dict, tokens: int, words: int, redo: str) -> None:
+    """One streaming pass over a split's array: its sha256, its length (the manifest's tokens) and its ids, each
+    in [0, words) — checked once here, so no reader meets an id outside the table."""
+    offset, count = _array(path)
+    if count != tokens:
+        raise CtxlmError(f"{path}: holds {count:,} ids, its manifest says {tokens:,} tokens; {redo} with --force")
+    digest, low, high = hashlib.sha256(), 0, 0
+    with open(path, "rb") as handle:
+        digest.update(handle.read(offset))
+        for block in iter(lambda: handle.read(1 << 22), b""):        # a multiple of 4 bytes: whole int32 ids
+            digest.update(block)
+            ids = np.frombuffer(block, dtype="<i4")
+            if ids.size:
+                low, high = min(low, int(ids.min())), max(high, int(ids.max()))
+    if digest.hexdigest() != entry["sha256"]:
+        raise CtxlmError(f"{path}: missing, incomplete or changed since it was prepared; {redo} with --force")
+    if low < 0 or high >= words:
+        raise CtxlmError(f"{path}: holds ids from {low} to {high}, but words.tsv has {words:,} words (ids 0 to "
+                         f"{words - 1}); the array is damaged: {redo} with --force")
 
 
 def _array(path: Path) -> tuple[int, int]:

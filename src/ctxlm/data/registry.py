@@ -99,13 +99,14 @@ DATASETS: dict[str, DatasetSpec] = {
 
 
 def search_roots(data_dir: str | Path | None = None) -> list[Path]:
+    """Where corpora are looked for: `data_dir` (--data-dir) instead of $CTXLM_DATA_DIR, then the user cache."""
     roots = []
     if data_dir:
         if not Path(data_dir).is_dir():
             raise CtxlmError(f"--data-dir {data_dir}: no such folder; give the folder holding the corpora "
                              "(or leave --data-dir out to use $CTXLM_DATA_DIR)")
         roots.append(Path(data_dir))
-    if os.environ.get("CTXLM_DATA_DIR"):
+    elif os.environ.get("CTXLM_DATA_DIR"):
         roots.append(Path(os.environ["CTXLM_DATA_DIR"]))
     roots.append(cache_dir())
     return roots

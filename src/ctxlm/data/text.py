@@ -38,6 +38,24 @@ class TextOptions:
     def recipe(self) -> dict:
         return asdict(self)
 
+    def check(self) -> None:
+        """A CtxlmError unless --numbers is one token and --lang a language sacremoses knows (for moses)."""
+        if self.numbers and (len(self.numbers.split()) != 1 or self.numbers.strip() != self.numbers):
+            raise CtxlmError(f"--numbers {self.numbers!r}: give one token without spaces (PTB writes N)")
+        if self.tokenize == "moses":
+            known = _moses_languages()
+            if known and self.lang not in known:
+                raise CtxlmError(f"--lang {self.lang!r}: sacremoses has no rules for it; choose one of {', '.join(sorted(known))}")
+
+
+def _moses_languages() -> set[str]:
+    """The language codes sacremoses has rules for (empty without sacremoses: `_moses` says how to get it)."""
+    try:
+        from sacremoses.corpus import NonbreakingPrefixes
+    except ImportError:
+        return set()
+    return set(NonbreakingPrefixes().available_langs.values())
+
 
 def input_files(inputs: list[str | Path], option: str = "INPUT") -> list[Path]:
     """Files named, and the files under folders named (recursively, by path; hidden ones skipped), in order."""

@@ -20,10 +20,19 @@ from pathlib import Path
 
 import torch
 
+from .. import schemas
+from ..checks import argument
 from ..data.batching import IGNORE, StreamBatches
-from ..errors import CtxlmError
+from ..errors import CtxlmError, InvalidValue
 from ..models.base import detach_state, model_device
 
+# RUN/dynamic.json as `ctxlm tune-dynamic` writes it: what `read` needs of it
+RECORD = schemas.record({"best": schemas.nullable(schemas.record(
+    {"rule": {"enum": ["rms", "sgd"], "description": "'rms' or 'sgd'"}, "lr": schemas.rule("dynamic.lr"),
+     "decay": schemas.rule("dynamic.decay"), "segment": schemas.rule("dynamic.segment")},
+    ("rule", "lr", "decay", "segment"), description="a setting {rule, lr, decay, segment}"))},
+    ("best",), description="a tune-dynamic record {\"best\": ...}")
+LOSS_LIMIT = 700.0     # a segment's mean NLL above this (or NaN): the steps diverged (as training's divergence check)
 EPSILON = 2e-5     # bounds the rms step (≤ η/ε · g) where a weight's training gradient was ~0 (rare words' rows)
 
 
@@ -38,28 +47,35 @@ class DynamicSetting:
     @classmethod
     def read(cls, record: Path) -> "DynamicSetting | None":
         """The setting a `ctxlm tune-dynamic` record (RUN/dynamic.json) chose, None without a record; a record
-        that is unreadable, or whose grid lowered no perplexity, is a CtxlmError saying what to do."""
+        that is unreadable or not of `RECORD`'s form, or whose grid lowered no perplexity, is a CtxlmError."""
         if not record.is_file():
             return None
+        fix = "run `ctxlm tune-dynamic` again or delete it"
         try:
-            best = json.loads(record.read_text(encoding="utf-8"))["best"]
-            if best is None:
-                raise CtxlmError(f"{record}: no setting tune-dynamic tried lowered the perplexity; tune again with "
-                                 "smaller --lrs, give --dynamic-lr and the others, or delete it")
-            setting = cls(*(best[key] for key in ("rule", "lr", "decay", "segment")))
-            setting.check()
-            return setting
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-            raise CtxlmError(f"{record} is unreadable ({type(exc).__name__}: {exc}); run `ctxlm tune-dynamic` again "
-                             "or delete it") from None
+            data = json.loads(record.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise CtxlmError(f"{record} is unreadable ({type(exc).__name__}: {str(exc)[:80]}); {fix}") from None
+        best = schemas.check(data, RECORD, record, fix)["best"]
+        if best is None:
+            raise CtxlmError(f"{record}: no setting tune-dynamic tried lowered the perplexity; tune again with "
+                             "smaller --lrs, give --dynamic-lr and the others, or delete it")
+        return cls(best["rule"], best["lr"], best["decay"], best["segment"])
+
+    def __post_init__(self) -> None:
+        self.check()
 
     def check(self) -> None:
-        """ValueError unless the rule is rms or sgd, η ≥ 0, λ in [0, 1] and the segment ≥ 1 token."""
-        kinds = ((self.lr, (int, float)), (self.decay, (int, float)), (self.segment, int))
-        if self.rule not in ("rms", "sgd") or any(isinstance(v, bool) or not isinstance(v, k) for v, k in kinds):
-            raise ValueError(f"a setting is rule rms or sgd, numbers lr and decay, an integer segment: {self}")
-        if self.lr < 0 or not 0 <= self.decay <= 1 or self.segment < 1:
-            raise ValueError(f"lr ≥ 0, decay in [0, 1] and segment ≥ 1, got {self}")
+        """InvalidValue (a CtxlmError and a ValueError) unless the rule is rms or sgd and the numbers follow
+        `checks.RULES` (η in [0, 100], λ in [0, 1], the segment 1 to 100,000 tokens)."""
+        if self.rule not in ("rms", "sgd"):
+            raise InvalidValue(f"DynamicSetting.rule must be 'rms' or 'sgd', got {self.rule!r}")
+        self.lr = argument("dynamic.lr", self.lr, "DynamicSetting.lr")
+        self.decay = argument("dynamic.decay", self.decay, "DynamicSetting.decay")
+        self.segment = argument("dynamic.segment", self.segment, "DynamicSetting.segment")
+
+
+class Diverged(CtxlmError):
+    """The steps made the weights diverge (a step size too large for the model)."""
 
 
 class DynamicWeights:
@@ -69,7 +85,7 @@ class DynamicWeights:
         setting.check()
         if setting.rule == "rms" and mean_square is None:
             raise ValueError("the rms rule needs the mean squared training gradients (mean_squared_gradients)")
-        self.setting, self.model = setting, model
+        self.setting, self.model, self.steps = setting, model, 0
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.embeddings = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)]
         self.trained = [p.detach().clone() for p in self.params]
@@ -99,6 +115,15 @@ class DynamicWeights:
 
     @torch.no_grad()
     def step(self, loss: torch.Tensor) -> None:
+        """One step on a segment's mean NLL; Diverged when it is not finite or above 700 (a perplexity past
+        float64), which only steps too large make (the first segment is scored by the trained weights)."""
+        value = float(loss)
+        if not value <= LOSS_LIMIT:
+            s = self.setting
+            raise Diverged(f"dynamic evaluation diverged: after {self.steps} steps a segment's mean loss is {value:.3g} "
+                           f"(rule {s.rule}, lr {s.lr:g}, decay {s.decay:g}, segment {s.segment}); give a smaller step "
+                           "size (--dynamic-lr, tune-dynamic --lrs, DynamicSetting.lr)")
+        self.steps += 1
         grads = torch.autograd.grad(loss, self.params, allow_unused=True)
         for p, g, p0, scale, pull in zip(self.params, grads, self.trained, self.scale, self.pull):
             p.lerp_(p0, pull)                       # p + pull · (p0 − p), fused; the pull is from θ before the step
@@ -116,6 +141,7 @@ class DynamicWeights:
     @torch.no_grad()
     def restore(self) -> None:
         """Back to the trained weights (a new independent item, or the end of a pass)."""
+        self.steps = 0
         for p, p0 in zip(self.params, self.trained):
             p.copy_(p0)
 

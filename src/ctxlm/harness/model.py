@@ -21,6 +21,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
+from .. import schemas
 from ..errors import CtxlmError
 from ..run import Run, load
 
@@ -91,6 +92,29 @@ def _flag(value, name: str) -> bool:
     return bool(value)
 
 
+# a task file of --include-path: what ctxlm checks before the harness indexes it (which skips a bad file in silence)
+TASK_FILE = schemas.record({
+    "task": {"anyOf": [schemas.text(), {"type": "array"}], "description": "a task name or a list"},
+    "group": schemas.text(), "dataset_path": schemas.text(), "num_fewshot": schemas.rule("harness.num_fewshot"),
+    "output_type": {"enum": ["loglikelihood", "loglikelihood_rolling", "multiple_choice", "generate_until"],
+                    "description": "loglikelihood, loglikelihood_rolling, multiple_choice or generate_until"},
+}, description="a task file (a YAML mapping)")
+
+
+def check_task_files(folder: str | Path) -> None:
+    """Every *.yaml under `folder` parsed as the harness reads it and checked against TASK_FILE: a file the harness
+    cannot read is one line naming it, not "no such task"."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    for path in sorted(Path(folder).rglob("*.yaml")):
+        try:
+            data = load_yaml(path, resolve_func=False, recursive=True)
+        except Exception as exc:                # yaml's errors, a missing include, a list at the top
+            reason = " ".join(str(exc).split())
+            raise CtxlmError(f"{path}: not a task file the harness can read ({type(exc).__name__}: {reason}); fix the YAML") from None
+        schemas.check(data, TASK_FILE, path, "fix the task file (docs/harness.md)")
+
+
 def evaluate(run: str | Path | Run, tasks: list[str], include_path: str | None = None, limit: int | None = None,
              num_fewshot: int | None = None, bootstrap_iters: int = 1000, harness_tasks: bool = True, **model_args) -> dict:
     """The harness's results (its `evaluate`) of the run on `tasks`, found among the harness's own (unless not
@@ -104,6 +128,8 @@ def evaluate(run: str | Path | Run, tasks: list[str], include_path: str | None =
     datasets.disable_progress_bars()                      # one bar per split read: noise around a one-line error
     if include_path is not None and not Path(include_path).is_dir():
         raise CtxlmError(f"--include-path {include_path}: no such folder; give the folder holding the task's YAML file")
+    if include_path is not None:
+        check_task_files(include_path)
     manager = TaskManager(include_path=include_path, include_defaults=harness_tasks)
     places = (["lm-eval's own"] if harness_tasks else []) + ([include_path] if include_path else [])
     for name in tasks:
@@ -123,7 +149,13 @@ def evaluate(run: str | Path | Run, tasks: list[str], include_path: str | None =
             task.set_config(key="num_fewshot", value=0)
         task.set_fewshot_seed(seed=1234)
     with contextlib.redirect_stdout(sys.stderr):          # the harness prints its progress: keep stdout for results
-        results = harness_evaluate(lm=model, task_dict=loaded, limit=limit, bootstrap_iters=bootstrap_iters,
-                                   log_samples=False, verbosity="WARNING")
+        try:
+            results = harness_evaluate(lm=model, task_dict=loaded, limit=limit, bootstrap_iters=bootstrap_iters,
+                                       log_samples=False, verbosity="WARNING")
+        except ValueError as exc:                         # its sampler draws the examples with random.sample
+            if "larger than population" not in str(exc):
+                raise
+            raise CtxlmError(f"--num-fewshot {num_fewshot}: more few-shot examples than the task has documents to draw "
+                             "them from; give fewer") from None
     return json.loads(json.dumps({key: results[key] for key in ("results", "groups", "n-samples", "versions", "higher_is_better")
                                   if key in results}, default=str))

@@ -13,16 +13,23 @@ Everything is chunked matrix work: one [T, M+T] score matrix per chunk, no loop 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from .. import schemas
+from ..checks import argument
 from ..data.batching import IGNORE
 from ..errors import CtxlmError
 from ..layers.history import masked_softmax
 from .base import LanguageModel, ModelOutput
+
+# RUN/cache.json as `ctxlm tune-cache` writes it: what `CacheSettings.recorded` needs of it
+RECORD = schemas.record({"best": schemas.record(
+    {"window": schemas.rule("cache.window"), "theta": schemas.rule("cache.theta"), "lambda": schemas.rule("cache.lambda")},
+    ("window", "theta", "lambda"), description="a setting {window, theta, lambda}")},
+    ("best",), description="a tune-cache record {\"best\": {\"window\": …, \"theta\": …, \"lambda\": …}}")
 
 
 @dataclass
@@ -42,27 +49,23 @@ class CacheSettings:
         path = cls.record_path(run_dir)
         if not path.is_file():
             return None
+        fix = f"run `ctxlm tune-cache {Path(run_dir)}` again or delete the file"
         try:
-            best = json.loads(path.read_text(encoding="utf-8"))["best"]
-            settings = cls(*(best[key] for key in ("window", "theta", "lambda")))
-            kinds = ((settings.window, int), (settings.theta, (int, float)), (settings.lam, (int, float)))
-            if any(isinstance(v, bool) or not isinstance(v, k) for v, k in kinds):
-                raise TypeError("window must be an integer, theta and lambda numbers")
-            settings.check()
-        except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError, RecursionError) as exc:
-            what = f"no key {exc}" if isinstance(exc, KeyError) else str(exc).split("\n")[0]
-            raise CtxlmError(f"{path}: not a cache setting written by `ctxlm tune-cache` ({what}); it needs "
-                             "\"best\": {\"window\": …, \"theta\": …, \"lambda\": …}: run `ctxlm tune-cache "
-                             f"{Path(run_dir)}` again or delete the file") from None
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise CtxlmError(f"{path}: not a cache setting written by `ctxlm tune-cache` ({str(exc)[:80]}); {fix}") from None
+        best = schemas.check(data, RECORD, path, fix)["best"]
+        settings = cls(best["window"], best["theta"], best["lambda"])
         return settings
 
+    def __post_init__(self) -> None:
+        self.check()
+
     def check(self) -> None:
-        if self.window < 1:
-            raise ValueError(f"cache window must be at least 1, got {self.window}")
-        if not self.theta >= 0 or not math.isfinite(self.theta):
-            raise ValueError(f"cache theta must be a finite number ≥ 0, got {self.theta}")
-        if not 0.0 <= self.lam <= 1.0:
-            raise ValueError(f"cache lambda must be in [0, 1], got {self.lam}")
+        """InvalidValue (a CtxlmError and a ValueError) unless the numbers follow `checks.RULES`."""
+        self.window = argument("cache.window", self.window, "CacheSettings.window")
+        self.theta = argument("cache.theta", self.theta, "CacheSettings.theta")
+        self.lam = argument("cache.lambda", self.lam, "CacheSettings.lam")
 
 
 def cache_step(hidden, inputs, reset, memory, window: int, theta: float):

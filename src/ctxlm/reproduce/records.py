@@ -19,12 +19,26 @@ from pathlib import Path
 
 import torch
 
+from .. import schemas
 from ..errors import CtxlmError
 from ..io import atomic_write_text
 from ..jsonio import json_text
 from ..training import checkpoint
 from ..training.rundir import RunDir
 
+_PPL = schemas.nullable(schemas.rule("table.perplexity"))
+_COUNT = schemas.nullable(schemas.integer(0))
+# results/TABLE/ROW.json (reproductions/README.md): the keys the report and --check read, each of its form
+RECORD = schemas.record({
+    "table": schemas.text(), "row": schemas.text(), "finished": {"type": "boolean", "description": "true or false"},
+    "valid_ppl": _PPL, "test_ppl": _PPL, "accuracy": schemas.nullable(schemas.rule("table.accuracy")),
+    "best_epoch": _COUNT, "threads": _COUNT, "wall_s": schemas.nullable(schemas.rule("table.seconds")),
+    "curve": {"type": "array", "items": schemas.record({"epoch": schemas.integer(0)}, ("epoch",), description="an epoch {epoch, ...}"),
+              "description": "a list of epochs"},
+    "parameters": schemas.record({"total": _COUNT, "without_embeddings": _COUNT}, description="{total, without_embeddings}"),
+    "set": {"type": "array", "items": schemas.text(), "description": "a list of strings"},
+    "earlier": {"type": "array", "items": {"type": "object", "description": "a record"}, "description": "a list of records"},
+}, ("table", "row", "finished"), description="a record")
 FINGERPRINT_BATCHES = 20
 CURVE_KEYS = ("epoch", "lr", "train_ppl", "valid_ppl", "tokens_per_s", "elapsed_s")
 
@@ -61,7 +75,7 @@ def load_record(path: str | Path) -> dict | None:
         raise CtxlmError(f"{path}: not a readable record ({exc}); restore it with git or delete it") from None
     if not isinstance(record, dict) or "finished" not in record:
         raise CtxlmError(f"{path}: not a record (no 'finished' key); restore it with git or delete it")
-    return record
+    return schemas.check(record, RECORD, path, "restore it with git or delete it")
 
 
 def save_record(path: str | Path, record: dict) -> None:

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..checks import RULES
 from ..errors import CtxlmError
 from ..registry import MODELS
 from ..training.rundir import RunDir, RunLock, git_commit
@@ -305,7 +306,11 @@ def parse_duration(text: str) -> float:
     if not text.strip() or not parts or not any(parts.groups()):
         raise CtxlmError(f"--stop-after {text!r}: give a duration such as 90s, 45m, 2h or 1h30m")
     hours, minutes, seconds = (float(g or 0) for g in parts.groups())
-    return hours * 3600 + minutes * 60 + seconds
+    total = hours * 3600 + minutes * 60 + seconds
+    if not RULES["reproduce.stop_after"].allowed.admits(total):
+        raise CtxlmError(f"--stop-after {text!r}: must be a duration above 0 and under 31 years (e.g. 90s, 45m, 2h); "
+                         "leave it out for no limit")
+    return total
 
 
 CHECK_TOLERANCE = 1e-5      # relative: float sums differ this little between CPUs; a changed model far more

@@ -7,12 +7,26 @@ from pathlib import Path
 
 import tomllib
 
+from .. import schemas
 from ..errors import CtxlmError
 
 METRICS = {"test_ppl": "test perplexity", "accuracy": "accuracy (%)"}
-_ID = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
-_TABLE_KEYS = {"title", "spec", "metric", "band", "note", "row"}
-_ROW_KEYS = {"id", "label", "preset", "set", "stand_in", "below", "unavailable", "source", "same_as"}
+_PPL, _TEXT = schemas.rule("table.perplexity"), schemas.text()
+_SOURCE = schemas.record({"train_ppl": _PPL, "valid_ppl": _PPL, "test_ppl": _PPL, "accuracy": schemas.rule("table.accuracy"),
+                          "params": _TEXT, "params_without_embeddings": _TEXT}, closed=True,
+                         description="the source's figures {train_ppl, valid_ppl, test_ppl, accuracy, params, ...}")
+_ROW = schemas.record({
+    "id": schemas.text("lowercase letters, digits, dots and hyphens", pattern="^[a-z0-9][a-z0-9.-]*$"),
+    "label": _TEXT, "preset": _TEXT, "stand_in": _TEXT, "unavailable": _TEXT, "source": _SOURCE,
+    "set": {"type": "array", "items": schemas.text('a "section.key=value" string'), "description": 'a list of "section.key=value" strings'},
+    "below": _PPL, "same_as": schemas.text('"TABLE/ROW", e.g. "daniluk-4.8/lstm"', pattern="^[a-z0-9.-]+/[a-z0-9.-]+$"),
+}, ("id",), closed=True, description="a row")
+# a reproduction table file (reproductions/README.md): what `load_table` checks before it reads a value
+TABLE = schemas.record({
+    "title": _TEXT, "spec": _TEXT, "note": _TEXT, "band": schemas.rule("table.band"),
+    "metric": {"enum": list(METRICS), "description": " or ".join(METRICS)},
+    "row": {"type": "array", "items": _ROW, "description": "a list of [[row]] tables"},
+}, closed=True, description="a reproduction table")
 
 
 @dataclass
@@ -57,38 +71,22 @@ class Table:
         return [self.row(r) for r in row_ids] if row_ids else self.rows
 
 
-def _check_keys(path: Path, where: str, given: dict, allowed: set) -> None:
-    unknown = sorted(set(given) - allowed)
-    if unknown:
-        raise CtxlmError(f"{path}: unknown key {unknown[0]!r} in {where}; keys: {', '.join(sorted(allowed))}")
-
-
 def load_table(path: str | Path) -> Table:
-    """Read and check one table file; presets are resolved against the project folder."""
+    """Read one table file and check it against `TABLE` (reproductions/README.md); presets are resolved against
+    the project folder."""
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise CtxlmError(f"{path}: not valid TOML ({exc})") from None
-    _check_keys(path, "the table", data, _TABLE_KEYS)
+    schemas.check(data, TABLE, path, "fix the table (reproductions/README.md gives the format)")
     metric = data.get("metric", "test_ppl")
-    if metric not in METRICS:
-        raise CtxlmError(f"{path}: metric {metric!r}; choose {' or '.join(METRICS)}")
     project, rows = path.resolve().parent.parent, []
-    for number, raw in enumerate(data.get("row", []), 1):
-        where = f"row {number}"
-        _check_keys(path, where, raw, _ROW_KEYS)
-        if not _ID.match(str(raw.get("id", ""))):
-            raise CtxlmError(f"{path}: {where} needs an id of lowercase letters, digits, dots and hyphens")
-        if "same_as" in raw and not re.match(r"^[a-z0-9.-]+/[a-z0-9.-]+$", str(raw["same_as"])):
-            raise CtxlmError(f"{path}: row {raw['id']!r}: same_as is \"TABLE/ROW\", e.g. \"daniluk-4.8/lstm\"")
+    for raw in data.get("row", []):
         if ("preset" in raw) == ("unavailable" in raw):
             raise CtxlmError(f"{path}: row {raw['id']!r} needs either a preset or an `unavailable` reason")
-        overrides = raw.get("set", [])
-        if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
-            raise CtxlmError(f"{path}: row {raw['id']!r}: set is a list of \"section.key=value\" strings")
         rows.append(Row(raw["id"], raw.get("label", raw["id"]), project / raw["preset"] if "preset" in raw else None,
-                        overrides, raw.get("stand_in"), raw.get("below"), raw.get("unavailable"), raw.get("source", {}),
+                        raw.get("set", []), raw.get("stand_in"), raw.get("below"), raw.get("unavailable"), raw.get("source", {}),
                         raw.get("same_as")))
     ids = [r.id for r in rows]
     if len(set(ids)) != len(ids):

@@ -13,6 +13,7 @@ maximum likelihood (EM) on the development references.
 from __future__ import annotations
 
 import itertools
+import math
 
 import torch
 
@@ -75,7 +76,15 @@ def lm_scores(model: LanguageModel, lists: dict[str, list[Hypothesis]]) -> dict[
 
 
 def totals(hypotheses: list[Hypothesis], lm: list[float], weight: float, penalty: float) -> list[float]:
-    return [h.score + weight * s + penalty * len(h.words) for h, s in zip(hypotheses, lm)]
+    """Each hypothesis's total; a total that is not a finite number (weights so large that it overflows, or an LM
+    that gives a hypothesis probability 0) is a CtxlmError, never a silent order."""
+    found = [h.score + weight * s + penalty * len(h.words) for h, s in zip(hypotheses, lm)]
+    for h, s, total in zip(hypotheses, lm, found):
+        if not math.isfinite(total):
+            raise CtxlmError(f"line {h.line}: the total score is {total} (first pass {h.score:g} + LM weight {weight:g} × "
+                             f"log p {s:g} + penalty {penalty:g} × {len(h.words)} words), not a finite number; give a "
+                             "smaller --lm-weight or --penalty (or grid), or an LM that gives every hypothesis a probability")
+    return found
 
 
 def ranked(hypotheses: list[Hypothesis], lm: list[float], weight: float, penalty: float) -> list[int]:

@@ -224,7 +224,7 @@ def resume_state(run_dir: RunDir, log) -> dict | None:
             state = checkpoint.load_state(previous)      # unusable too: says so, naming both
             aside = current.with_name("trainer_state.unreadable.pt")
             os.replace(current, aside)                  # kept for a look; never linked over the good .prev.pt
-            log(f"{current} is unreadable ({str(exc).split(': ', 1)[-1][:120]}); moved it to {aside.name} and "
+            log(f"{current} is unreadable ({getattr(exc, 'reason', str(exc))}); moved it to {aside.name} and "
                 f"continuing from {previous.name} (epoch {state['epoch']}, batch {state['position']})")
             return state
     if previous.exists():

@@ -73,6 +73,11 @@ class Trainer:
         if config.train.threads:
             torch.set_num_threads(capped_threads(config.train.threads))
         vocab = self.files.read_vocab() if resume and self.files.vocab.exists() else None
+        recorded = (self.resume_state or {}).get("identity") or {}
+        if vocab is not None and recorded.get("vocab") not in (None, vocab.fingerprint()):
+            raise CtxlmError(f"{self.files.vocab}: changed since the trainer state was written, so the run's weights are "
+                             "for another vocabulary; restore the run's own vocab.txt (--allow-changed-data is for a "
+                             "changed corpus, never a changed vocabulary) or train a new --run-dir")
         self.data = prepare_data(config, data_dir, vocab)
         self.fingerprint = data_fingerprint(self.data)
         if self.resume_state is not None:
