@@ -196,5 +196,19 @@ def test_registered_corpora_declare_their_recipe(tmp_path):
     assert text_recipe(config) == TextRecipe(sentences="gutenberg", tokenize="msr")
     config.data.dataset = "files"
     assert text_recipe(config).whitespace
-    with pytest.raises(CtxlmError, match="cannot apply"):
-        TextRecipe.of({"tokenize": "sentencepiece"}, "x/text.json")
+    unknown = TextRecipe.of({"tokenize": "sentencepiece"}, "x/text.json")     # from a newer ctxlm: said when used
+    with pytest.raises(CtxlmError, match="tokeniser 'sentencepiece'.*--pretokenized"):
+        unknown.tokens("the cat")
+    with pytest.raises(CtxlmError, match="not one this ctxlm knows"):
+        TextRecipe.of({"lower": "yes"}, "x/text.json")
+
+
+def test_a_recipe_this_version_cannot_apply_is_one_line_and_pretokenized_still_scores(world, tmp_path):
+    newer = tmp_path / "newer"
+    shutil.copytree(world / "kn", newer)
+    (newer / "text.json").write_text(json.dumps({"tokenize": "sentencepiece"}))
+    one_line_error(ctxlm("score", newer, stdin=RAW[0].encode()), "tokeniser 'sentencepiece'", "--pretokenized")
+    one_line_error(ctxlm("eval", newer, "--file", world / "raw.txt"), "tokeniser 'sentencepiece'")
+    assert ctxlm("score", newer, "--pretokenized", stdin=TOKENISED[0].encode()).returncode == 0
+    (newer / "text.json").write_text("{")
+    one_line_error(ctxlm("score", newer, stdin=RAW[0].encode()), "text.json", "delete it")

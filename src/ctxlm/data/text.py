@@ -72,15 +72,12 @@ class TextRecipe:
 
     @classmethod
     def of(cls, recorded, where: str) -> "TextRecipe":
-        """The recipe a manifest or run recorded (a dict); a value this version cannot apply is a one-line error."""
-        names = {f.name for f in fields(cls)}
-        if not isinstance(recorded, dict) or not set(recorded) <= names:
-            raise CtxlmError(f"{where}: the text recipe {recorded!r} is not one this ctxlm knows (fields {', '.join(sorted(names))})")
-        recipe = cls(**recorded)
-        if recipe.tokenize not in TOKENIZERS + CORPUS_TOKENIZERS or recipe.sentences not in SENTENCES:
-            raise CtxlmError(f"{where}: text recipe {recipe.describe()!r} names a tokeniser or sentence rule this ctxlm cannot "
-                             "apply; update ctxlm, or score pre-tokenised text (--pretokenized / pretokenized=True)")
-        return recipe
+        """The recipe a manifest or run recorded (a dict); a malformed one is a one-line error."""
+        kinds = {f.name: type(f.default) for f in fields(cls)}
+        if not isinstance(recorded, dict) or not all(type(recorded[k]) is kinds.get(k) for k in recorded):
+            raise CtxlmError(f"{where}: the text recipe {recorded!r} is not one this ctxlm knows (fields "
+                             f"{', '.join(f'{k} ({t.__name__})' for k, t in kinds.items())})")
+        return cls(**recorded)          # a tokeniser this version lacks is refused when raw text is read
 
     def save(self, path: Path) -> None:
         atomic_write_text(path, json.dumps(self.recipe(), indent=1) + "\n")
@@ -94,7 +91,10 @@ class TextRecipe:
             recorded = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise CtxlmError(f"{path}: unreadable text recipe ({exc}); delete it to split raw text on whitespace") from None
-        return cls.of(recorded, str(path))
+        try:
+            return cls.of(recorded, str(path))
+        except CtxlmError as exc:
+            raise CtxlmError(f"{exc}; delete it to split raw text on whitespace") from None
 
 
 WHITESPACE = TextRecipe()
@@ -130,7 +130,8 @@ def input_files(inputs: list[str | Path], option: str = "INPUT") -> list[Path]:
 def tokenizer(options: TextRecipe) -> Callable[[str], list[str]]:
     """The function from one sentence's text to its tokens, normalised as `options` say."""
     if options.tokenize not in TOKENIZERS + CORPUS_TOKENIZERS:
-        raise CtxlmError(f"--tokenize {options.tokenize}: choose one of {', '.join(TOKENIZERS)}")
+        raise CtxlmError(f"tokeniser {options.tokenize!r}: this ctxlm has {', '.join(TOKENIZERS + CORPUS_TOKENIZERS)}; update "
+                         "ctxlm, or give text tokenised already (--pretokenized / pretokenized=True)")
     if options.tokenize == "moses":
         split = _moses(options.lang)
     elif options.tokenize == "ptb":
@@ -246,4 +247,5 @@ def sentences(path: Path, options: TextRecipe) -> Iterator[list[str]]:
         for line in readers.iter_lines(path, allow_empty=True):
             yield tokens(line)
     else:
-        raise CtxlmError(f"--sentences {options.sentences}: choose one of {', '.join(SENTENCES)}")
+        raise CtxlmError(f"sentence rule {options.sentences!r}: this ctxlm has {', '.join(SENTENCES)}; update ctxlm, or give "
+                         "text tokenised already, one sentence a line (--pretokenized)")
