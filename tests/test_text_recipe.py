@@ -212,3 +212,14 @@ def test_a_recipe_this_version_cannot_apply_is_one_line_and_pretokenized_still_s
     assert ctxlm("score", newer, "--pretokenized", stdin=TOKENISED[0].encode()).returncode == 0
     (newer / "text.json").write_text("{")
     one_line_error(ctxlm("score", newer, stdin=RAW[0].encode()), "text.json", "delete it")
+
+
+def test_eval_dynamic_file_reads_it_by_the_recipe_too(world):
+    (world / "raw_eval.txt").write_text("\n".join(RAW) + "\n")
+    (world / "tok_eval.txt").write_text("\n".join(TOKENISED) + "\n")
+    dynamic = ["--dynamic", "--dynamic-rule", "sgd", "--dynamic-lr", "0.1", "--json"]
+    raw = ctxlm("eval", world / "lstm", "--file", world / "raw_eval.txt", *dynamic)
+    tokenised = ctxlm("eval", world / "lstm", "--file", world / "tok_eval.txt", "--pretokenized", *dynamic)
+    assert raw.returncode == tokenised.returncode == 0, raw.stderr + tokenised.stderr
+    a, b = json.loads(raw.stdout)[str(world / "raw_eval.txt")], json.loads(tokenised.stdout)[str(world / "tok_eval.txt")]
+    assert (a["nll"], a["tokens"], a["unknown"]) == (b["nll"], b["tokens"], b["unknown"]) == (a["nll"], sum(len(t.split()) + 1 for t in TOKENISED), 1)
