@@ -203,7 +203,7 @@ def test_import_arpa_of_a_damaged_file(runs, arpa, tmp_path, cut, edits):
 
 
 # ------------------------------------------------------------------------------------------ run directories
-FILES = ["config.toml", "vocab.txt", "model.safetensors", "trainer_state.pt", "metrics.jsonl", "results.json"]
+FILES = ["config.toml", "vocab.txt", "text.json", "model.safetensors", "trainer_state.pt", "metrics.jsonl", "results.json"]
 WEIGHTED = st.sampled_from(FILES + ["model.safetensors", "trainer_state.pt"] * 2)
 COMMANDS = {
     "eval": lambda run, corpus: ["eval", run, "--file", corpus / "valid.txt", "--json"],

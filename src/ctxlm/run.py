@@ -1,7 +1,8 @@
 """A trained run from Python: `ctxlm.load(run_dir)` -> Run, which scores, predicts and generates (docs/python.md).
 
-Texts are whitespace-tokenised lines; each ends in `<eos>`, and a word outside the vocabulary is scored
-as `<unk>` (flagged in `unknown`). Log-probabilities are natural logs.
+Texts are lines of raw text, tokenised by the run's text recipe (its corpus's: data/text.py, docs/prepare.md) unless
+`pretokenized=True` (then split on whitespace); each ends in `<eos>`, and a word outside the vocabulary is scored
+as `<unk>` (flagged in `unknown`, counted in `unknown_count`). Log-probabilities are natural logs.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import torch
 
 from .checks import at_least, safe_exp
 from .config import Config
+from .data.text import APPROXIMATE, WHITESPACE, TextRecipe, file_tokens, note_once
 from .data.vocab import EOS, Vocabulary
 from .errors import CtxlmError
 from .evaluation.dynamic import DynamicSetting, DynamicWeights, mean_squared_gradients
@@ -47,6 +49,11 @@ class Scored:
     def perplexity(self) -> float:
         return safe_exp(-self.total / len(self.tokens))
 
+    @property
+    def unknown_count(self) -> int:
+        """Tokens scored as `<unk>`."""
+        return sum(self.unknown)
+
 
 @dataclass
 class Continued:
@@ -60,9 +67,9 @@ class Continued:
     best_word: list[str]
 
 
-def pair_words(*texts: str) -> list[list[str]]:
-    """The words of texts read one after another, each text's own: whitespace-separated, a line break `<eos>`
-    (one for several, none at the start: the stream starts after one)."""
+def pair_words(*texts: str, split=str.split) -> list[list[str]]:
+    """The words of texts read one after another, each text's own: each line `split` (whitespace), a line break
+    `<eos>` (one for several, none at the start: the stream starts after one)."""
     pieces, last = [], EOS
     for text in texts:
         words = []
@@ -70,7 +77,7 @@ def pair_words(*texts: str) -> list[list[str]]:
             if number and last != EOS:
                 words.append(EOS)
                 last = EOS
-            words += line.split()
+            words += split(line)
             last = words[-1] if words else last
         pieces.append(words)
     return pieces
@@ -84,6 +91,29 @@ class Run:
     model: LanguageModel
     dynamic: DynamicWeights | None = None      # set by with_dynamic: every text is scored with steps
     weights_sha256: str = ""                   # the loaded weights' content digest (their file's metadata)
+    recipe: TextRecipe | None = WHITESPACE     # how raw text becomes tokens (text.json); None: the run recorded none
+
+    def words(self, line: str, pretokenized: bool = False) -> list[str]:
+        """One line of raw text as the run's tokens, by its corpus's recipe; split on whitespace if `pretokenized`
+        (or where the run recorded no recipe, with a note once)."""
+        recipe = None if pretokenized else self.text_recipe()
+        return line.split() if recipe is None else recipe.tokens(line)
+
+    def file_tokens(self, path, pretokenized: bool = False) -> Iterator[str]:
+        """A text file's tokens, each sentence followed by `<eos>`: by the run's recipe (its sentence rule too), or
+        its lines split on whitespace if `pretokenized` (as `ctxlm eval --file` reads a file)."""
+        return file_tokens(path, None if pretokenized else self.text_recipe())
+
+    def text_recipe(self) -> TextRecipe | None:
+        """The recipe raw text goes through (None: split on whitespace), with a note once where it is approximate or
+        the run recorded none."""
+        if self.recipe is None:
+            note_once(("unrecorded", self.path), f"{self.path} records no text recipe (trained before ctxlm kept one): raw "
+                      "text is split on whitespace as before; give it tokenised as the corpus was")
+        elif self.recipe.tokenize in APPROXIMATE:
+            note_once(("approximate", self.recipe), f"{self.path}: {APPROXIMATE[self.recipe.tokenize]} (an approximation; "
+                      "give text tokenised as the corpus was with --pretokenized / pretokenized=True for exact tokens)")
+        return self.recipe
 
     # ------------------------------------------------------------ variants
     def with_cache(self, settings: CacheSettings | None = None) -> "Run":
@@ -129,12 +159,15 @@ class Run:
                              "Run.sentence_log_probs)")
 
     # ------------------------------------------------------------ scoring
-    def score(self, texts: str | Iterable[str], document: bool = False, batch_size: int = 32) -> list[Scored]:
+    def score(self, texts: str | Iterable[str], document: bool = False, batch_size: int = 32,
+              pretokenized: bool = False) -> list[Scored]:
         """Per-token log-probabilities of each text (a line; a string of several lines is split). `document`:
-        the texts are one stream with the state carried (as `ctxlm eval` reads a file); else each is alone."""
-        return list(self.iter_score(texts, document, batch_size))
+        the texts are one stream with the state carried (as `ctxlm eval` reads a file); else each is alone.
+        `pretokenized`: the texts are tokens already, split on whitespace (else the run's recipe tokenises them)."""
+        return list(self.iter_score(texts, document, batch_size, pretokenized))
 
-    def iter_score(self, texts: str | Iterable[str], document: bool = False, batch_size: int = 32) -> Iterator[Scored]:
+    def iter_score(self, texts: str | Iterable[str], document: bool = False, batch_size: int = 32,
+                   pretokenized: bool = False) -> Iterator[Scored]:
         """`score`, one text at a time as it is read (for long inputs)."""
         self._left_to_right("score")
         check_batch_size(batch_size)
@@ -144,46 +177,46 @@ class Run:
 
             def blocks():
                 for line in lines:
-                    read.append((line, line.split() + [EOS]))
+                    read.append((line, self.words(line, pretokenized) + [EOS]))
                     yield self.vocab.encode(read[-1][1])
             for log_probs in self._stream(blocks()):
                 yield self._scored(*read.popleft(), log_probs)
             return
         lines = iter(lines)
         while group := list(itertools.islice(lines, GROUP)):
-            tokens = [line.split() + [EOS] for line in group]
+            tokens = [self.words(line, pretokenized) + [EOS] for line in group]
             scores = self._sentences([self.vocab.encode(t) for t in tokens], batch_size)
             for line, words, log_probs in zip(group, tokens, scores):
                 yield self._scored(line, words, log_probs)
 
-    def perplexity(self, texts: str | Iterable[str], document: bool = True) -> float:
+    def perplexity(self, texts: str | Iterable[str], document: bool = True, pretokenized: bool = False) -> float:
         """exp(−total log-probability / tokens) of the texts, every `<eos>` counted: read as one stream
         (`document`, `ctxlm eval`'s reading) or each text alone (a sentence-regime model's reading)."""
         total, count = 0.0, 0
-        for scored in self.iter_score(texts, document):
+        for scored in self.iter_score(texts, document, pretokenized=pretokenized):
             total += sum(scored.log_probs)
             count += len(scored.log_probs)
         if not count:
             raise CtxlmError("perplexity: no text to score")
         return safe_exp(-total / count)
 
-    def sentence_log_probs(self, texts: str | Iterable[str], batch_size: int = 50) -> list[float]:
+    def sentence_log_probs(self, texts: str | Iterable[str], batch_size: int = 50, pretokenized: bool = False) -> list[float]:
         """log p of each whole sentence (its words then `<eos>`; a string of several lines is split), for every
         family — the bidirectional RM included, which scores whole sentences only (`ctxlm complete` chooses
         candidates with this)."""
         from .evaluation.completion import sentence_scores
         check_batch_size(batch_size)
         texts = list(text_lines(texts, "sentence_log_probs"))
-        return sentence_scores(self.model, self.vocab, [t.split() + [EOS] for t in texts], batch_size,
+        return sentence_scores(self.model, self.vocab, [self.words(t, pretokenized) + [EOS] for t in texts], batch_size,
                                dynamic=self.dynamic).tolist()
 
-    def continuation(self, context: str, continuation: str) -> Continued:
+    def continuation(self, context: str, continuation: str, pretokenized: bool = False) -> Continued:
         """The words of `continuation` after those of `context` (`pair_words`), read as one stream after `<eos>` with
         nothing appended, as `ctxlm lambada` reads a passage (lm-evaluation-harness's `loglikelihood`, ctxlm.harness)."""
         self._left_to_right("continuation")
         check_text(context, "continuation: context")
         check_text(continuation, "continuation: continuation")
-        before, after = pair_words(context, continuation)
+        before, after = pair_words(context, continuation, split=functools.partial(self.words, pretokenized=pretokenized))
         if not after:
             raise CtxlmError(f"continuation {continuation!r} has no word to score")
         start, kept, seen = len(before), [], [0]       # output position p predicts token p
@@ -206,27 +239,27 @@ class Run:
         return not_answers(self.vocab)
 
     # ------------------------------------------------------------ prediction
-    def next_word_log_probs(self, context: str = "") -> torch.Tensor:
+    def next_word_log_probs(self, context: str = "", pretokenized: bool = False) -> torch.Tensor:
         """[V] log-probabilities of the word after `context`, read after `<eos>` as `continuation` reads it (`pair_words`:
         a line break is `<eos>`, so after "the cat\n" the next word starts a line)."""
         self._left_to_right("next-word distribution")
         check_text(context, "next_word_log_probs: context")
         kept = []
-        words = pair_words(context)[0]
+        words = pair_words(context, split=functools.partial(self.words, pretokenized=pretokenized))[0]
         probe = self.vocab.encode(words + [EOS])        # any last id: its position reads the context's last word
         for _ in self._stream([probe], on_output=lambda out: kept.append(self.model.log_probs(out.last_position()))):
             pass
         return kept[-1].reshape(-1).float().cpu()
 
-    def top_next_words(self, context: str = "", k: int = 10) -> list[tuple[str, float]]:
+    def top_next_words(self, context: str = "", k: int = 10, pretokenized: bool = False) -> list[tuple[str, float]]:
         """The `k` likeliest next words after `context`, with their probabilities."""
         if k < 1:
             raise CtxlmError(f"top_next_words: k is the number of words to return, at least 1; got {k}")
-        best = self.next_word_log_probs(context).topk(min(k, len(self.vocab)))
+        best = self.next_word_log_probs(context, pretokenized).topk(min(k, len(self.vocab)))
         return [(self.vocab.words[i], safe_exp(lp)) for lp, i in zip(best.values.tolist(), best.indices.tolist())]
 
     def generate(self, prompt: str = "", max_tokens: int = 50, temperature: float = 1.0, top_k: int = 0,
-                 top_p: float = 1.0, seed: int | torch.Generator = 0) -> list[str]:
+                 top_p: float = 1.0, seed: int | torch.Generator = 0, pretokenized: bool = False) -> list[str]:
         """Continue `prompt` by sampling (temperature 0: greedy); the sampled words, `<eos>` included. `seed`: a
         number, or a torch.Generator to draw several different samples from in turn."""
         self._left_to_right("generate")
@@ -234,7 +267,7 @@ class Run:
         if self.dynamic is not None:
             raise CtxlmError("generate samples from the trained weights; drop with_dynamic")
         generator = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(seed)
-        return sample(self.model, self.vocab, prompt.split(), max_tokens, temperature, top_k, top_p, generator)
+        return sample(self.model, self.vocab, self.words(prompt, pretokenized), max_tokens, temperature, top_k, top_p, generator)
 
     # ------------------------------------------------------------ the loops, in evaluation/scoring.py
     def _stream(self, blocks, on_output=None) -> Iterator[torch.Tensor]:
@@ -303,4 +336,4 @@ def load(run_dir: str | Path, device: str = "cpu") -> Run:
     model = build_model(config.model, len(vocab), config.output)
     metadata = files.load_weights(model, identity(config.model.name, vocab))
     model.to("cpu" if model.count_based else device).eval()
-    return Run(files.path, config, vocab, model, weights_sha256=metadata.get("sha256", ""))
+    return Run(files.path, config, vocab, model, weights_sha256=metadata.get("sha256", ""), recipe=files.read_text_recipe())

@@ -59,6 +59,11 @@ def json_option(p, help: str) -> None:
     p.add_argument("--json", action="store_true", help=help)
 
 
+def pretokenized_option(p, what: str = "the text") -> None:
+    p.add_argument("--pretokenized", action="store_true", help=f"{what} is tokenised already: split it on whitespace "
+                   "instead of applying the run's text recipe (its corpus's tokeniser and normalisation, docs/prepare.md)")
+
+
 def cache_options(p) -> None:
     p.add_argument("--cache", action="store_true", help="add the neural cache (Grave et al. 2017) with the settings "
                    "`ctxlm tune-cache` recorded in the run; --cache-window/--cache-theta/--cache-lambda override them")

@@ -84,9 +84,9 @@ def _command(args) -> str:
 
 def cmd_prepare_text(args) -> int:
     from ..data.prepare import Recipe, prepare
-    from ..data.text import TextOptions, input_files
+    from ..data.text import TextRecipe, input_files
 
-    text = TextOptions(args.sentences, args.tokenize, args.lang, args.lower, args.numbers)
+    text = TextRecipe(args.sentences, args.tokenize, args.lang, args.lower, args.numbers)
     recipe = Recipe(input_files(args.inputs), text,
                     valid=input_files(args.valid, "--valid") if args.valid else (args.valid_sentences or ""),
                     test=input_files(args.test, "--test") if args.test else (args.test_sentences or ""),

@@ -75,9 +75,8 @@ def with_dynamic(run, args, data=None, setting: DynamicSetting | None = None):
 def eval_dynamic(run, args) -> int:
     """`eval --dynamic` (with --cache too): each split (or --file) as one stream, batch 1, weights adapted
     segment by segment."""
-    from ..data.corpus import iter_tokens
     from ..data.vocab import EOS
-    from ..evaluation.perplexity import evaluate_dynamic
+    from ..evaluation.perplexity import evaluate_dynamic, unknown_targets
 
     if args.names or args.precision != "fp32":
         raise CtxlmError("--dynamic goes without --names and --precision: drop them")
@@ -92,9 +91,10 @@ def eval_dynamic(run, args) -> int:
     data = split_data(run, args, *(args.split or [])) if needs_corpus else None
     run = with_dynamic(run, args, data, setting)
     model, cache = with_cache(run, args)
-    texts = ({args.file: run.vocab.encode([EOS, *iter_tokens(args.file)])} if args.file else
+    texts = ({args.file: run.vocab.encode([EOS, *run.file_tokens(args.file, args.pretokenized)])} if args.file else
              {split: data.ids[split] for split in args.split or [s for s in ("valid", "test") if s in data.ids]})
-    results = {name: {**evaluate_dynamic(model, ids, run.dynamic), "dynamic": vars(setting)} for name, ids in texts.items()}
+    results = {name: {**evaluate_dynamic(model, ids, run.dynamic), "unknown": unknown_targets(ids, run.vocab), "dynamic": vars(setting)}
+               for name, ids in texts.items()}
     if cache is not None:
         for r in results.values():
             r["cache"] = {"window": cache.window, "theta": cache.theta, "lambda": cache.lam}

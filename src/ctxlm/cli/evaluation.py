@@ -17,6 +17,7 @@ from .common import (
     left_to_right,
     neural_only,
     out_file_option,
+    pretokenized_option,
     print_perplexities,
     run_argument,
     split_data,
@@ -32,7 +33,9 @@ def add_eval(sub) -> None:
     run_argument(p)
     what = p.add_mutually_exclusive_group()
     what.add_argument("--split", action="append", choices=SPLITS, help="split(s) to evaluate (default valid and test)")
-    what.add_argument("--file", help="evaluate a text file (one sentence per line, read as a stream) instead")
+    what.add_argument("--file", help="evaluate a text file (one sentence per line, read as a stream, tokenised by the run's "
+                      "text recipe) instead")
+    pretokenized_option(p, "--file")
     p.add_argument("--batch-size", type=option(int, at_least(1)), help="parallel streams (default from the run: 1)")
     p.add_argument("--chunk", type=option(int, at_least(1)), help="tokens per forward pass (default from the run: 1000)")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
@@ -45,7 +48,8 @@ def add_eval(sub) -> None:
     p.add_argument("--mix-weight", type=option(float, in_range(0, 1)), help="λ in [0, 1] for --mix (default: chosen by "
                    "maximum likelihood on the valid split)")
     dynamic_options(p)
-    json_option(p, "print JSON: per split, the targets (tokens), their summed NLL in nats (nll) and the perplexity (ppl); the table shows the NLL per token")
+    json_option(p, "print JSON: per split, the targets (tokens), their summed NLL in nats (nll), the perplexity (ppl) and the "
+                "targets scored as <unk> (unknown); the table shows the NLL per token")
     data_dir_option(p)
     p.set_defaults(func=cmd_eval)
 
@@ -54,13 +58,15 @@ def cmd_eval(args) -> int:
     from ..data.vocab import read_names
     from ..evaluation import evaluate_file
     from ..evaluation.names import names_perplexity
-    from ..evaluation.perplexity import evaluate_split
+    from ..evaluation.perplexity import evaluate_split, unknown_targets
     from ..evaluation.scoring import stream_log_probs
     from ..run import load
     from ..training.precision import autocast
 
     if args.mix_weight is not None and not args.mix:
         raise CtxlmError("--mix-weight is the weight of the run given with --mix; add --mix OTHER_RUN")
+    if args.pretokenized and not args.file:
+        raise CtxlmError("--pretokenized says how to read --file; the splits are tokens already: add --file FILE or drop it")
     run = load(args.run)
     left_to_right(run, "ctxlm eval")
     names = read_names(args.names, run.vocab) if args.names else None     # up front: a bad file fails at once
@@ -79,11 +85,12 @@ def cmd_eval(args) -> int:
     with autocast("cpu", args.precision):
         if args.file:
             results[args.file] = evaluate_file(model, run.vocab, args.file, run.config.data.eval_batch_size,
-                                               run.config.data.eval_chunk)
+                                               run.config.data.eval_chunk, recipe=None if args.pretokenized else run.text_recipe())
         else:
             data = split_data(run, args, *(args.split or []))
             for split in args.split or [s for s in ("valid", "test") if s in data.ids]:     # holmes has no test
                 results[split] = evaluate_split(model, run.config, data.ids[split], run.vocab, "cpu")
+                results[split]["unknown"] = unknown_targets(data.ids[split], run.vocab)
                 if args.names:
                     results[split]["names"] = names_perplexity(stream_log_probs(model, data.ids[split], run.config.data.eval_chunk),
                                                                data.ids[split], names)
@@ -128,7 +135,8 @@ def _eval_mixture(run, args) -> int:
     results = {"lambda": lam, "chosen": chosen, "run": str(args.run), "mix": str(args.mix)}
     for split in splits:
         a, b = scores[split]
-        results[split] = {"run": perplexity(a), "mix_run": perplexity(b), "mixture": perplexity(mixed(a, b, lam))}
+        results[split] = {"run": perplexity(a), "mix_run": perplexity(b), "mixture": perplexity(mixed(a, b, lam)),
+                          "unknown": int((data.ids[split][1:] == run.vocab.unk).sum())}
     if args.json:
         print(json_text(results, indent=2))
         return 0

@@ -6,7 +6,7 @@ from ..checks import at_least, option, rule_option
 from ..errors import CtxlmError
 from ..io import atomic_write_text
 from ..jsonio import json_text
-from .common import data_dir_option, json_option, out_file_option, run_argument
+from .common import data_dir_option, json_option, out_file_option, pretokenized_option, run_argument
 
 INSTALL = "pip install 'ctxlm[harness]' (or pip install lm-eval)"
 
@@ -25,7 +25,7 @@ def harness_module():
 def add_harness(sub) -> None:
     p = sub.add_parser("harness", help="lm-evaluation-harness tasks (loglikelihood ones) on a run",
                        description="Runs lm-evaluation-harness (`lm-eval`) tasks with the run as its model `ctxlm`: "
-                                   "requests are split on whitespace into the run's words (docs/harness.md). "
+                                   "requests are tokenised by the run's text recipe into its words (docs/harness.md). "
                                    "Generation tasks are refused. Needs " + INSTALL + ".")
     run_argument(p)
     p.add_argument("--tasks", required=True, help="comma-separated task, group or tag names (the harness's own, or "
@@ -42,6 +42,7 @@ def add_harness(sub) -> None:
     p.add_argument("--bootstrap-iters", type=option(int, at_least(0)), default=1000,
                    help="bootstrap samples for the standard errors (default 1000; 0: none)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu", help="where the model scores (default cpu)")
+    pretokenized_option(p, "each request")
     out_file_option(p, "harness.json", "the harness's results, JSON")
     p.add_argument("--cache", action="store_true", help="add the neural cache with the settings `ctxlm tune-cache` "
                    "recorded in the run (else the defaults)")
@@ -67,7 +68,7 @@ def cmd_harness(args) -> int:
     run = run.with_dynamic(data_dir=args.data_dir) if args.dynamic else run
     run = run.with_cache() if args.cache else run
     results = harness.evaluate(run, tasks, args.include_path, args.limit, args.num_fewshot, args.bootstrap_iters,
-                               not args.only_include_path, greedy=args.greedy, device=args.device)
+                               not args.only_include_path, greedy=args.greedy, device=args.device, pretokenized=args.pretokenized)
     results.update(run=str(args.run), tasks=tasks, greedy=args.greedy, cache=args.cache, limit=args.limit,
                    dynamic=vars(run.dynamic.setting) if run.dynamic else None)
     atomic_write_text(args.out, json_text(results, indent=1) + "\n")

@@ -6,7 +6,7 @@ from ..checks import at_least, in_range, option, rule_option
 from ..errors import CtxlmError
 from ..io import atomic_write_text, warn
 from ..jsonio import json_text
-from .common import comma_values, json_option, run_argument
+from .common import comma_values, json_option, pretokenized_option, run_argument
 
 
 def add_rescore(sub) -> None:
@@ -35,6 +35,7 @@ def add_rescore(sub) -> None:
     p.add_argument("--one-best", default="one_best.txt", help="each utterance's chosen hypothesis, 'UTTERANCE-ID WORD ...' "
                    "(default ./one_best.txt)")
     p.add_argument("--batch-size", type=option(int, at_least(1)), default=50, help="hypotheses per forward pass (default 50)")
+    pretokenized_option(p, "each hypothesis")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu", help="where the runs score (default cpu)")
     json_option(p, "print the summary as JSON")
     p.set_defaults(func=cmd_rescore)
@@ -79,7 +80,7 @@ def cmd_rescore(args) -> int:
 
     device = pick_device(args.device, "--device")
     runs = [load(args.run, device)] + ([load(args.mix, device)] if args.mix else [])
-    model = LanguageModel(runs, args.mix_weight, args.batch_size)
+    model = LanguageModel(runs, args.mix_weight, args.batch_size, args.pretokenized)
     summary = {"run": str(args.run), "mix": args.mix, "nbest": str(args.nbest), "utterances": len(lists),
                "hypotheses": sum(len(h) for h in lists.values())}
     if args.mix and args.mix_weight is None:

@@ -6,16 +6,17 @@ import dataclasses
 from ..checks import SEED, at_least, in_range, option
 from ..generate import LIMITS
 from ..jsonio import json_text
-from .common import cache_options, data_dir_option, run_argument, with_cache
+from .common import cache_options, data_dir_option, pretokenized_option, run_argument, with_cache
 from .dynamic import dynamic_options, with_dynamic
 
 
 def add_score(sub) -> None:
     p = sub.add_parser("score", help="per-token log-probabilities of text, as JSON lines",
-                       description="Score each input line (whitespace-tokenised, <eos> appended); natural-log probabilities. "
-                                   "The same numbers as the Python API's Run.score (docs/python.md).")
+                       description="Score each input line (tokenised by the run's text recipe, <eos> appended); natural-log "
+                                   "probabilities. The same numbers as the Python API's Run.score (docs/python.md).")
     run_argument(p)
     p.add_argument("--input", help="text file, one sentence per line (default: standard input)")
+    pretokenized_option(p, "each line")
     p.add_argument("--stream", action="store_true", help="carry the model state from line to line instead of starting each "
                    "fresh (the lines read as one document, as `ctxlm eval --file` reads them)")
     cache_options(p)
@@ -30,8 +31,9 @@ def cmd_score(args) -> int:
 
     run = with_dynamic(load(args.run), args)
     run = dataclasses.replace(run, model=with_cache(run, args)[0])
-    for scored in run.iter_score(iter_lines(args.input or "-", allow_empty=True), document=args.stream):
-        print(json_text({"text": scored.text, "tokens": scored.tokens, "unknown": scored.unknown,
+    lines = iter_lines(args.input or "-", allow_empty=True)
+    for scored in run.iter_score(lines, document=args.stream, pretokenized=args.pretokenized):
+        print(json_text({"text": scored.text, "tokens": scored.tokens, "unknown": scored.unknown, "unknown_count": scored.unknown_count,
                           "log_probs": [round(x, 5) for x in scored.log_probs], "total": round(scored.total, 5),
                           "ppl": round(scored.perplexity, 4)}))
     return 0
@@ -42,7 +44,8 @@ def add_generate(sub) -> None:
                        description="Continue --prompt by sampling from the run's model, word by word. Each `<eos>` "
                                    "sampled ends a line; with --num above 1 a blank line separates the samples.")
     run_argument(p)
-    p.add_argument("--prompt", default="", help="words to continue")
+    p.add_argument("--prompt", default="", help="text to continue (tokenised by the run's text recipe)")
+    pretokenized_option(p, "--prompt")
     p.add_argument("--max-tokens", type=option(*LIMITS["max_tokens"]), default=50, help="words to sample after the prompt "
                    "(default 50; `<eos>` counts, and ends a line of the output)")
     p.add_argument("--temperature", type=option(*LIMITS["temperature"]), default=1.0, help="0 = greedy")
@@ -62,8 +65,9 @@ def cmd_generate(args) -> int:
     run = load(args.run)
     generator = torch.Generator().manual_seed(args.seed)        # one generator: the samples differ, reproducibly
     for number in range(args.num):
-        words = run.generate(args.prompt, args.max_tokens, args.temperature, args.top_k, args.top_p, generator)
-        lines = " ".join(args.prompt.split() + words).split("<eos>")
+        words = run.generate(args.prompt, args.max_tokens, args.temperature, args.top_k, args.top_p, generator,
+                             pretokenized=args.pretokenized)
+        lines = " ".join(run.words(args.prompt, args.pretokenized) + words).split("<eos>")
         print(("\n" if number else "") + "\n".join(line.strip() for line in lines if line.strip()))
     return 0
 
@@ -79,6 +83,7 @@ def add_explore(sub) -> None:
                    "(the setting `ctxlm tune-cache` recorded, else window 2000, θ 0.3, λ 0.1)")
     p.add_argument("--dynamic", action="store_true", help="also serve each neural run with dynamic evaluation (the "
                    "setting `ctxlm tune-dynamic` recorded, else the defaults; each request from the trained weights)")
+    pretokenized_option(p, "pasted text (unless a request says \"pretokenized\": false)")
     data_dir_option(p)
     p.set_defaults(func=cmd_explore)
 
@@ -86,5 +91,5 @@ def add_explore(sub) -> None:
 def cmd_explore(args) -> int:
     from ..explore.server import serve
 
-    serve(args.runs, args.host, args.port, args.cache, args.dynamic, args.data_dir)
+    serve(args.runs, args.host, args.port, args.cache, args.dynamic, args.data_dir, args.pretokenized)
     return 0

@@ -21,7 +21,6 @@ from .prepare import Recipe
 from .prepare import prepare as prepare_corpus
 from .prepared import FORMAT, read_manifest
 from .registry import DataFile, _candidates, cache_dir, locate, search_roots, spec, verify
-from .text import TextOptions
 
 FOLDER = "holmes"
 VALID_SENTENCES = 19_000     # Tran et al. [002] §6
@@ -59,7 +58,7 @@ def recipe(data_dir=None, valid_sentences: int = VALID_SENTENCES, seed: int = SE
     paths = books(data_dir)
     entries = {path: entry for path, entry in paths}
     info = spec("holmes")
-    return Recipe([path for path, _ in paths], TextOptions(sentences="gutenberg", tokenize="msr"),
+    return Recipe([path for path, _ in paths], spec("holmes").text,
                   valid=str(valid_sentences), seed=seed, shuffle_files=True, min_count=info.min_count,
                   source={"holmes_index_sha256": info.files["index"].sha256}, check=lambda path: verify(path, entries[path]))
 

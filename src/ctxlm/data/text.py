@@ -1,4 +1,5 @@
-"""What `ctxlm prepare text` reads: input files and folders, cut into sentences, tokenised and normalised.
+"""The text recipe: how raw text becomes a corpus's tokens (`TextRecipe`), for `ctxlm prepare text` and for every
+command and API call that scores raw text with a run trained on that corpus (docs/prepare.md, "The text recipe").
 
 Sentences come from each file in a stream (`corpus.iter_lines`: gzip transparent, memory bounded):
 `lines` takes every line as one sentence (an empty line is a lone `<eos>`, exactly as `data.dataset =
@@ -7,36 +8,94 @@ into sentences (the Holmes recipe, docs/holmes.md). Tokens: `whitespace` (the te
 already), `moses` (sacremoses, the Python port of the Moses tokeniser, with its punctuation
 normaliser; a well-kept library that needs no compiled code), or `msr` (the MSR Sentence Completion
 questions' tokens, lower-cased). `--lower` and `--numbers N` are the PTB normalisations (Mikolov's
-PTB is lower-cased and writes every number as `N`).
+PTB is lower-cased and writes every number as `N`). Registered corpora declare theirs in the registry;
+`ptb` and `wikitext` are Moses-based approximations of those corpora's own tokenisers (APPROXIMATE).
 """
 from __future__ import annotations
 
+import json
 import re
 import stat
-from dataclasses import asdict, dataclass
+import sys
+from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import CtxlmError
+from ..io import atomic_write_text
 from . import corpus as readers
 
 SENTENCES = ("lines", "gutenberg")
-TOKENIZERS = ("whitespace", "moses", "msr")
+TOKENIZERS = ("whitespace", "moses", "msr")                # what `ctxlm prepare text --tokenize` offers
+CORPUS_TOKENIZERS = ("ptb", "wikitext", "brown")           # registered corpora's, approximated (APPROXIMATE)
 # A number: digits with inner separators ("1,000", "3.5", "1990s", "10:30", "1/2"), an optional sign.
 NUMBER = re.compile(r"[+-]?\d+(?:[.,:/-]\d+)*(?:s|th|st|nd|rd|%)?")
+PTB_NUMBER = re.compile(r"[+-]?\d+(?:[.,:/]\d+)*")         # PTB writes N for these only ("1980s", "30-year" stay)
+PTB_MARKS = frozenset("$&#'")                              # the punctuation Mikolov's PTB kept as tokens
+APPROXIMATE = {
+    "ptb": "Mikolov's PTB was tokenised by the Penn Treebank's annotators; raw text is tokenised by Moses, clitics split "
+           "as the treebank splits them (n't, 's), punctuation but $ & # ' dropped, lower-cased, numbers as N",
+    "wikitext": "WikiText was tokenised by its authors' Moses-based pipeline; raw text is tokenised by Moses with "
+                "@-@, @,@ and @.@ as WikiText writes them, case kept (its headings' = = marks cannot be made from raw text)",
+    "brown": "the Brown corpus was tokenised by hand; raw text is tokenised by Moses, 's joined to its word and double "
+             "quotes written `` and '' as Brown writes them, case kept",
+}
 
 
 @dataclass(frozen=True)
-class TextOptions:
+class TextRecipe:
+    """How a corpus's text became its tokens; `tokens(text)` applies it to one sentence's raw text."""
     sentences: str = "lines"        # lines | gutenberg
-    tokenize: str = "whitespace"    # whitespace | moses | msr
+    tokenize: str = "whitespace"    # whitespace | moses | msr (| ptb | wikitext: registered corpora)
     lang: str = "en"                # moses: the language of the text
     lower: bool = False             # lower-case every token
     numbers: str = ""               # replace every number token by this one ("" = keep numbers)
 
     def recipe(self) -> dict:
+        """The fields, as the prepared folder's manifest records them."""
         return asdict(self)
+
+    def tokens(self, text: str) -> list[str]:
+        """One sentence's raw text as the corpus's tokens (`<eos>` not included)."""
+        return tokenizer(self)(text)
+
+    @property
+    def whitespace(self) -> bool:
+        """Whether raw text is only split on whitespace (so pre-tokenised text reads the same)."""
+        return self.tokenize == "whitespace" and not self.lower and not self.numbers
+
+    def describe(self) -> str:
+        """A short phrase: "moses, lower-cased, numbers as N"."""
+        parts = [self.tokenize + (f" ({self.lang})" if self.tokenize == "moses" and self.lang != "en" else "")]
+        parts += ["lower-cased"] * self.lower + [f"numbers as {self.numbers}"] * bool(self.numbers)
+        return ", ".join(parts + [f"{self.sentences} sentences"] * (self.sentences != "lines"))
+
+    @classmethod
+    def of(cls, recorded, where: str) -> "TextRecipe":
+        """The recipe a manifest or run recorded (a dict); a malformed one is a one-line error."""
+        kinds = {f.name: type(f.default) for f in fields(cls)}
+        if not isinstance(recorded, dict) or not all(type(recorded[k]) is kinds.get(k) for k in recorded):
+            raise CtxlmError(f"{where}: the text recipe {recorded!r} is not one this ctxlm knows (fields "
+                             f"{', '.join(f'{k} ({t.__name__})' for k, t in kinds.items())})")
+        return cls(**recorded)          # a tokeniser this version lacks is refused when raw text is read
+
+    def save(self, path: Path) -> None:
+        atomic_write_text(path, json.dumps(self.recipe(), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> "TextRecipe | None":
+        """The recipe saved at `path`; None where there is none (a run from before recipes were recorded)."""
+        if not path.is_file():
+            return None
+        try:
+            recorded = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise CtxlmError(f"{path}: unreadable text recipe ({exc}); delete it to split raw text on whitespace") from None
+        try:
+            return cls.of(recorded, str(path))
+        except CtxlmError as exc:
+            raise CtxlmError(f"{exc}; delete it to split raw text on whitespace") from None
 
     def check(self) -> None:
         """A CtxlmError unless --numbers is one token and --lang a language sacremoses knows (for moses)."""
@@ -55,6 +114,17 @@ def _moses_languages() -> set[str]:
     except ImportError:
         return set()
     return set(NonbreakingPrefixes().available_langs.values())
+
+
+WHITESPACE = TextRecipe()
+_told: set = set()
+
+
+def note_once(key, message: str) -> None:
+    """`message` on stderr, once per process for `key`."""
+    if key not in _told:
+        _told.add(key)
+        print(f"note: {message}", file=sys.stderr)
 
 
 def input_files(inputs: list[str | Path], option: str = "INPUT") -> list[Path]:
@@ -84,20 +154,28 @@ def _kind(path: Path) -> str:
             else "block device" if stat.S_ISBLK(mode) else "socket" if stat.S_ISSOCK(mode) else "special file")
 
 
-@lru_cache(maxsize=4)
-def tokenizer(options: TextOptions) -> Callable[[str], list[str]]:
+@lru_cache(maxsize=8)
+def tokenizer(options: TextRecipe) -> Callable[[str], list[str]]:
     """The function from one sentence's text to its tokens, normalised as `options` say."""
-    if options.tokenize not in TOKENIZERS:
-        raise CtxlmError(f"--tokenize {options.tokenize}: choose one of {', '.join(TOKENIZERS)}")
+    if options.tokenize not in TOKENIZERS + CORPUS_TOKENIZERS:
+        raise CtxlmError(f"tokeniser {options.tokenize!r}: this ctxlm has {', '.join(TOKENIZERS + CORPUS_TOKENIZERS)}; update "
+                         "ctxlm, or give text tokenised already (--pretokenized / pretokenized=True)")
     if options.tokenize == "moses":
         split = _moses(options.lang)
+    elif options.tokenize == "ptb":
+        split = _ptb(_moses(options.lang, normalise=False))
+    elif options.tokenize == "wikitext":
+        split = _wikitext(options.lang)
+    elif options.tokenize == "brown":
+        split = _brown(_moses(options.lang, normalise=False))
     elif options.tokenize == "msr":
         split = readers.msr_tokens
     else:
         split = str.split
     if not options.lower and not options.numbers:
         return split
-    lower, numbers, full = options.lower, options.numbers, NUMBER.fullmatch
+    lower, numbers = options.lower, options.numbers
+    full = (PTB_NUMBER if options.tokenize == "ptb" else NUMBER).fullmatch
 
     def tokens(text: str) -> list[str]:
         words = split(text.lower() if lower else text)
@@ -106,21 +184,86 @@ def tokenizer(options: TextOptions) -> Callable[[str], list[str]]:
     return tokens
 
 
-def _moses(lang: str) -> Callable[[str], list[str]]:
+def _sacremoses():
     try:
-        from sacremoses import MosesPunctNormalizer, MosesTokenizer
+        import sacremoses
     except ImportError:
-        raise CtxlmError("--tokenize moses needs the sacremoses package: pip install 'ctxlm[text]' "
+        raise CtxlmError("the moses tokeniser needs the sacremoses package: pip install 'ctxlm[text]' "
                          "(or pip install sacremoses)") from None
-    normalizer, moses = MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
+    return sacremoses
+
+
+def _moses(lang: str, normalise: bool = True, **options) -> Callable[[str], list[str]]:
+    sacremoses = _sacremoses()
+    normalizer, moses = sacremoses.MosesPunctNormalizer(lang=lang), sacremoses.MosesTokenizer(lang=lang)
 
     def tokens(text: str) -> list[str]:
-        return moses.tokenize(normalizer.normalize(text), escape=False) if text.strip() else []
+        if not text.strip():
+            return []
+        return moses.tokenize(normalizer.normalize(text) if normalise else text, escape=False, **options)
 
     return tokens
 
 
-def sentences(path: Path, options: TextOptions) -> Iterator[list[str]]:
+def _ptb(moses: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
+    """Moses tokens as Mikolov's PTB writes them: "don 't" -> "do n't", punctuation but $ & # ' dropped."""
+    def tokens(text: str) -> list[str]:
+        words = moses(text)
+        out: list[str] = []
+        for word in words:
+            if word.lower() == "'t" and out and out[-1][-1:].lower() == "n" and len(out[-1]) > 1:
+                out[-1], word = out[-1][:-1], out[-1][-1] + word
+            if any(c.isalnum() for c in word) or word in PTB_MARKS:
+                out.append(word)
+        return out
+
+    return tokens
+
+
+def _wikitext(lang: str) -> Callable[[str], list[str]]:
+    """Moses tokens as WikiText writes them: "well @-@ known", "1 @,@ 000", "0 @.@ 7"."""
+    moses, inner = _moses(lang, normalise=False, aggressive_dash_splits=True), re.compile(r"(?<=\d)([,.])(?=\d)")
+
+    def tokens(text: str) -> list[str]:
+        return [piece for word in moses(text) for piece in inner.sub(r" @\1@ ", word).split()]
+
+    return tokens
+
+
+def _brown(moses: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
+    """Moses tokens as the Brown corpus writes them: "Atlanta's", `` and '' for opening and closing quotes."""
+    def tokens(text: str) -> list[str]:
+        out: list[str] = []
+        opened = False
+        for word in moses(text):
+            if word.lower() == "'s" and out and out[-1][-1:].isalnum():
+                out[-1] += word
+            elif word == '"':
+                out.append("''" if opened else "``")
+                opened = not opened
+            else:
+                out.append(word)
+        return out
+
+    return tokens
+
+
+def file_tokens(path: str | Path, recipe: TextRecipe | None = None) -> Iterator[str]:
+    """A text file's tokens, each sentence followed by `<eos>`, read as a stream: cut and tokenised by `recipe`
+    (its sentence rule too), or its lines split on whitespace (None or a whitespace recipe), as `iter_tokens`."""
+    if recipe is None or recipe.whitespace and recipe.sentences == "lines":
+        yield from readers.iter_tokens(path)
+        return
+    words = False
+    for sentence in sentences(Path(path), recipe):
+        words = words or bool(sentence)
+        yield from sentence
+        yield readers.EOS
+    if not words:
+        raise CtxlmError(f"{path}: no words after tokenising ({recipe.describe()}); give a text file, one sentence per line")
+
+
+def sentences(path: Path, options: TextRecipe) -> Iterator[list[str]]:
     """The token lists of one file's sentences (`<eos>` not included), read as a stream."""
     tokens = tokenizer(options)
     if options.sentences == "gutenberg":
@@ -132,4 +275,5 @@ def sentences(path: Path, options: TextOptions) -> Iterator[list[str]]:
         for line in readers.iter_lines(path, allow_empty=True):
             yield tokens(line)
     else:
-        raise CtxlmError(f"--sentences {options.sentences}: choose one of {', '.join(SENTENCES)}")
+        raise CtxlmError(f"sentence rule {options.sentences!r}: this ctxlm has {', '.join(SENTENCES)}; update ctxlm, or give "
+                         "text tokenised already, one sentence a line (--pretokenized)")

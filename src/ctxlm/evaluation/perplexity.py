@@ -10,8 +10,8 @@ import torch
 
 from ..checks import safe_exp
 from ..data.batching import IGNORE, SentenceBatches, SpooledStreamBatches, StreamBatches, spool_ids
-from ..data.corpus import iter_tokens
 from ..data.load import sentences_of
+from ..data.text import TextRecipe, file_tokens
 from ..data.vocab import EOS
 from .dynamic import DynamicWeights
 from .scoring import stream_log_probs
@@ -59,14 +59,29 @@ def evaluate_dynamic(model, ids: torch.Tensor, weights: DynamicWeights) -> dict[
     return {"nll": total, "tokens": count, "ppl": safe_exp(total / count) if count else float("nan")}
 
 
-def evaluate_file(model, vocab, path: str | Path, batch_size: int = 1, chunk: int = 1000, device="cpu") -> dict[str, float]:
-    """`evaluate_stream` of a text file (`<eos>` first, then its tokens), in memory independent of its length:
-    the ids are written to a temporary file and read back chunk by chunk."""
-    tokens = itertools.chain([EOS], iter_tokens(path))
-    blocks = (vocab.encode(block) for block in iter(lambda: list(itertools.islice(tokens, 4096)), []))
+def evaluate_file(model, vocab, path: str | Path, batch_size: int = 1, chunk: int = 1000, device="cpu",
+                  recipe: TextRecipe | None = None) -> dict[str, float]:
+    """`evaluate_stream` of a text file (`<eos>` first, then its tokens by `recipe`, else its lines split on whitespace),
+    in memory independent of its length: the ids are written to a temporary file and read back chunk by chunk.
+    `unknown`: the tokens scored as `<unk>`."""
+    tokens = itertools.chain([EOS], file_tokens(path, recipe))
+    unknown = [0]
+
+    def encoded(block: list[str]) -> torch.Tensor:
+        ids = vocab.encode(block)
+        unknown[0] += int((ids == vocab.unk).sum())
+        return ids
+
+    blocks = (encoded(block) for block in iter(lambda: list(itertools.islice(tokens, 4096)), []))
     with tempfile.TemporaryFile() as spool:
         count = spool_ids(blocks, spool)
-        return _accumulate(model, SpooledStreamBatches(spool, count, batch_size, chunk), device, carry=True)
+        result = _accumulate(model, SpooledStreamBatches(spool, count, batch_size, chunk), device, carry=True)
+    return {**result, "unknown": unknown[0]}
+
+
+def unknown_targets(ids: torch.Tensor, vocab) -> int:
+    """The targets of `ids` (after its leading `<eos>`) scored as `<unk>`."""
+    return int((ids[1:] == vocab.unk).sum())
 
 
 def evaluate_sentences(model, sentences: list[torch.Tensor], eos: int, batch_size: int = 32,

@@ -57,8 +57,8 @@ def load_runs(paths, cache: bool = False, dynamic: bool = False, data_dir=None) 
     return runs
 
 
-def tokenize(text) -> list[list[str]]:
-    """Non-blank lines of whitespace-separated words, as `ctxlm score` reads them (`<eos>` goes after each)."""
+def check_text(text) -> list[str]:
+    """The lines of a request's text (a string without control characters)."""
     if not isinstance(text, str):
         raise RequestError("the request needs 'text', a string")
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
@@ -68,7 +68,14 @@ def tokenize(text) -> list[list[str]]:
             if (category == "Cc" and char != "\t") or category == "Cs":
                 raise RequestError(f"the text has a control or invalid character U+{ord(char):04X} at line "
                                    f"{line_number}, column {column}; remove it and try again")
-    lines = [words for words in (line.split() for line in lines) if words]
+    return lines
+
+
+def tokenize(text, run: Run | None = None, pretokenized: bool = False) -> list[list[str]]:
+    """Non-blank lines of words, as `ctxlm score` reads them (`<eos>` goes after each): tokenised by the run's text
+    recipe (docs/prepare.md), or split on whitespace (`pretokenized`, or no run)."""
+    split = str.split if run is None else (lambda line: run.words(line, pretokenized))
+    lines = [words for words in map(split, check_text(text)) if words]
     if not lines:
         raise RequestError("the text is empty: type or paste some words")
     count = sum(len(words) + 1 for words in lines)
@@ -142,13 +149,19 @@ def _attention(weights: torch.Tensor, distances: torch.Tensor, start: int) -> li
     return rows
 
 
-def score(runs: dict, request: dict) -> dict:
-    """The `POST /api/score` answer for a decoded JSON request (see docs/explore.md)."""
+def text_recipe(run: Run) -> str:
+    """How the run reads raw text, in a few words."""
+    return "whitespace (no recipe recorded)" if run.recipe is None else run.recipe.describe()
+
+
+def score(runs: dict, request: dict, pretokenized: bool = False) -> dict:
+    """The `POST /api/score` answer for a decoded JSON request (see docs/explore.md); `pretokenized`: the default of
+    the request's own "pretokenized" (the text is tokens already, split on whitespace)."""
     if not isinstance(request, dict):
         raise RequestError("the request body must be a JSON object such as {\"text\": \"the cat sat\"}")
-    unknown_keys = set(request) - {"text", "runs", "top_k", "stream"}
+    unknown_keys = set(request) - {"text", "runs", "top_k", "stream", "pretokenized"}
     if unknown_keys:
-        raise RequestError(f"unknown field(s) {', '.join(sorted(unknown_keys))}; known: text, runs, top_k, stream")
+        raise RequestError(f"unknown field(s) {', '.join(sorted(unknown_keys))}; known: text, runs, top_k, stream, pretokenized")
     names = request.get("runs", list(runs))
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise RequestError("'runs' must be a non-empty list of run names")
@@ -161,7 +174,17 @@ def score(runs: dict, request: dict) -> dict:
     stream = request.get("stream", True)
     if not isinstance(stream, bool):
         raise RequestError("'stream' must be true or false")
-    lines = tokenize(request.get("text"))
+    pretokenized = request.get("pretokenized", pretokenized)
+    if not isinstance(pretokenized, bool):
+        raise RequestError("'pretokenized' must be true or false")
+    read = {name: tokenize(request.get("text"), runs[name].run, pretokenized) for name in names}
+    lines = read[names[0]]
+    for name in names[1:]:
+        if read[name] != lines:
+            recipes = (text_recipe(runs[n].run) for n in (names[0], name))
+            raise RequestError(f"runs {names[0]!r} and {name!r} tokenise text differently ({' vs '.join(recipes)}), so their "
+                               "tokens do not line up: score them in separate requests, or send tokenised text with "
+                               "\"pretokenized\": true")
     answers = []
     for name in names:
         entry = runs[name]

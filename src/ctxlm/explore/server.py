@@ -12,7 +12,7 @@ import torch
 
 from ..errors import CtxlmError
 from ..jsonio import json_text
-from .scoring import MAX_TOKENS, MAX_TOP_K, RequestError, load_runs, score
+from .scoring import MAX_TOKENS, MAX_TOP_K, RequestError, load_runs, score, text_recipe
 
 MAX_BODY = 4 * 1024 * 1024          # bytes of JSON; MAX_TOKENS is the limit that matters
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -24,10 +24,10 @@ class ExploreServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, runs: dict, host: str = "127.0.0.1", port: int = 0, verbose: bool = False):
+    def __init__(self, runs: dict, host: str = "127.0.0.1", port: int = 0, verbose: bool = False, pretokenized: bool = False):
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         super().__init__((host, port), Handler)
-        self.runs, self.verbose = runs, verbose
+        self.runs, self.verbose, self.pretokenized = runs, verbose, pretokenized
         self.loopback = host in LOOPBACK
 
     @property
@@ -39,7 +39,7 @@ class ExploreServer(ThreadingHTTPServer):
         return {"limits": {"max_tokens": MAX_TOKENS, "max_top_k": MAX_TOP_K},
                 "runs": [{"name": name, "model": s.run.config.model.name, "vocab_size": len(s.run.vocab),
                           "parameters": s.run.model.parameter_counts()["total"],
-                          "attention": s.run.model.exposes_attention,
+                          "attention": s.run.model.exposes_attention, "text_recipe": text_recipe(s.run),
                           "mixture_weight": s.run.model.mixes_distributions}
                          for name, s in self.runs.items()]}
 
@@ -116,7 +116,7 @@ class Handler(BaseHTTPRequestHandler):
         if too_deep or _depth(request) > MAX_DEPTH:
             raise RequestError(f"the request's JSON is nested more than {MAX_DEPTH} levels deep; send a flat "
                                "object such as {\"text\": \"the cat sat\"}")
-        self._json(score(self.server.runs, request))
+        self._json(score(self.server.runs, request, self.server.pretokenized))
 
     def _json(self, data, status: int = 200):
         self._send(json_text(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8"),
@@ -149,12 +149,12 @@ def _depth(value, level: int = 1) -> int:
 
 
 def serve(paths, host: str = "127.0.0.1", port: int = 8765, cache: bool = False, dynamic: bool = False,
-          data_dir=None) -> None:
-    """Load the runs once and serve until Ctrl-C."""
+          data_dir=None, pretokenized: bool = False) -> None:
+    """Load the runs once and serve until Ctrl-C; `pretokenized`: requests' text is tokens already unless they say."""
     torch.set_num_threads(1)   # requests and runs go in parallel; more threads per request slow a busy CPU
     runs = load_runs(paths, cache, dynamic, data_dir)
     try:
-        server = ExploreServer(runs, host, port, verbose=True)
+        server = ExploreServer(runs, host, port, verbose=True, pretokenized=pretokenized)
     except OSError as exc:
         raise CtxlmError(f"cannot serve on {host}:{port}: {exc.strerror}; pick another --port") from None
     if not server.loopback:

@@ -1,9 +1,9 @@
 """The ctxlm model in lm-evaluation-harness (`lm-eval`, EleutherAI): the class `CtxlmLM`, registered in the
 harness as `ctxlm` when this module is imported, and the evaluation behind `ctxlm harness` (docs/harness.md).
 
-The harness hands a model strings. ctxlm's models are word-level: a request's context and continuation are
-split on whitespace, a line break is `<eos>` (`ctxlm.run.pair_words`), and a word outside the vocabulary is
-scored as `<unk>`. `loglikelihood` reads the context and continuation as one stream after `<eos>` with nothing
+The harness hands a model strings. ctxlm's models are word-level: each line of a request's context and continuation
+is tokenised by the run's text recipe (docs/prepare.md; split on whitespace with `pretokenized=True`), a line break
+is `<eos>` (`ctxlm.run.pair_words`), and a word outside the vocabulary is scored as `<unk>`. `loglikelihood` reads the context and continuation as one stream after `<eos>` with nothing
 appended, as `ctxlm lambada` reads a passage (`Run.continuation`); `loglikelihood_rolling` reads a document as
 `ctxlm eval --file` reads a file (`Run.score(..., document=True)`). Generation tasks are refused.
 
@@ -30,7 +30,8 @@ GREEDY = ("token", "word")
 
 @register_model("ctxlm")
 class CtxlmLM(LM):
-    """A ctxlm run in the harness: `--model ctxlm --model_args run=RUN[,greedy=word][,cache=True][,dynamic=True]`.
+    """A ctxlm run in the harness: `--model ctxlm --model_args run=RUN[,greedy=word][,cache=True][,dynamic=True]
+    [,pretokenized=True]` (`pretokenized`: requests are tokens already, split on whitespace, not by the run's recipe).
 
     `greedy`: when a continuation counts as the model's own choice (the harness's `acc` on LAMBADA):
     `token` (the harness's definition: each of its tokens is the likeliest token, punctuation, `<eos>` and
@@ -39,7 +40,8 @@ class CtxlmLM(LM):
     """
 
     def __init__(self, run: str | Path | Run, greedy: str = "token", cache: bool = False, dynamic: bool = False,
-                 device: str | None = None, progress: bool = True, **_harness):   # the harness adds batch_size etc.
+                 device: str | None = None, progress: bool = True, pretokenized: bool = False,
+                 **_harness):                                   # the harness adds batch_size etc.
         super().__init__()
         if greedy not in GREEDY:
             raise CtxlmError(f"model_args greedy={greedy}: give greedy=token (the harness's own acc) or greedy=word "
@@ -54,14 +56,14 @@ class CtxlmLM(LM):
                              "after it: it has no next-word probabilities for the harness to read")
         run = run.with_dynamic() if _flag(dynamic, "dynamic") else run
         self.run = run.with_cache() if _flag(cache, "cache") else run
-        self.greedy, self.progress = greedy, progress
+        self.greedy, self.progress, self.pretokenized = greedy, progress, _flag(pretokenized, "pretokenized")
         self._device = device
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         results = []
         for request in tqdm(requests, "ctxlm loglikelihood", disable=disable_tqdm or not self.progress):
             context, continuation = request.args
-            scored = self.run.continuation(context, continuation)
+            scored = self.run.continuation(context, continuation, self.pretokenized)
             best = scored.best_word if self.greedy == "word" else scored.best_token
             result = (sum(scored.log_probs), not any(scored.unknown) and best == scored.tokens)
             self.cache_hook.add_partial("loglikelihood", (context, continuation), result)
@@ -73,7 +75,7 @@ class CtxlmLM(LM):
         for request in tqdm(requests, "ctxlm loglikelihood_rolling", disable=disable_tqdm or not self.progress):
             text = request.args[0]
             lines = text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")     # as `ctxlm eval --file`
-            total = sum(scored.total for scored in self.run.iter_score(lines, document=True))
+            total = sum(scored.total for scored in self.run.iter_score(lines, document=True, pretokenized=self.pretokenized))
             self.cache_hook.add_partial("loglikelihood_rolling", (text,), total)
             results.append(total)
         return results

@@ -6,7 +6,9 @@ with α the LM weight and β the word-insertion penalty (a bonus when positive).
 development list by an exhaustive grid: the pair with the fewest word errors of the chosen hypotheses; ties go to
 the smaller α, then the β nearest 0, then the smaller β. Within an utterance a tie keeps the file's order.
 
-The LM is one run, any family (`Run.sentence_log_probs`, each hypothesis alone from a fresh state), or the mixture
+A hypothesis's words are read as raw text, tokenised by the run's text recipe (docs/prepare.md), unless `pretokenized`;
+the penalty counts the n-best file's words. The LM is one run, any family (`Run.sentence_log_probs`, each hypothesis
+alone from a fresh state), or the mixture
 of two runs over one vocabulary, p = (1 − λ) p_A + λ p_B per token (as `ctxlm eval --mix`), λ given or chosen by
 maximum likelihood (EM) on the development references.
 """
@@ -41,9 +43,9 @@ def check_runs(runs: list[Run]) -> None:
 class LanguageModel:
     """log p of whole hypotheses (their words, then `<eos>`) under one run or a mixture of two."""
 
-    def __init__(self, runs: list[Run], mix_weight: float | None = None, batch_size: int = 50):
+    def __init__(self, runs: list[Run], mix_weight: float | None = None, batch_size: int = 50, pretokenized: bool = False):
         check_runs(runs)
-        self.runs, self.mix_weight, self.batch_size = runs, mix_weight, batch_size
+        self.runs, self.mix_weight, self.batch_size, self.pretokenized = runs, mix_weight, batch_size, pretokenized
 
     def choose_mix_weight(self, references: list[list[str]]) -> float:
         """λ by maximum likelihood on the reference sentences (each alone), as `ctxlm eval --mix` chooses it on valid."""
@@ -54,7 +56,7 @@ class LanguageModel:
     def scores(self, texts: list[str]) -> list[float]:
         unique = list(dict.fromkeys(texts))            # a hypothesis in several lists is scored once
         if len(self.runs) == 1:
-            totals = self.runs[0].sentence_log_probs(unique, self.batch_size)
+            totals = self.runs[0].sentence_log_probs(unique, self.batch_size, self.pretokenized)
         else:
             if self.mix_weight is None:
                 raise CtxlmError("a mixture needs its weight: give --mix-weight, or a development list with references")
@@ -64,7 +66,8 @@ class LanguageModel:
         return [found[t] for t in texts]
 
     def _token_log_probs(self, texts: list[str]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        a, b = ([torch.tensor(s.log_probs, dtype=torch.float64) for s in run.score(texts, batch_size=self.batch_size)]
+        a, b = ([torch.tensor(s.log_probs, dtype=torch.float64)
+                 for s in run.score(texts, batch_size=self.batch_size, pretokenized=self.pretokenized)]
                 for run in self.runs)
         return a, b
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..config import Config, apply_overrides
 from ..data.load import prepare_data
+from ..data.text import WHITESPACE
 from ..errors import CtxlmError
 from ..evaluation.perplexity import evaluate_split
 from ..io import warn
@@ -70,5 +71,7 @@ def import_arpa(arpa: str | Path, run_dir: str | Path, overrides: list[str], war
         warn(f"warning: {arpa} has no <unk> unigram: a word outside its {len(vocab):,} words gets probability 0 "
              "(perplexity inf); estimate it with <unk> (KenLM does by default)")
     run_dir.write_start(config, vocab)
+    if not any(o.split("=", 1)[0].strip() in ("data.dataset", "data.prepared") for o in overrides):
+        WHITESPACE.save(run_dir.text)           # an ARPA file says nothing of its corpus's tokeniser
     run_dir.save_weights(model, identity("kneser-ney", vocab))
     return model, vocab

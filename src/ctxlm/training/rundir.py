@@ -1,6 +1,6 @@
 """The run directory: its files, identity and results (`RunDir`), and its safety.
 
-- `RunDir`: the one place that names a run's files (config.toml, vocab.txt, model.safetensors,
+- `RunDir`: the one place that names a run's files (config.toml, vocab.txt, text.json, model.safetensors,
   trainer_state.pt, metrics.jsonl, results.json, tensorboard/) and reads and writes them.
 - `RunLock`: an OS advisory lock (`filelock`: flock on Unix) on RUN/.ctxlm.lock, held by `ctxlm train`
   and `--resume` from before they look at the folder until they end. The OS drops it when its process
@@ -22,6 +22,8 @@ from pathlib import Path
 import torch
 
 from ..config import Config, load_toml
+from ..data.load import text_recipe
+from ..data.text import TextRecipe
 from ..data.vocab import Vocabulary
 from ..errors import CtxlmError
 from ..io import atomic_write_text, clear_temporaries, warn
@@ -79,6 +81,11 @@ class RunDir:
         return self.path / "tensorboard"
 
     @property
+    def text(self) -> Path:
+        """The text recipe of the run's corpus (data/text.py), applied to raw text by every scoring command."""
+        return self.path / "text.json"
+
+    @property
     def dynamic(self) -> Path:
         """Dynamic evaluation's setting chosen on validation (`ctxlm tune-dynamic`), read by `eval --dynamic`."""
         return self.path / "dynamic.json"
@@ -97,9 +104,15 @@ class RunDir:
         return Vocabulary.load(self.vocab)
 
     def write_start(self, config: Config, vocab: Vocabulary) -> None:
-        """What a run writes first: its resolved config, the paths to the user's files made absolute, and its vocabulary."""
+        """What a run writes first: its resolved config, the paths to the user's files made absolute, its vocabulary
+        and its corpus's text recipe."""
         atomic_write_text(self.config, config.with_absolute_paths().to_toml())
         vocab.save(self.vocab)
+        text_recipe(config).save(self.text)
+
+    def read_text_recipe(self) -> TextRecipe | None:
+        """The recipe the run recorded; None for a run from before recipes were recorded."""
+        return TextRecipe.load(self.text)
 
     def save_weights(self, model, identity: dict[str, str], **metadata: str) -> None:
         checkpoint.save_weights(model, self.weights, {**identity, **metadata})

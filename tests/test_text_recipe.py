@@ -1,0 +1,225 @@
+"""The text recipe (data/text.py, docs/prepare.md): a run carries its corpus's tokeniser and normalisation, and raw
+text scores exactly as the same text tokenised by that recipe in the API, `score`, `eval --file`, explore, rescore
+and the harness; `--pretokenized` / `pretokenized=True` opt out; unknown words are counted."""
+import importlib
+import json
+import os
+import shutil
+
+import pytest
+from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
+from conftest import ctxlm, one_line_error
+from ctxlm.config import Config
+from ctxlm.data.load import text_recipe
+from ctxlm.data.text import TextRecipe
+from ctxlm.errors import CtxlmError
+from ctxlm.run import load
+
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+LINES = [
+    'Holmes said, "I don\'t think so."',
+    "Watson waited, quite still, till the clock struck nine.",
+    "The man's hat lay on the table; it was Holmes' hat!",
+    "Dr. Watson smiled. Was it Holmes' fault? No, it wasn't.",
+    "\"Come, Watson,\" said Holmes, \"the game is afoot.\"",
+    "The hound howled on the moor, and Sir Henry heard it.",
+    "We walked home; the night was cold. I said nothing at all.",
+    "It cost 1,000 pounds, Mr. Holmes, or so they said.",
+]
+# Raw text to score: the corpus's words, cased and punctuated as raw text is, and one word it never saw.
+RAW = ['Holmes said, "I don\'t think so."', "Watson waited; the hound was on the table, Holmes!", "The zebra howled."]
+
+
+def moses_lower(line: str) -> list[str]:
+    """The recipe of `prepare text --tokenize moses --lower`, written out with sacremoses itself."""
+    return MosesTokenizer("en").tokenize(MosesPunctNormalizer("en").normalize(line.lower()), escape=False)
+
+
+TOKENISED = [" ".join(moses_lower(line)) for line in RAW]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A folder prepared with `--tokenize moses --lower` from raw lines, and an LSTM and a Kneser-Ney run on it."""
+    root = tmp_path_factory.mktemp("recipe")
+    (root / "raw.txt").write_text("\n".join(LINES * 4) + "\n")
+    result = ctxlm("prepare", "text", root / "raw.txt", "--tokenize", "moses", "--lower", "--valid-sentences", "4",
+                   "--out", root / "prepared")
+    assert result.returncode == 0, result.stderr
+    for name, model in (("lstm", ["--set", "model.emb_size=8", "--set", "model.hidden_size=8", "--set", "train.epochs=1"]),
+                        ("kn", ["--set", "model.name=kneser-ney", "--set", "model.order=3"])):
+        result = ctxlm("train", "--set", "data.dataset=prepared", "--set", f"data.prepared={root / 'prepared'}",
+                       "--set", "data.batch_size=2", "--set", "data.bptt=5", "--set", "train.device=cpu", *model,
+                       "--run-dir", root / name)
+        assert result.returncode == 0, result.stderr
+    return root
+
+
+def test_the_recipe_is_recorded_by_prepare_and_saved_with_the_run(world):
+    recorded = {"sentences": "lines", "tokenize": "moses", "lang": "en", "lower": True, "numbers": ""}
+    assert json.loads((world / "prepared" / "manifest.json").read_text())["recipe"]["text"] == recorded
+    assert json.loads((world / "lstm" / "text.json").read_text()) == recorded
+    assert load(world / "lstm").recipe == TextRecipe(tokenize="moses", lower=True)
+    assert TextRecipe(tokenize="moses", lower=True).tokens(RAW[0]) == moses_lower(RAW[0])   # prepare's own function
+    words = {line.split("\t")[0] for line in (world / "prepared" / "words.tsv").read_text().splitlines()}
+    assert {"holmes", "don", "'t", '"', ","} <= words
+
+
+@pytest.mark.parametrize("name", ["lstm", "kn"])
+def test_api_raw_text_scores_as_its_tokenised_form(world, name):
+    run = load(world / name)
+    for document in (False, True):
+        raw, tokenised = run.score(RAW, document=document), run.score(TOKENISED, document=document, pretokenized=True)
+        assert [s.tokens for s in raw] == [s.tokens for s in tokenised] == [t.split() + ["<eos>"] for t in TOKENISED]
+        assert [s.log_probs for s in raw] == [s.log_probs for s in tokenised]
+    assert [s.unknown_count for s in run.score(RAW)] == [0, 0, 1]                      # zebra
+    split = run.score(RAW, pretokenized=True)                                        # "Holmes", "said," ... unknown
+    assert split[0].unknown_count > 0 and split[0].log_probs != run.score(RAW)[0].log_probs
+    assert run.perplexity(RAW) == run.perplexity(TOKENISED, pretokenized=True)
+    assert run.sentence_log_probs(RAW) == run.sentence_log_probs(TOKENISED, pretokenized=True)
+    after = run.continuation("Holmes said,", ' "I think so."')
+    assert after.tokens == ['"', "i", "think", "so", ".", '"']
+    assert after.log_probs == run.continuation("holmes said ,", ' " i think so . "', pretokenized=True).log_probs
+    assert run.top_next_words("Holmes said,", 3) == run.top_next_words("holmes said ,", 3, pretokenized=True)
+    assert run.generate("Holmes said,", 4, 0) == run.generate("holmes said ,", 4, 0, pretokenized=True)
+
+
+def test_score_command(world):
+    raw = ctxlm("score", world / "lstm", stdin="\n".join(RAW).encode())
+    tokenised = ctxlm("score", world / "lstm", "--pretokenized", stdin="\n".join(TOKENISED).encode())
+    assert raw.returncode == tokenised.returncode == 0, raw.stderr + tokenised.stderr
+    a, b = ([json.loads(line) for line in r.stdout.splitlines()] for r in (raw, tokenised))
+    assert [x["log_probs"] for x in a] == [x["log_probs"] for x in b] and [x["tokens"] for x in a] == [x["tokens"] for x in b]
+    assert [x["unknown_count"] for x in a] == [0, 0, 1]
+
+
+def test_eval_file(world):
+    (world / "raw_eval.txt").write_text("\n".join(RAW) + "\n")
+    (world / "tok_eval.txt").write_text("\n".join(TOKENISED) + "\n")
+    for name in ("lstm", "kn"):
+        raw = ctxlm("eval", world / name, "--file", world / "raw_eval.txt", "--json")
+        tokenised = ctxlm("eval", world / name, "--file", world / "tok_eval.txt", "--pretokenized", "--json")
+        assert raw.returncode == tokenised.returncode == 0, raw.stderr + tokenised.stderr
+        a, b = json.loads(raw.stdout)[str(world / "raw_eval.txt")], json.loads(tokenised.stdout)[str(world / "tok_eval.txt")]
+        assert (a["nll"], a["tokens"], a["unknown"]) == (b["nll"], b["tokens"], b["unknown"]) and a["unknown"] == 1
+        assert a["nll"] == pytest.approx(-sum(s.total for s in load(world / name).score(RAW, document=True)), rel=1e-9)
+    splits = json.loads(ctxlm("eval", world / "kn", "--json").stdout)
+    assert splits["valid"]["unknown"] == 0
+    one_line_error(ctxlm("eval", world / "kn", "--pretokenized"), "--pretokenized", "--file")
+
+
+def test_explore(world):
+    from ctxlm.explore.scoring import RequestError, load_runs, score
+
+    runs = load_runs([world / "lstm", world / "kn"])
+    raw = score(runs, {"text": "\n".join(RAW), "top_k": 3})
+    tokenised = score(runs, {"text": "\n".join(TOKENISED), "top_k": 3, "pretokenized": True})
+    assert raw["tokens"] == tokenised["tokens"] == [w for t in TOKENISED for w in t.split() + ["<eos>"]]
+    for a, b in zip(raw["runs"], tokenised["runs"]):
+        assert (a["log_probs"], a["top"], a["unknown_count"]) == (b["log_probs"], b["top"], b["unknown_count"])
+    assert raw["runs"][0]["unknown_count"] == 1
+    assert score(runs, {"text": "\n".join(TOKENISED)}, pretokenized=True)["runs"][0]["log_probs"] == raw["runs"][0]["log_probs"]
+    with pytest.raises(RequestError, match="'pretokenized' must be true or false"):
+        score(runs, {"text": "a", "pretokenized": "yes"})
+
+
+def test_explore_refuses_runs_that_tokenise_differently(world, tmp_path):
+    from ctxlm.explore.scoring import RequestError, load_runs, score
+
+    old = tmp_path / "old"
+    shutil.copytree(world / "kn", old)
+    (old / "text.json").unlink()
+    runs = load_runs([world / "kn", old])
+    with pytest.raises(RequestError, match="tokenise text differently"):
+        score(runs, {"text": RAW[0]})
+    assert len(score(runs, {"text": TOKENISED[0], "pretokenized": True})["runs"]) == 2
+
+
+def test_rescore(world, tmp_path):
+    nbest, tok_nbest = tmp_path / "nbest.txt", tmp_path / "tok_nbest.txt"
+    nbest.write_text("".join(f"u{i} -{i}.5 {line}\n" for i, line in enumerate(RAW)))
+    tok_nbest.write_text("".join(f"u{i} -{i}.5 {line}\n" for i, line in enumerate(TOKENISED)))
+    outputs = []
+    for path, extra in ((nbest, []), (tok_nbest, ["--pretokenized"])):
+        out = tmp_path / f"{path.stem}.jsonl"
+        result = ctxlm("rescore", world / "kn", path, "--lm-weight", "1", "--out", out, "--one-best", tmp_path / "best.txt", *extra)
+        assert result.returncode == 0, result.stderr
+        outputs.append([json.loads(line)["lm"] for line in out.read_text().splitlines()])
+    assert outputs[0] == outputs[1]
+    assert outputs[0][0] == pytest.approx(load(world / "kn").score([RAW[0]])[0].total, abs=1e-5)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("lm_eval") is None, reason="lm-eval is not installed")
+def test_harness(world):
+    from lm_eval.api.instance import Instance
+
+    from ctxlm.harness.model import CtxlmLM
+
+    raw, tokenised = CtxlmLM(world / "lstm", progress=False), CtxlmLM(world / "lstm", progress=False, pretokenized="True")
+    asked = [("Holmes said,", ' "I don\'t think so."'), ("The night was cold.\n", "Watson smiled.")]
+    asked_tokenised = [("holmes said ,", ' " i don \'t think so . "'), ("the night was cold .\n", "watson smiled .")]
+    a = raw.loglikelihood([Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(asked)])
+    b = tokenised.loglikelihood([Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(asked_tokenised)])
+    assert a == b
+    text = "\n".join(RAW) + "\n"
+    rolling = [m.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (t,), 0)])[0]
+               for m, t in ((raw, text), (tokenised, "\n".join(TOKENISED) + "\n"))]
+    assert rolling[0] == rolling[1]
+
+
+def test_a_run_without_a_recipe_splits_on_whitespace_with_one_note(world, tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(world / "kn", old)
+    (old / "text.json").unlink()
+    first = ctxlm("score", old, stdin="\n".join(RAW).encode())
+    assert first.returncode == 0 and first.stderr.count("records no text recipe") == 1
+    assert json.loads(first.stdout.splitlines()[0])["tokens"][:2] == ["Holmes", "said,"]       # as before
+    run = load(old)
+    assert run.recipe is None and run.score(RAW) == run.score(RAW, pretokenized=True)
+
+
+def test_registered_corpora_declare_their_recipe(tmp_path):
+    config = Config()
+    assert text_recipe(config) == TextRecipe(tokenize="ptb", lower=True, numbers="N")
+    ptb = text_recipe(config).tokens('Mr. Smith said, "I don\'t know," and paid $1,000 in the 1990s.')
+    assert ptb == ["mr.", "smith", "said", "i", "do", "n't", "know", "and", "paid", "$", "N", "in", "the", "1990s"]
+    config.data.dataset = "wikitext-2"
+    assert text_recipe(config).tokens("A well-known 0.7 kg bird, 1,000 of them.") == \
+        ["A", "well", "@-@", "known", "0", "@.@", "7", "kg", "bird", ",", "1", "@,@", "000", "of", "them", "."]
+    config.data.dataset = "brown"
+    assert text_recipe(config).tokens('The jury said "Atlanta\'s vote" was fair.') == \
+        ["The", "jury", "said", "``", "Atlanta's", "vote", "''", "was", "fair", "."]
+    config.data.dataset = "holmes"
+    assert text_recipe(config) == TextRecipe(sentences="gutenberg", tokenize="msr")
+    config.data.dataset = "files"
+    assert text_recipe(config).whitespace
+    unknown = TextRecipe.of({"tokenize": "sentencepiece"}, "x/text.json")     # from a newer ctxlm: said when used
+    with pytest.raises(CtxlmError, match="tokeniser 'sentencepiece'.*--pretokenized"):
+        unknown.tokens("the cat")
+    with pytest.raises(CtxlmError, match="not one this ctxlm knows"):
+        TextRecipe.of({"lower": "yes"}, "x/text.json")
+
+
+def test_a_recipe_this_version_cannot_apply_is_one_line_and_pretokenized_still_scores(world, tmp_path):
+    newer = tmp_path / "newer"
+    shutil.copytree(world / "kn", newer)
+    (newer / "text.json").write_text(json.dumps({"tokenize": "sentencepiece"}))
+    one_line_error(ctxlm("score", newer, stdin=RAW[0].encode()), "tokeniser 'sentencepiece'", "--pretokenized")
+    one_line_error(ctxlm("eval", newer, "--file", world / "raw.txt"), "tokeniser 'sentencepiece'")
+    assert ctxlm("score", newer, "--pretokenized", stdin=TOKENISED[0].encode()).returncode == 0
+    (newer / "text.json").write_text("{")
+    one_line_error(ctxlm("score", newer, stdin=RAW[0].encode()), "text.json", "delete it")
+
+
+def test_eval_dynamic_file_reads_it_by_the_recipe_too(world):
+    (world / "raw_eval.txt").write_text("\n".join(RAW) + "\n")
+    (world / "tok_eval.txt").write_text("\n".join(TOKENISED) + "\n")
+    dynamic = ["--dynamic", "--dynamic-rule", "sgd", "--dynamic-lr", "0.1", "--json"]
+    raw = ctxlm("eval", world / "lstm", "--file", world / "raw_eval.txt", *dynamic)
+    tokenised = ctxlm("eval", world / "lstm", "--file", world / "tok_eval.txt", "--pretokenized", *dynamic)
+    assert raw.returncode == tokenised.returncode == 0, raw.stderr + tokenised.stderr
+    a, b = json.loads(raw.stdout)[str(world / "raw_eval.txt")], json.loads(tokenised.stdout)[str(world / "tok_eval.txt")]
+    assert (a["nll"], a["tokens"], a["unknown"]) == (b["nll"], b["tokens"], b["unknown"]) == (a["nll"], sum(len(t.split()) + 1 for t in TOKENISED), 1)
