@@ -36,10 +36,11 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
 @torch.no_grad()
 def sample(model, vocab, prompt: list[str], max_tokens: int, temperature: float = 1.0, top_k: int = 0,
            top_p: float = 1.0, generator: torch.Generator | None = None) -> list[str]:
-    """Continue `prompt` (after an `<eos>` start) by ancestral sampling, one token at a time with carried state."""
+    """Continue `prompt` (after an `<eos>`, from the model's start state) by ancestral sampling, one token at a time
+    with carried state."""
     check_settings(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
     ids = vocab.encode([EOS] + prompt).unsqueeze(0)
-    out = model(ids)
+    out = model(ids, model.start_state(1))
     words = []
     for _ in range(max_tokens):
         logits = model.log_probs(out)[0, -1]

@@ -23,6 +23,7 @@ from .errors import CtxlmError
 from .evaluation.dynamic import DynamicSetting, DynamicWeights, mean_squared_gradients
 from .evaluation.lambada import not_answers
 from .evaluation.scoring import score_item, score_sentences, score_stream
+from .evaluation.start import start_for
 from .generate import sample
 from .models.base import LanguageModel, build_model
 from .models.cache import CacheSettings, NeuralCache
@@ -210,8 +211,7 @@ class Run:
         kept = []
         words = pair_words(context)[0]
         probe = self.vocab.encode(words + [EOS])        # any last id: its position reads the context's last word
-        for _ in self._stream([probe], on_output=lambda out: kept.append(self.model.log_probs(out.last_position()))):
-            pass
+        self._item(probe, on_output=lambda out: kept.append(self.model.log_probs(out.last_position())))
         return kept[-1].reshape(-1).float().cpu()
 
     def top_next_words(self, context: str = "", k: int = 10) -> list[tuple[str, float]]:
@@ -253,9 +253,11 @@ def check_batch_size(batch_size: int) -> None:
         raise CtxlmError(f"batch_size must be {at_least(1).describe(int)}, got {batch_size!r}")
 
 
-def load(run_dir: str | Path, device: str = "cpu") -> Run:
+def load(run_dir: str | Path, device: str = "cpu", data_dir=None, start: bool = True) -> Run:
     """Build the model from the run's config.toml and vocab.txt and load its best weights, on `device`
-    (count-based models, Kneser-Ney, always on the CPU: their tables are numpy arrays)."""
+    (count-based models, Kneser-Ney, always on the CPU: their tables are numpy arrays), with the state texts
+    read alone start from (evaluation/start.py: the stored one, else estimated on the training text, found
+    in `data_dir` or where the run's config says; `start=False`: the zero state)."""
     if str(device).split(":")[0] == "cuda" and not torch.cuda.is_available():
         raise CtxlmError(f"load: device {str(device)!r}, but no CUDA device is available here; use 'cpu'")
     files = RunDir(run_dir)
@@ -264,4 +266,6 @@ def load(run_dir: str | Path, device: str = "cpu") -> Run:
     model = build_model(config.model, len(vocab), config.output)
     metadata = files.load_weights(model, identity(config.model.name, vocab))
     model.to("cpu" if model.count_based else device).eval()
+    if start:
+        model.start = start_for(files.path, config, vocab, model, metadata.get("sha256", ""), data_dir)
     return Run(files.path, config, vocab, model, weights_sha256=metadata.get("sha256", ""))

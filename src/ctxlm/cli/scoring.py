@@ -17,7 +17,7 @@ def add_score(sub) -> None:
     run_argument(p)
     p.add_argument("--input", help="text file, one sentence per line (default: standard input)")
     p.add_argument("--stream", action="store_true", help="carry the model state from line to line instead of starting each "
-                   "fresh (the lines read as one document, as `ctxlm eval --file` reads them)")
+                   "from the run's start state (the lines read as one document, as `ctxlm eval --file` reads them)")
     cache_options(p)
     dynamic_options(p, "each line from the trained weights; with --stream, the lines as one stream")
     data_dir_option(p)
@@ -28,7 +28,7 @@ def cmd_score(args) -> int:
     from ..data.corpus import iter_lines
     from ..run import load
 
-    run = with_dynamic(load(args.run), args)
+    run = with_dynamic(load(args.run, data_dir=args.data_dir), args)
     run = dataclasses.replace(run, model=with_cache(run, args)[0])
     for scored in run.iter_score(iter_lines(args.input or "-", allow_empty=True), document=args.stream):
         print(json_text({"text": scored.text, "tokens": scored.tokens, "unknown": scored.unknown,

@@ -6,7 +6,7 @@ with α the LM weight and β the word-insertion penalty (a bonus when positive).
 development list by an exhaustive grid: the pair with the fewest word errors of the chosen hypotheses; ties go to
 the smaller α, then the β nearest 0, then the smaller β. Within an utterance a tie keeps the file's order.
 
-The LM is one run, any family (`Run.sentence_log_probs`, each hypothesis alone from a fresh state), or the mixture
+The LM is one run, any family (`Run.sentence_log_probs`, each hypothesis alone from its start state), or the mixture
 of two runs over one vocabulary, p = (1 − λ) p_A + λ p_B per token (as `ctxlm eval --mix`), λ given or chosen by
 maximum likelihood (EM) on the development references.
 """

@@ -24,6 +24,7 @@ import torch
 from ..config import Config, load_toml
 from ..data.vocab import Vocabulary
 from ..errors import CtxlmError
+from ..evaluation.start import FILE as START_FILE
 from ..io import atomic_write_text, clear_temporaries
 from . import checkpoint
 from .distributed import main_process
@@ -82,6 +83,11 @@ class RunDir:
     def dynamic(self) -> Path:
         """Dynamic evaluation's setting chosen on validation (`ctxlm tune-dynamic`), read by `eval --dynamic`."""
         return self.path / "dynamic.json"
+
+    @property
+    def start(self) -> Path:
+        """The state texts read alone start from (evaluation/start.py), made when training ends."""
+        return self.path / START_FILE
 
     def read_config(self, hint: str) -> Config:
         """The run's resolved config; `hint` ends the error of a folder without one."""
