@@ -156,9 +156,9 @@ class Run:
             for line, words, log_probs in zip(group, tokens, scores):
                 yield self._scored(line, words, log_probs)
 
-    def perplexity(self, texts: str | Iterable[str], document: bool = True) -> float:
-        """exp(−total log-probability / tokens) of the texts, every `<eos>` counted: read as one stream
-        (`document`, `ctxlm eval`'s reading) or each text alone (a sentence-regime model's reading)."""
+    def perplexity(self, texts: str | Iterable[str], document: bool = False) -> float:
+        """exp(−total log-probability / tokens) of the texts, every `<eos>` counted: each text alone, as `score`
+        reads them by default, or as one stream with `document` (`ctxlm eval --file`'s reading)."""
         total, count = 0.0, 0
         for scored in self.iter_score(texts, document):
             total += sum(scored.log_probs)
