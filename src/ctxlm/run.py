@@ -214,22 +214,30 @@ class Run:
         self._item(probe, on_output=lambda out: kept.append(self.model.log_probs(out.last_position())))
         return kept[-1].reshape(-1).float().cpu()
 
-    def top_next_words(self, context: str = "", k: int = 10) -> list[tuple[str, float]]:
-        """The `k` likeliest next words after `context`, with their probabilities."""
+    def top_next_words(self, context: str = "", k: int = 10, special: bool = False) -> list[tuple[str, float]]:
+        """The `k` likeliest next words after `context`, with their probabilities (the model's own, not renormalised);
+        `<eos>` and `<unk>` are left out unless `special`."""
         if k < 1:
             raise CtxlmError(f"top_next_words: k is the number of words to return, at least 1; got {k}")
-        best = self.next_word_log_probs(context).topk(min(k, len(self.vocab)))
-        return [(self.vocab.words[i], safe_exp(lp)) for lp, i in zip(best.values.tolist(), best.indices.tolist())]
+        log_probs = self.next_word_log_probs(context)
+        if not special:
+            log_probs = log_probs[2:]           # ids 0 and 1 are <eos> and <unk> in every vocabulary
+        best = log_probs.topk(min(k, log_probs.numel()))
+        first = 0 if special else 2
+        return [(self.vocab.words[first + i], safe_exp(lp)) for lp, i in zip(best.values.tolist(), best.indices.tolist())]
 
     def generate(self, prompt: str = "", max_tokens: int = 50, temperature: float = 1.0, top_k: int = 0,
-                 top_p: float = 1.0, seed: int | torch.Generator = 0) -> list[str]:
-        """Continue `prompt` by sampling (temperature 0: greedy); the sampled words, `<eos>` included. `seed`: a
-        number, or a torch.Generator to draw several different samples from in turn."""
+                 top_p: float = 1.0, seed: int | torch.Generator = 0, special: bool = False,
+                 stop_at_eos: bool = False) -> list[str]:
+        """Continue `prompt` by sampling (temperature 0: greedy); the sampled words. `<eos>` and `<unk>` are never drawn
+        (the rest renormalised) unless `special`; `stop_at_eos`: `<eos>` may be drawn and ends the sample (not returned).
+        `seed`: a number, or a torch.Generator to draw several different samples from in turn."""
         self._left_to_right("generate")
         if self.dynamic is not None:
             raise CtxlmError("generate samples from the trained weights; drop with_dynamic")
         generator = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(seed)
-        return sample(self.model, self.vocab, prompt.split(), max_tokens, temperature, top_k, top_p, generator)
+        return sample(self.model, self.vocab, prompt.split(), max_tokens, temperature, top_k, top_p, generator,
+                      special, stop_at_eos)
 
     # ------------------------------------------------------------ the loops, in evaluation/scoring.py
     def _stream(self, blocks, on_output=None) -> Iterator[torch.Tensor]:
