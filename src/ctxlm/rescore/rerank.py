@@ -16,6 +16,7 @@ import itertools
 
 import torch
 
+from ..checks import grid_edges
 from ..errors import CtxlmError
 from ..evaluation.interpolation import best_weight, mixed
 from ..run import Run
@@ -99,10 +100,6 @@ def tune(lists: dict[str, list[Hypothesis]], lm: dict[str, list[float]], referen
         grid.append({"lm_weight": weight, "penalty": penalty, "errors": count})
     chosen = min(grid, key=lambda g: (g["errors"], g["lm_weight"], abs(g["penalty"]), g["penalty"]))
     words = sum(len(references[u]) for u in lists)
-    edges = []
-    if len(weights) > 1 and chosen["lm_weight"] == max(weights):
-        edges.append("the largest LM weight")
-    if len(penalties) > 1 and chosen["penalty"] in (min(penalties), max(penalties)):
-        edges.append("an end of the penalties")
+    edges = grid_edges(chosen, {"lm_weight": (weights, "LM weight", "high"), "penalty": (penalties, "penalty", "low high")})
     return {**chosen, "reference_words": words, "wer": chosen["errors"] / words if words else float("nan"),
             "oracle_errors": sum(min(e) for e in errors.values()), "at_edge": edges, "grid": grid}
