@@ -44,7 +44,7 @@ def test_document_mode_is_evaluate_stream_to_the_last_bit(run):
     log_probs = torch.tensor([lp for s in scored for lp in s.log_probs], dtype=torch.float64)
     plain = evaluate_stream(run.model, ids, batch_size=1, chunk=7)
     assert float(-log_probs.sum()) == pytest.approx(plain["nll"], rel=1e-12, abs=0)
-    assert run.perplexity(texts_of(ids[1:])) == pytest.approx(plain["ppl"], rel=1e-12)
+    assert run.perplexity(texts_of(ids[1:]), document=True) == pytest.approx(plain["ppl"], rel=1e-12)
 
 
 def test_sentence_mode_is_evaluate_sentences(run):
@@ -201,14 +201,14 @@ def test_the_cache_and_dynamic_evaluation_combine(runs):
     run = load(runs["lstm"])
     text = (Path(runs["corpus"]) / "valid.txt").read_text().splitlines()
     cache = CacheSettings(window=50, theta=0.3, lam=0.2)
-    alone = run.with_cache(cache).perplexity(text)
-    zero = run.with_dynamic(DynamicSetting("sgd", lr=0.0, segment=5)).with_cache(cache).perplexity(text)
-    both = run.with_dynamic(DynamicSetting("sgd", lr=0.5, segment=5)).with_cache(cache).perplexity(text)
+    alone = run.with_cache(cache).perplexity(text, document=True)
+    zero = run.with_dynamic(DynamicSetting("sgd", lr=0.0, segment=5)).with_cache(cache).perplexity(text, document=True)
+    both = run.with_dynamic(DynamicSetting("sgd", lr=0.5, segment=5)).with_cache(cache).perplexity(text, document=True)
     assert zero == pytest.approx(alone, rel=1e-6)
     assert torch.isfinite(torch.tensor(both)) and both != pytest.approx(alone, rel=1e-4)
     for rate, expected in ((0.0, alone), (0.5, both)):             # the cache first: the same steps, inside it
         setting = DynamicSetting("sgd", lr=rate, segment=5)
-        assert run.with_cache(cache).with_dynamic(setting).perplexity(text) == pytest.approx(expected, rel=1e-7)
+        assert run.with_cache(cache).with_dynamic(setting).perplexity(text, document=True) == pytest.approx(expected, rel=1e-7)
 
 
 def test_a_source_tree_that_pip_never_installed_imports_and_runs():
@@ -221,3 +221,18 @@ def test_a_source_tree_that_pip_never_installed_imports_and_runs():
     done = subprocess.run([sys.executable, "-c", hide_metadata], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == "0+source" and "daniluk-4.9" in done.stdout
+
+
+def test_score_and_perplexity_share_one_default(runs):
+    """Both read each text alone unless document=True (docs/python.md): perplexity is score's totals per token."""
+    import math
+
+    run = load(runs["lstm"])
+    texts = ["the man", "he went out ."]
+    scored = run.score(texts)
+    alone = math.exp(-sum(s.total for s in scored) / sum(len(s.tokens) for s in scored))
+    assert run.perplexity(texts) == pytest.approx(alone, rel=1e-12) == run.perplexity(texts, document=False)
+    together = run.score(texts, document=True)
+    document = math.exp(-sum(s.total for s in together) / sum(len(s.tokens) for s in together))
+    assert run.perplexity(texts, document=True) == pytest.approx(document, rel=1e-12)
+    assert abs(document - alone) > 1e-3 * alone                    # the two readings differ: the default matters

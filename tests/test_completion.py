@@ -10,7 +10,7 @@ from ctxlm.data.corpus import CompletionQuestion, read_msr_completion
 from ctxlm.data.vocab import Vocabulary
 from ctxlm.errors import CtxlmError
 from ctxlm.evaluation.completion import answer_questions, candidate_sentences, mcnemar_p, sentence_scores
-from ctxlm.evaluation.scoring import stream_log_probs
+from ctxlm.evaluation.scoring import score_item
 
 CSV = ("id,question,a),b),c),d),e)\n"
        "7,The cat _____ on a mat.,sat,ran,dog,the,on\n"
@@ -50,7 +50,7 @@ def test_batched_scores_equal_one_sentence_at_a_time(runs, tmp_path):
         run = load(runs[name])
         sentences = [s for q in questions for s in candidate_sentences(q)]
         batched = sentence_scores(run.model, run.vocab, sentences, batch_size=3)
-        alone = torch.tensor([float(stream_log_probs(run.model, run.vocab.encode(["<eos>"] + s)).sum()) for s in sentences],
+        alone = torch.tensor([float(score_item(run.model, run.vocab.encode(s), run.vocab.eos).double().sum()) for s in sentences],
                              dtype=torch.float64)
         assert torch.allclose(batched, alone, atol=1e-5), name
         _, records = answer_questions(run.model, run.vocab, questions, batch_size=4)

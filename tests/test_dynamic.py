@@ -140,6 +140,9 @@ def test_tune_dynamic_records_the_best_setting_and_eval_uses_it(runs, tmp_path):
     record = json.loads((run / "dynamic.json").read_text())
     assert len(record["grid"]) == 4 and record["best"]["ppl"] == min(r["ppl"] for r in record["grid"])
     assert record["model_ppl"] == pytest.approx(next(r["ppl"] for r in record["grid"] if r["lr"] == 0 and r["decay"] == 0), rel=1e-8)
+    assert record["best"]["lr"] == 0.05                          # the largest step size: a note says to widen the grid
+    ends = "the largest step size" + (" and the largest decay" if record["best"]["decay"] == 0.5 else "")   # decay 0: its bound
+    assert f"note: the choice is at {ends} of the grid; widen it (--lrs, --decays, --segments)" in tuned.stdout
     used = json.loads(ctxlm("eval", run, "--split", "valid", "--dynamic", "--json").stdout)["valid"]
     assert used["dynamic"] == {k: record["best"][k] for k in ("rule", "lr", "decay", "segment")}
     assert used["ppl"] == pytest.approx(record["best"]["ppl"], rel=1e-12)
@@ -260,3 +263,13 @@ def test_tune_dynamic_never_chooses_a_setting_that_diverged_to_nan(runs, tmp_pat
     assert ctxlm("tune-dynamic", run, "--rules", "sgd", "--lrs", "0.01,0.05", "--decays", "0", "--segments", "10").returncode == 0
     best = json.loads((run / "dynamic.json").read_text())["best"]
     assert best is not None and best["lr"] == 0.05
+
+
+def test_grid_edges_are_the_ends_that_can_be_widened():
+    from ctxlm.checks import edge_note, grid_edges
+
+    axes = {"lr": ([0.1, 0.2, 0.5], "step size", "low high"), "decay": ([0.0, 0.02], "decay", "high"), "seg": ([10], "segment", "low high")}
+    assert grid_edges({"lr": 0.2, "decay": 0.0, "seg": 10}, axes) == []            # inside, at a bound, a single value
+    assert grid_edges({"lr": 0.1, "decay": 0.02, "seg": 10}, axes) == ["the smallest step size", "the largest decay"]
+    assert edge_note(["the largest λ"], "--lambdas") == "note: the choice is at the largest λ of the grid; widen it (--lambdas)"
+    assert edge_note([], "--lambdas") == ""

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import ctxlm, one_line_error
 from ctxlm.errors import CtxlmError
+from ctxlm.evaluation.scoring import score_item
 from ctxlm.run import Run, load, pair_words
 from test_contract import EVERY, VOCAB, config_of, folder, ready  # noqa: F401  (folder: a fixture)
 
@@ -151,8 +152,8 @@ def test_token_greedy_through_the_registered_model(runs, tmp_path):
 
 @needs_lm_eval
 def test_requests_map_to_words(runs):
-    """A continuation of several words, an unknown word, a line break; rolling log-likelihood is the document's
-    total as `ctxlm eval --file` reads it."""
+    """A continuation of several words, an unknown word, a line break, each read after `<eos>` from the start state
+    (a text alone); rolling log-likelihood is the document's total as `ctxlm eval --file` reads it."""
     from lm_eval.api.instance import Instance
 
     from ctxlm.harness.model import CtxlmLM
@@ -161,15 +162,15 @@ def test_requests_map_to_words(runs):
     model = CtxlmLM(run, progress=False)
     asked = [("the cat", " sat on a mat"), ("the cat", " sat on a zebra"), ("the cat\n", "the dog")]
     answers = model.loglikelihood([Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(asked)])
-    whole = run.score(["the cat sat on a mat"], document=True)[0]
+    whole = run.score(["the cat sat on a mat"])[0]
     assert answers[0][0] == pytest.approx(sum(whole.log_probs[2:6]), abs=1e-5)
     assert answers[1][1] is False                                  # an unknown word is never the model's choice
-    after_eos = run.score(["the cat", "the dog"], document=True)[1]
-    assert answers[2][0] == pytest.approx(sum(after_eos.log_probs[:2]), abs=1e-5)
+    after_eos = score_item(run.model, run.vocab.encode("the cat <eos> the dog".split()), run.vocab.eos)
+    assert answers[2][0] == pytest.approx(float(after_eos[3:].sum()), abs=1e-5)
     text = "the cat sat\n\na dog ran\n"
     rolling = model.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)])[0]
     tokens = 3 + 1 + 1 + 3 + 1                                       # every line's <eos>, the empty line's too
-    assert math.exp(-rolling / tokens) == pytest.approx(run.perplexity(["the cat sat", "", "a dog ran"]), rel=1e-9)
+    assert math.exp(-rolling / tokens) == pytest.approx(run.perplexity(["the cat sat", "", "a dog ran"], document=True), rel=1e-9)
 
 
 @needs_lm_eval

@@ -209,3 +209,22 @@ def safe_exp(x: float) -> float:
         return math.exp(x)
     except OverflowError:
         return math.inf
+
+
+def grid_edges(chosen: dict, axes: dict[str, tuple[list, str, str]]) -> list[str]:
+    """Where a value chosen on a grid sits at an end that could be widened: "the largest LM weight", ...
+    `axes`: key of `chosen` -> (the values tried, their name, the ends that count: "low", "high" or both)."""
+    edges = []
+    for key, (values, name, ends) in axes.items():
+        if len(set(values)) < 2:
+            continue
+        if "high" in ends and chosen[key] == max(values):
+            edges.append(f"the largest {name}")
+        elif "low" in ends and chosen[key] == min(values):
+            edges.append(f"the smallest {name}")
+    return edges
+
+
+def edge_note(edges: list[str], options: str) -> str:
+    """The note a tuning command prints when its choice sits at an end of its grid ("" when it does not)."""
+    return f"note: the choice is at {' and '.join(edges)} of the grid; widen it ({options})" if edges else ""

@@ -35,20 +35,29 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
 
 @torch.no_grad()
 def sample(model, vocab, prompt: list[str], max_tokens: int, temperature: float = 1.0, top_k: int = 0,
-           top_p: float = 1.0, generator: torch.Generator | None = None) -> list[str]:
-    """Continue `prompt` (after an `<eos>` start) by ancestral sampling, one token at a time with carried state."""
+           top_p: float = 1.0, generator: torch.Generator | None = None, special: bool = False,
+           stop_at_eos: bool = False) -> list[str]:
+    """Continue `prompt` (after an `<eos>`, from the model's start state) by ancestral sampling, one token at a time
+    with carried state. Without `special`, `<eos>` and `<unk>` are never drawn: the distribution is renormalised
+    over the other words (top-k and top-p then choose among those). `stop_at_eos`: `<eos>` may be drawn, and
+    ends the sample (it is not returned)."""
     check_settings(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
     ids = vocab.encode([EOS] + prompt).unsqueeze(0)
-    out = model(ids)
+    out = model(ids, model.start_state(1))
+    barred = [] if special else [vocab.unk] + ([] if stop_at_eos else [vocab.eos])
     words = []
     for _ in range(max_tokens):
         logits = model.log_probs(out)[0, -1]
+        if barred and len(vocab) > len(barred):
+            logits = logits.index_fill(0, torch.tensor(barred, device=logits.device), float("-inf"))
         if temperature <= 0:
             choice = int(logits.argmax())
         else:
-            scaled = (logits - logits.max()).double() / temperature     # finite for any temperature > 0
+            scaled = (logits - logits.max()).double() / temperature     # finite for any temperature > 0 (−∞ barred)
             probs = torch.softmax(filter_logits(scaled, top_k, top_p), -1)
             choice = int(torch.multinomial(probs, 1, generator=generator))
+        if stop_at_eos and choice == vocab.eos:
+            break
         words.append(vocab.words[choice])
         out = model(torch.tensor([[choice]]), out.state)
     return words

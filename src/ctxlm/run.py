@@ -25,6 +25,7 @@ from .errors import CtxlmError
 from .evaluation.dynamic import DynamicSetting, DynamicWeights, mean_squared_gradients
 from .evaluation.lambada import not_answers
 from .evaluation.scoring import score_item, score_sentences, score_stream
+from .evaluation.start import start_for
 from .generate import sample
 from .models.base import LanguageModel, build_model
 from .models.cache import CacheSettings, NeuralCache
@@ -189,9 +190,9 @@ class Run:
             for line, words, log_probs in zip(group, tokens, scores):
                 yield self._scored(line, words, log_probs)
 
-    def perplexity(self, texts: str | Iterable[str], document: bool = True, pretokenized: bool = False) -> float:
-        """exp(−total log-probability / tokens) of the texts, every `<eos>` counted: read as one stream
-        (`document`, `ctxlm eval`'s reading) or each text alone (a sentence-regime model's reading)."""
+    def perplexity(self, texts: str | Iterable[str], document: bool = False, pretokenized: bool = False) -> float:
+        """exp(−total log-probability / tokens) of the texts, every `<eos>` counted: each text alone, as `score`
+        reads them by default, or as one stream with `document` (`ctxlm eval --file`'s reading)."""
         total, count = 0.0, 0
         for scored in self.iter_score(texts, document, pretokenized=pretokenized):
             total += sum(scored.log_probs)
@@ -247,27 +248,34 @@ class Run:
         kept = []
         words = pair_words(context, split=functools.partial(self.words, pretokenized=pretokenized))[0]
         probe = self.vocab.encode(words + [EOS])        # any last id: its position reads the context's last word
-        for _ in self._stream([probe], on_output=lambda out: kept.append(self.model.log_probs(out.last_position()))):
-            pass
+        self._item(probe, on_output=lambda out: kept.append(self.model.log_probs(out.last_position())))
         return kept[-1].reshape(-1).float().cpu()
 
-    def top_next_words(self, context: str = "", k: int = 10, pretokenized: bool = False) -> list[tuple[str, float]]:
-        """The `k` likeliest next words after `context`, with their probabilities."""
+    def top_next_words(self, context: str = "", k: int = 10, special: bool = False, pretokenized: bool = False) -> list[tuple[str, float]]:
+        """The `k` likeliest next words after `context`, with their probabilities (the model's own, not renormalised);
+        `<eos>` and `<unk>` are left out unless `special`."""
         if k < 1:
             raise CtxlmError(f"top_next_words: k is the number of words to return, at least 1; got {k}")
-        best = self.next_word_log_probs(context, pretokenized).topk(min(k, len(self.vocab)))
-        return [(self.vocab.words[i], safe_exp(lp)) for lp, i in zip(best.values.tolist(), best.indices.tolist())]
+        log_probs = self.next_word_log_probs(context, pretokenized)
+        if not special:
+            log_probs = log_probs[2:]           # ids 0 and 1 are <eos> and <unk> in every vocabulary
+        best = log_probs.topk(min(k, log_probs.numel()))
+        first = 0 if special else 2
+        return [(self.vocab.words[first + i], safe_exp(lp)) for lp, i in zip(best.values.tolist(), best.indices.tolist())]
 
     def generate(self, prompt: str = "", max_tokens: int = 50, temperature: float = 1.0, top_k: int = 0,
-                 top_p: float = 1.0, seed: int | torch.Generator = 0, pretokenized: bool = False) -> list[str]:
-        """Continue `prompt` by sampling (temperature 0: greedy); the sampled words, `<eos>` included. `seed`: a
-        number, or a torch.Generator to draw several different samples from in turn."""
+                 top_p: float = 1.0, seed: int | torch.Generator = 0, special: bool = False,
+                 stop_at_eos: bool = False, pretokenized: bool = False) -> list[str]:
+        """Continue `prompt` by sampling (temperature 0: greedy); the sampled words. `<eos>` and `<unk>` are never drawn
+        (the rest renormalised) unless `special`; `stop_at_eos`: `<eos>` may be drawn and ends the sample (not returned).
+        `seed`: a number, or a torch.Generator to draw several different samples from in turn."""
         self._left_to_right("generate")
         check_text(prompt, "generate: prompt")
         if self.dynamic is not None:
             raise CtxlmError("generate samples from the trained weights; drop with_dynamic")
         generator = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(seed)
-        return sample(self.model, self.vocab, self.words(prompt, pretokenized), max_tokens, temperature, top_k, top_p, generator)
+        return sample(self.model, self.vocab, self.words(prompt, pretokenized), max_tokens, temperature, top_k, top_p, generator,
+                      special, stop_at_eos)
 
     # ------------------------------------------------------------ the loops, in evaluation/scoring.py
     def _stream(self, blocks, on_output=None) -> Iterator[torch.Tensor]:
@@ -325,9 +333,11 @@ def check_batch_size(batch_size: int) -> None:
         raise CtxlmError(f"batch_size must be {at_least(1).describe(int)}, got {batch_size!r}")
 
 
-def load(run_dir: str | Path, device: str = "cpu") -> Run:
+def load(run_dir: str | Path, device: str = "cpu", data_dir=None, start: bool = True) -> Run:
     """Build the model from the run's config.toml and vocab.txt and load its best weights, on `device`
-    (count-based models, Kneser-Ney, always on the CPU: their tables are numpy arrays)."""
+    (count-based models, Kneser-Ney, always on the CPU: their tables are numpy arrays), with the state texts
+    read alone start from (evaluation/start.py: the stored one, else estimated on the training text, found
+    in `data_dir` or where the run's config says; `start=False`: the zero state)."""
     if str(device).split(":")[0] == "cuda" and not torch.cuda.is_available():
         raise CtxlmError(f"load: device {str(device)!r}, but no CUDA device is available here; use 'cpu'")
     files = RunDir(run_dir)
@@ -336,4 +346,6 @@ def load(run_dir: str | Path, device: str = "cpu") -> Run:
     model = build_model(config.model, len(vocab), config.output)
     metadata = files.load_weights(model, identity(config.model.name, vocab))
     model.to("cpu" if model.count_based else device).eval()
+    if start:
+        model.start = start_for(files.path, config, vocab, model, metadata.get("sha256", ""), data_dir)
     return Run(files.path, config, vocab, model, weights_sha256=metadata.get("sha256", ""), recipe=files.read_text_recipe())

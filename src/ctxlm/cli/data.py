@@ -1,6 +1,7 @@
 """Data commands: `prepare` a corpus, list the `datasets`, list the `names` of cased text."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from ..checks import SEED, at_least, in_range, option
@@ -84,6 +85,7 @@ def _command(args) -> str:
 
 def cmd_prepare_text(args) -> int:
     from ..data.prepare import Recipe, prepare
+    from ..data.rawbooks import raw_books_note
     from ..data.text import TextRecipe, input_files
 
     text = TextRecipe(args.sentences, args.tokenize, args.lang, args.lower, args.numbers)
@@ -91,6 +93,9 @@ def cmd_prepare_text(args) -> int:
                     valid=input_files(args.valid, "--valid") if args.valid else (args.valid_sentences or ""),
                     test=input_files(args.test, "--test") if args.test else (args.test_sentences or ""),
                     seed=args.seed, shuffle_files=args.shuffle_files, min_count=args.min_count, max_vocab=args.max_vocab)
+    note = raw_books_note(recipe.inputs, text.sentences)
+    if note:
+        print(note, file=sys.stderr)
     manifest, made = prepare(recipe, Path(args.out), args.force, _command(args))
     print(f"prepared in {manifest['seconds']:.0f} s ({manifest['tokens_per_s']:,} tokens/s)" if made else
           f"already prepared, nothing to do (prepared in {manifest['seconds']:.0f} s; --force prepares it again)")

@@ -6,10 +6,10 @@ import itertools
 import math
 import sys
 
-from ..checks import at_least, option, rule_option
+from ..checks import at_least, edge_note, grid_edges, option, rule_option
 from ..errors import CtxlmError
 from ..evaluation.dynamic import DynamicSetting
-from ..io import atomic_write_text
+from ..io import atomic_write_text, warn
 from ..jsonio import json_text
 from ..training.rundir import RunDir, git_commit
 from .common import (
@@ -170,4 +170,9 @@ def cmd_tune_dynamic(args) -> int:
     print(f"best: {best['ppl']:.2f} ({100 * (1 - best['ppl'] / plain):.1f}% lower) with rule {best['rule']}, "
           f"lr {best['lr']}, decay {best['decay']}, segment {best['segment']}; recorded in {record} "
           f"(used by `ctxlm eval {args.run} --dynamic`)")
+    edges = grid_edges(best, {"lr": (lrs, "step size", "low high"),
+                              "decay": (decays, "decay", ("low" if min(decays) > 0 else "") + (" high" if max(decays) < 1 else "")),
+                              "segment": (segments, "segment", "low high" if min(segments) > 1 else "high")})
+    if edges:
+        warn(edge_note(edges, "--lrs, --decays, --segments"))
     return 0

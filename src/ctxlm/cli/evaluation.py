@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..checks import at_least, in_range, option
+from ..checks import at_least, edge_note, grid_edges, in_range, option
 from ..errors import CtxlmError
-from ..io import atomic_write_text
+from ..io import atomic_write_text, warn
 from ..jsonio import json_text
 from .common import (
     SPLITS,
@@ -196,6 +196,10 @@ def cmd_tune_cache(args) -> int:
     for row in sorted(result["grid"], key=lambda r: r["ppl"])[:10]:
         print(f"{row['window']:>8}{row['theta']:>8}{row['lambda']:>8}{row['ppl']:>12.2f}")
     print(f"recorded in {record} (used by `ctxlm eval {args.run} --cache`); grid plot {plot}")
+    edges = grid_edges(best, {"window": (windows, "window", "low high"), "theta": (thetas, "θ", "low high"),
+                              "lambda": (lambdas, "λ", "low high")})
+    if edges:
+        warn(edge_note(edges, "--windows, --thetas, --lambdas"))
     return 0
 
 

@@ -68,6 +68,34 @@ def cmd_export_arpa(args) -> int:
     return 0
 
 
+def add_start_state(sub) -> None:
+    from ..evaluation.start import TOKENS
+
+    p = sub.add_parser("start-state", help="estimate the state texts read alone start from and store it in the run",
+                       description="Read the first --tokens training tokens sentence by sentence and store the mean state "
+                                   "carried into each <eos> (RUN/start_state.safetensors): every text scored alone (score, "
+                                   "rescore, lambada, complete, the harness, the Python API) starts from it. Training "
+                                   "writes it; a run without one gets it on load, each time (docs/python.md).")
+    run_argument(p)
+    p.add_argument("--tokens", type=option(int, at_least(2)), default=TOKENS, help=f"training tokens to read (default {TOKENS:,})")
+    data_dir_option(p)
+    p.set_defaults(func=cmd_start_state)
+
+
+def cmd_start_state(args) -> int:
+    from ..evaluation.start import FILE, has_start, start_for
+    from ..run import load
+
+    run = load(args.run, data_dir=args.data_dir, start=False)
+    if not has_start(run.config, run.model):
+        print(f"{args.run}: {run.config.model.name} (data.batching = {run.config.data.batching}) reads each text alone from "
+              "the state it was trained from (a count-based model or a sentence-regime run): nothing to store")
+        return 0
+    start_for(run.path, run.config, run.vocab, run.model, run.weights_sha256, args.data_dir, args.tokens, write=True)
+    print(f"wrote {run.path / FILE}: the mean state at the sentence ends of the first {args.tokens:,} training tokens")
+    return 0
+
+
 def add_export_onnx(sub) -> None:
     p = sub.add_parser("export-onnx", help="write a neural run as an ONNX graph whose state is an input and an output "
                        "(stream it with onnxruntime, docs/onnx.md)",

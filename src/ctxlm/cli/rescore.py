@@ -2,7 +2,7 @@
 on a development list (docs/rescoring.md)."""
 from __future__ import annotations
 
-from ..checks import at_least, in_range, option, rule_option
+from ..checks import at_least, edge_note, in_range, option, rule_option
 from ..errors import CtxlmError
 from ..io import atomic_write_text, warn
 from ..jsonio import json_text
@@ -138,7 +138,7 @@ def _print(summary: dict, args) -> None:
         print(f"chosen on {args.dev} ({d['utterances']:,} utterances, grid of {len(d['grid'])}): LM weight {d['lm_weight']:g}, "
               f"penalty {d['penalty']:g}, dev WER {100 * d['wer']:.2f}% (oracle {100 * d['oracle_errors'] / d['reference_words']:.2f}%)")
         if d["at_edge"]:
-            warn(f"note: the choice is at {' and '.join(d['at_edge'])} of the grid; widen it (--lm-weights, --penalties)")
+            warn(edge_note(d["at_edge"], "--lm-weights, --penalties"))
     else:
         print(f"LM weight {summary['lm_weight']:g}, penalty {summary['penalty']:g} (given)")
     if "wer" in summary:

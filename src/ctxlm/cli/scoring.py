@@ -18,7 +18,7 @@ def add_score(sub) -> None:
     p.add_argument("--input", help="text file, one sentence per line (default: standard input)")
     pretokenized_option(p, "each line")
     p.add_argument("--stream", action="store_true", help="carry the model state from line to line instead of starting each "
-                   "fresh (the lines read as one document, as `ctxlm eval --file` reads them)")
+                   "from the run's start state (the lines read as one document, as `ctxlm eval --file` reads them)")
     cache_options(p)
     dynamic_options(p, "each line from the trained weights; with --stream, the lines as one stream")
     data_dir_option(p)
@@ -29,7 +29,7 @@ def cmd_score(args) -> int:
     from ..data.corpus import iter_lines
     from ..run import load
 
-    run = with_dynamic(load(args.run), args)
+    run = with_dynamic(load(args.run, data_dir=args.data_dir), args)
     run = dataclasses.replace(run, model=with_cache(run, args)[0])
     lines = iter_lines(args.input or "-", allow_empty=True)
     for scored in run.iter_score(lines, document=args.stream, pretokenized=args.pretokenized):
@@ -41,19 +41,23 @@ def cmd_score(args) -> int:
 
 def add_generate(sub) -> None:
     p = sub.add_parser("generate", help="sample text from a trained run",
-                       description="Continue --prompt by sampling from the run's model, word by word. Each `<eos>` "
-                                   "sampled ends a line; with --num above 1 a blank line separates the samples.")
+                       description="Continue --prompt by sampling from the run's model, word by word, never <eos> or "
+                                   "<unk> unless --special (each <eos> then ends a line) or --stop-at-eos (the first ends "
+                                   "the sample); with --num above 1 a blank line separates the samples.")
     run_argument(p)
     p.add_argument("--prompt", default="", help="text to continue (tokenised by the run's text recipe)")
     pretokenized_option(p, "--prompt")
     p.add_argument("--max-tokens", type=option(*LIMITS["max_tokens"]), default=50, help="words to sample after the prompt "
-                   "(default 50; `<eos>` counts, and ends a line of the output)")
+                   "(default 50; with --special an `<eos>` counts, and ends a line of the output)")
     p.add_argument("--temperature", type=option(*LIMITS["temperature"]), default=1.0, help="0 = greedy")
     p.add_argument("--top-k", type=option(*LIMITS["top_k"]), default=0, help="sample among the k most likely words (0 = all)")
     p.add_argument("--top-p", type=option(*LIMITS["top_p"]), default=1.0, help="nucleus sampling threshold in (0, 1]")
     p.add_argument("--num", type=option(int, at_least(1)), default=1, help="number of samples")
     p.add_argument("--seed", type=option(int, SEED), default=0, help="seed of the sampling (default 0: the same "
                    "samples on every call; give another number for others)")
+    p.add_argument("--stop-at-eos", action="store_true", help="end each sample at its first <eos> (a sentence)")
+    p.add_argument("--special", action="store_true", help="let <eos> and <unk> be drawn (by default they never are: the "
+                   "other words' probabilities are renormalised); each <eos> drawn ends a line")
     p.set_defaults(func=cmd_generate)
 
 
@@ -66,7 +70,7 @@ def cmd_generate(args) -> int:
     generator = torch.Generator().manual_seed(args.seed)        # one generator: the samples differ, reproducibly
     for number in range(args.num):
         words = run.generate(args.prompt, args.max_tokens, args.temperature, args.top_k, args.top_p, generator,
-                             pretokenized=args.pretokenized)
+                             args.special, args.stop_at_eos, pretokenized=args.pretokenized)
         lines = " ".join(run.words(args.prompt, args.pretokenized) + words).split("<eos>")
         print(("\n" if number else "") + "\n".join(line.strip() for line in lines if line.strip()))
     return 0

@@ -4,8 +4,10 @@ from a prepared folder, as token ids per split (`prepare_data`) and, for sentenc
 are `TokenStream`s, read a piece at a time, and become tensors only where a whole split is asked for."""
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Mapping
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,6 +166,10 @@ class Data:
             return self.streams[split].counts(len(self.vocab))
         return torch.bincount(self.ids[split], minlength=len(self.vocab))
 
+    def prefix(self, split: str, n: int) -> torch.Tensor:
+        """The first `n` ids of a split (the leading `<eos>` first), without reading the rest from disk."""
+        return self.streams[split].read(0, n) if self.streams else self.ids[split][:n]
+
 
 def prepare_data(config: Config, data_dir=None, vocab: Vocabulary | None = None) -> Data:
     files = {"train": config.data.train, "valid": config.data.valid, "test": config.data.test}
@@ -189,6 +195,18 @@ def text_recipe(config: Config) -> TextRecipe:
         recorded = manifest.get("recipe", {}).get("text")
         return WHITESPACE if recorded is None else TextRecipe.of(recorded, str(Path(config.data.prepared)))
     return spec(config.data.dataset).text
+
+
+def training_prefix(config: Config, data_dir, vocab: Vocabulary, tokens: int) -> torch.Tensor:
+    """`<eos>` + the first `tokens` training tokens, encoded with `vocab`; a text file's lines are read only that far."""
+    dataset, tokens = config.data.dataset, min(tokens, config.data.max_train_tokens or tokens)
+    if dataset == "files" or (dataset != "prepared" and spec(dataset).reader == "lines"):
+        path = config.data.train if dataset == "files" else locate(dataset, "train", data_dir)
+        if not path:
+            raise CtxlmError('dataset = "files" needs data.train = PATH')
+        with closing(readers.iter_tokens(path)) as words:
+            return vocab.encode([EOS] + list(itertools.islice(words, tokens)))
+    return prepare_data(config, data_dir, vocab).prefix("train", tokens + 1)
 
 
 MAX_SENTENCE = 2048      # tokens: a longer "sentence" (a corpus on one line) is cut, or one batch would need gigabytes

@@ -4,7 +4,8 @@ Python API (`Run.score`, docs/python.md).
 Two ways to read texts, as SPEC §0.2 and §6.3 define them:
 - a stream: `<eos>` + the texts one after another, state carried, in chunks of `chunk` tokens, batch 1 —
   the very chunks of `evaluate_stream(model, ids, 1, chunk)`, so the same numbers to the last bit;
-- sentences: each text alone from a fresh state, batched by length as `evaluate_sentences` batches them.
+- sentences: each text alone from the model's start state (evaluation/start.py: the zero state for a model
+  trained on sentences alone), batched by length as `evaluate_sentences` batches them.
 With dynamic evaluation (evaluation/dynamic.py) a stream is read in segments, each scored, then a step.
 """
 from __future__ import annotations
@@ -23,22 +24,22 @@ from .dynamic import DynamicWeights
 def score_stream(model, blocks: Iterable[torch.Tensor], eos: int, chunk: int = 1000, dynamic: DynamicWeights | None = None,
                  fresh: bool = False, on_output: Callable | None = None) -> Iterator[torch.Tensor]:
     """Yield, block by block, the log-probability of each of the block's ids (on the CPU), reading
-    `<eos>` + the blocks as one stream. `fresh`: each block starts from a fresh state (the chunks stay the same).
+    `<eos>` + the blocks as one stream from the zero state. `fresh`: each block is a text alone, `<eos>` + the
+    block read from the model's start state (`LanguageModel.start_state`, evaluation/start.py) in chunks of its own.
     `dynamic`: read in its segments instead of `chunk`s, each scored, then a step; the trained weights are back
-    when the stream ends or is abandoned, and with `fresh` before each block (each an item of its own, its last
-    segment ending with it). `on_output(out)` sees each chunk's ModelOutput before any step (e.g. for top-k)."""
+    when the stream ends or is abandoned, and with `fresh` before each block. `on_output(out)` sees each chunk's
+    ModelOutput before any step (e.g. for top-k)."""
     device = model_device(model)
     model.eval()
     chunk = dynamic.setting.segment if dynamic is not None else chunk
-    pending, resets = torch.tensor([eos]), torch.tensor([fresh])     # ids still to be read as inputs
+    pending = torch.tensor([eos])     # ids still to be read as inputs
     lengths, scored, state = deque(), [], None
 
-    def read(ids: torch.Tensor, reset: torch.Tensor) -> None:
+    def read(ids: torch.Tensor) -> None:
         nonlocal state
         inputs, targets = ids[:-1].view(1, -1).to(device), ids[1:].view(1, -1).to(device)
-        reset = reset[:-1].view(1, -1).to(device) if fresh else None
         with torch.set_grad_enabled(dynamic is not None), dynamic.sparse_embeddings() if dynamic else nullcontext():
-            out = model(inputs, state, reset)                      # (grad mode whatever the caller's)
+            out = model(inputs, state)                              # (grad mode whatever the caller's)
             log_probs = model.target_log_probs(out, targets)
             if dynamic is not None:         # the adapted model's own loss, also under a cache that wraps it
                 own = log_probs if model is dynamic.model else dynamic.model.target_log_probs(out.inner, targets)
@@ -62,22 +63,21 @@ def score_stream(model, blocks: Iterable[torch.Tensor], eos: int, chunk: int = 1
 
     try:
         for block in blocks:
-            if fresh and dynamic is not None:       # an item ends: its last segment, then the trained weights again
+            if fresh:                   # a text ends: its last chunk; the next starts afresh (the trained weights again)
                 if pending.numel() > 1:
-                    read(pending, resets)
-                    pending, resets = pending[-1:], resets[-1:]
+                    read(pending)
                     yield from finished()
-                dynamic.restore()
-            resets[-1] = fresh           # the input before a block's first id starts it afresh
+                pending, state = torch.tensor([eos]), model.start_state(1)
+                if dynamic is not None:
+                    dynamic.restore()
             pending = torch.cat([pending, block.cpu()])
-            resets = torch.cat([resets, torch.zeros(block.numel(), dtype=torch.bool)])
             lengths.append(block.numel())
             while pending.numel() > chunk:
-                read(pending[:chunk + 1], resets[:chunk + 1])
-                pending, resets = pending[chunk:], resets[chunk:]
+                read(pending[:chunk + 1])
+                pending = pending[chunk:]
             yield from finished()
         if pending.numel() > 1:
-            read(pending, resets)
+            read(pending)
         yield from finished()
     finally:
         if dynamic is not None:
@@ -85,22 +85,23 @@ def score_stream(model, blocks: Iterable[torch.Tensor], eos: int, chunk: int = 1
 
 
 def score_item(model, block: torch.Tensor, eos: int, chunk: int = 1000, dynamic: DynamicWeights | None = None,
-               on_output: Callable | None = None) -> torch.Tensor:
-    """The log-probabilities of one text's ids read as a stream after `<eos>` (`score_stream` of one block), with
-    the trained weights back before it returns."""
-    with closing(score_stream(model, [block], eos, chunk, dynamic, on_output=on_output)) as stream:
+               on_output: Callable | None = None, fresh: bool = True) -> torch.Tensor:
+    """The log-probabilities of one text's ids read after `<eos>` (`score_stream` of one block): from the model's
+    start state, or from the zero state without `fresh` (a document's start); the trained weights are back
+    before it returns."""
+    with closing(score_stream(model, [block], eos, chunk, dynamic, fresh, on_output)) as stream:
         return next(stream)
 
 
 def stream_log_probs(model, ids: torch.Tensor, chunk: int = 1000, dynamic: DynamicWeights | None = None) -> torch.Tensor:
-    """[N − 1] log-probabilities (float64) of `ids` (starting with `<eos>`) read as one stream."""
-    return score_item(model, ids[1:], int(ids[0]), chunk, dynamic).double()
+    """[N − 1] log-probabilities (float64) of `ids` (starting with `<eos>`) read as one stream from the zero state."""
+    return score_item(model, ids[1:], int(ids[0]), chunk, dynamic, fresh=False).double()
 
 
 @torch.no_grad()
 def score_sentences(model, sentences: list[torch.Tensor], eos: int, batch_size: int = 32) -> list[torch.Tensor]:
-    """Each sentence's (ids ending in `<eos>`) token log-probabilities, each read alone from a fresh state,
-    in batches of sentences of similar length."""
+    """Each sentence's (ids ending in `<eos>`) token log-probabilities, each read alone from the model's start
+    state, in batches of sentences of similar length."""
     device = model_device(model)
     model.eval()
     batches = SentenceBatches(sentences, batch_size, eos)
@@ -108,7 +109,7 @@ def score_sentences(model, sentences: list[torch.Tensor], eos: int, batch_size: 
     for number, rows in enumerate(batches.indices):
         batch = batches.batch(number)
         inputs, targets = batch.inputs.to(device), batch.targets.to(device)
-        log_probs = model.target_log_probs(model(inputs, None, None), targets).cpu()
+        log_probs = model.target_log_probs(model(inputs, model.start_state(inputs.size(0))), targets).cpu()
         for row, sentence in zip(rows, range(len(rows))):
             scores[row] = log_probs[sentence, :sentences[row].numel()]
     return scores

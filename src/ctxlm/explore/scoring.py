@@ -1,6 +1,8 @@
 """What `ctxlm explore` computes for a text: per-token log-probabilities, top-k, ranks, attention (docs/explore.md)."""
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import threading
 import time
@@ -47,7 +49,7 @@ def load_runs(paths, cache: bool = False, dynamic: bool = False, data_dir=None) 
         while name in runs:
             n += 1
             name = f"{base}#{n}"
-        run = load(path)
+        run = load(path, data_dir=data_dir)
         runs[name] = Served(run)
         next_word_model = not run.model.count_based and run.model.left_to_right      # what a cache and steps need
         if cache and next_word_model:
@@ -98,7 +100,7 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
     the k likeliest next words with probabilities and the rank of the actual word. Models that
     expose attention add each position's attention as [source token index, weight] pairs
     (source -1 = the `<eos>` before the text, None = a slot that is no position, e.g. Salton's
-    zero slot); models that mix distributions add their `mixture_weight(out)` per position.
+    zero slot, or, reading each line fresh, one of the start state's, before the line); models that mix distributions add their `mixture_weight(out)` per position.
     """
     started = time.perf_counter()
     model, vocab = run.model, run.vocab
@@ -108,6 +110,7 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
               "attention": [] if model.exposes_attention else None,
               "mixture_weight": [] if model.mixes_distributions else None}
     read = [0]                                  # tokens of the text scored so far
+    starts = list(itertools.accumulate([len(words) + 1 for words in lines], initial=0))   # each line's first token
 
     def inspect(out):
         """Top-k and ranks from each chunk's full distributions, its attention and mixture weights."""
@@ -120,7 +123,8 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
             result["top"] += [[[vocab.words[i], _round_down(safe_exp(lp))] for lp, i in zip(row_lp, row_i)]
                               for row_lp, row_i in zip(best.values.tolist(), best.indices.tolist())]
         if model.exposes_attention:
-            result["attention"] += _attention(out.attention[0], model.attention_distances(out)[0], start)
+            floor = -1 if stream else starts[bisect.bisect_right(starts, start) - 1] - 1   # a fresh line sees back to its <eos>
+            result["attention"] += _attention(out.attention[0], model.attention_distances(out)[0], start, floor)
         if model.mixes_distributions:
             result["mixture_weight"] += [round(x, 4) for x in model.mixture_weight(out)[0].tolist()]
         read[0] = end
@@ -135,9 +139,10 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
             "seconds": round(time.perf_counter() - started, 4)}
 
 
-def _attention(weights: torch.Tensor, distances: torch.Tensor, start: int) -> list[list]:
+def _attention(weights: torch.Tensor, distances: torch.Tensor, start: int, floor: int = -1) -> list[list]:
     """Per position of a chunk: [source token index or None, weight] for the slots with weight > 0, largest first
-    (at most MAX_SLOTS: a sentence-long memory over a long line would otherwise answer in gigabytes)."""
+    (at most MAX_SLOTS: a sentence-long memory over a long line would otherwise answer in gigabytes); a source
+    before `floor` is None."""
     weights, slots = weights.topk(min(MAX_SLOTS, weights.size(1)), dim=1)
     distances = distances.gather(1, slots)
     rows = [[] for _ in range(weights.size(0))]
@@ -145,7 +150,7 @@ def _attention(weights: torch.Tensor, distances: torch.Tensor, start: int) -> li
     distance = distances[t, slot]
     source = start + t - distance - 1               # the slot at distance d holds input p − d = token p − d − 1
     for row, d, s, w in zip(t.tolist(), distance.tolist(), source.tolist(), weights[t, slot].tolist()):
-        rows[row].append([None if d < 0 else s, round(w, 4)])
+        rows[row].append([None if d < 0 or s < floor else s, round(w, 4)])
     return rows
 
 

@@ -151,6 +151,18 @@ class LanguageModel(nn.Module):
     rnn_state_first = False       # the carried state opens with `self.rnn`'s (h, c) or h, layers first
     growing_state = False         # the carried state's length changes with the text (a memory of the sentence so far)
     steps_through_time = False    # forward loops over the time steps in Python (its recurrence reads its attention)
+    start: Any = None             # the batch-1 state a text read alone starts from (evaluation/start.py); None: zero
+
+    def start_state(self, batch: int = 1) -> Any:
+        """The state a text read alone starts from, `start` repeated for `batch` rows on the model's device
+        (None: the zero state, a fresh one)."""
+        if self.start is None:
+            return None
+        pieces = self.start if isinstance(self.start, tuple) else (self.start,)
+        device = model_device(self)
+        grown = tuple(map_state(piece, lambda t, d=dim: t.to(device).repeat_interleave(batch, d))
+                      for piece, dim in zip(pieces, self.state_batch_dims(self.start)))
+        return grown if isinstance(self.start, tuple) else grown[0]
 
     @classmethod
     def from_config(cls, config, options, vocab_size: int) -> "LanguageModel":
@@ -190,8 +202,10 @@ class LanguageModel(nn.Module):
 
     def sentence_log_prob(self, tokens: torch.Tensor) -> torch.Tensor:
         """[B] float64 scores of sentences `tokens` [B, T] = `<eos>` w_1 … w_L `<eos>`, rows right-padded
-        with IGNORE: log p(sentence), the sum of each word's log-probability given the words before it."""
-        return self.target_log_probs(self(tokens[:, :-1].clamp(min=0)), tokens[:, 1:]).double().sum(1)
+        with IGNORE: log p(sentence), the sum of each word's log-probability given the words before it,
+        each read from the start state."""
+        inputs = tokens[:, :-1].clamp(min=0)
+        return self.target_log_probs(self(inputs, self.start_state(inputs.size(0))), tokens[:, 1:]).double().sum(1)
 
     def attention_distances(self, out: ModelOutput) -> torch.Tensor:
         """[B, T, L]: how many steps back each slot of `out.attention` [B, T, L] is, −1 for a slot that is no

@@ -144,6 +144,11 @@ class NeuralCache(LanguageModel):
         weights, words, memory = cache_step(out.hidden, inputs, reset, memory, self.settings.window, self.settings.theta)
         return ModelOutput(out.hidden, (out.state, memory), weights, words, out)
 
+    def start_state(self, batch: int = 1):
+        """The wrapped model's start state with an empty cache."""
+        inner = self.model.start_state(batch)
+        return None if inner is None else (inner, None)
+
     def target_log_probs(self, out, targets):
         base = self.model.target_log_probs(out.inner, targets)
         cache = cache_target_probs(out.attention, out.words, targets)

@@ -8,7 +8,7 @@ the smaller α, then the β nearest 0, then the smaller β. Within an utterance 
 
 A hypothesis's words are read as raw text, tokenised by the run's text recipe (docs/prepare.md), unless `pretokenized`;
 the penalty counts the n-best file's words. The LM is one run, any family (`Run.sentence_log_probs`, each hypothesis
-alone from a fresh state), or the mixture
+alone from its start state), or the mixture
 of two runs over one vocabulary, p = (1 − λ) p_A + λ p_B per token (as `ctxlm eval --mix`), λ given or chosen by
 maximum likelihood (EM) on the development references.
 """
@@ -19,6 +19,7 @@ import math
 
 import torch
 
+from ..checks import grid_edges
 from ..errors import CtxlmError
 from ..evaluation.interpolation import best_weight, mixed
 from ..run import Run
@@ -111,10 +112,6 @@ def tune(lists: dict[str, list[Hypothesis]], lm: dict[str, list[float]], referen
         grid.append({"lm_weight": weight, "penalty": penalty, "errors": count})
     chosen = min(grid, key=lambda g: (g["errors"], g["lm_weight"], abs(g["penalty"]), g["penalty"]))
     words = sum(len(references[u]) for u in lists)
-    edges = []
-    if len(weights) > 1 and chosen["lm_weight"] == max(weights):
-        edges.append("the largest LM weight")
-    if len(penalties) > 1 and chosen["penalty"] in (min(penalties), max(penalties)):
-        edges.append("an end of the penalties")
+    edges = grid_edges(chosen, {"lm_weight": (weights, "LM weight", "high"), "penalty": (penalties, "penalty", "low high")})
     return {**chosen, "reference_words": words, "wer": chosen["errors"] / words if words else float("nan"),
             "oracle_errors": sum(min(e) for e in errors.values()), "at_edge": edges, "grid": grid}

@@ -26,6 +26,7 @@ from ..data.load import text_recipe
 from ..data.text import TextRecipe
 from ..data.vocab import Vocabulary
 from ..errors import CtxlmError
+from ..evaluation.start import FILE as START_FILE
 from ..io import atomic_write_text, clear_temporaries, warn
 from . import checkpoint
 from .distributed import main_process
@@ -89,6 +90,11 @@ class RunDir:
     def dynamic(self) -> Path:
         """Dynamic evaluation's setting chosen on validation (`ctxlm tune-dynamic`), read by `eval --dynamic`."""
         return self.path / "dynamic.json"
+
+    @property
+    def start(self) -> Path:
+        """The state texts read alone start from (evaluation/start.py), made when training ends."""
+        return self.path / START_FILE
 
     def read_config(self, hint: str) -> Config:
         """The run's resolved config; `hint` ends the error of a folder without one."""

@@ -21,6 +21,8 @@ from ..data.batching import IGNORE, ReadStreamBatches, SentenceBatches, StreamBa
 from ..data.load import prepare_data, sentences_of
 from ..errors import CtxlmError
 from ..evaluation.perplexity import evaluate_split
+from ..evaluation.start import TOKENS as START_TOKENS
+from ..evaluation.start import store_start
 from ..io import Progress
 from ..models.base import build_model, detach_state, map_state
 from . import checkpoint, divergence
@@ -379,7 +381,8 @@ class Trainer:
         self._close_world()
         if not self.world.main:
             return {"best_epoch": progress["best_epoch"], "train_wall_s": round(progress["elapsed"], 1)}
-        self.files.load_weights(self.model, self.identity)
+        metadata = self.files.load_weights(self.model, self.identity)      # then the state texts read alone start from
+        store_start(self.files.start, self.config, self.model, self.data.prefix("train", START_TOKENS + 1), vocab.eos, metadata.get("sha256", ""))
         results = {"best_epoch": progress["best_epoch"], "train_wall_s": round(progress["elapsed"], 1),
                    "parameters": self.model.parameter_counts(), "commits": progress["commits"], "device": str(self.device),
                    "train_tokens": self.data.length("train") - 1, "vocabulary": len(vocab)}
