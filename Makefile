@@ -20,9 +20,9 @@ demo: $(BIN)/ctxlm
 	$(BIN)/ctxlm train --config configs/demo.toml --run-dir runs/demo
 
 test: $(BIN)/ctxlm
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench probes
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q -m "not slow"
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto -m "not slow"    # one worker per core, one thread each
 
 test-all: $(BIN)/ctxlm
 	$(BIN)/python -m pytest -q

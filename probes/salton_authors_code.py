@@ -1,4 +1,5 @@
 """What Salton et al.'s released code trains: their own modules, run as their training script builds them.
+Backs: docs/results.md, Salton section, "the authors' released code trains no attention".
 
 The authors' TensorFlow 1 code (github.com/giancds/attentive_lm, commit 0242c42) keeps the attention memory
 in a Python list inside the LSTM cell. Their training and validation graphs run the cell through
@@ -11,7 +12,7 @@ ctxlm: it needs TensorFlow, which ctxlm does not install (docs/results.md, Salto
 
     python -m venv /tmp/tf && /tmp/tf/bin/pip install tensorflow-cpu==2.16.1 tf-keras==2.16.0
     git clone https://github.com/giancds/attentive_lm /tmp/attentive_lm && git -C /tmp/attentive_lm checkout 0242c42
-    TF_USE_LEGACY_KERAS=1 /tmp/tf/bin/python bench/salton_authors_code.py /tmp/attentive_lm
+    TF_USE_LEGACY_KERAS=1 /tmp/tf/bin/python probes/salton_authors_code.py /tmp/attentive_lm
 """
 import argparse
 import sys

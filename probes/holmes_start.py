@@ -1,4 +1,5 @@
 """Time to the first training batch and peak memory when a run on Holmes starts (prepared corpus).
+Backs: docs/holmes.md, "Starting a run on all of Holmes" (time to the first batch and peak memory).
 
 Runs `ctxlm train` in this process up to the end of its first batch, then prints JSON and exits:
 seconds from process start to the data being ready and to the first batch done, the CPU seconds used
@@ -6,7 +7,7 @@ until then (user + system) with the load average, the process's peak resident me
 the training tokens and the vocabulary. Prepare Holmes first
 (`ctxlm prepare holmes`), or the first call prepares it and the times include that.
 
-    python bench/holmes_start.py [--set data.batching=sentence ...]   # default: LSTM d=256, min_count 7
+    python probes/holmes_start.py [--set data.batching=sentence ...]   # default: LSTM d=256, min_count 7
 """
 import time
 

@@ -1,4 +1,5 @@
 """Why Salton's attentive model trained badly: the layer between the LSTM and the tied softmax, probed alone.
+Backs: docs/results.md, Salton section, "b_t of eq 7 makes the as-built model train badly".
 
 A 2-layer LSTM on PTB's sentence batches with Salton's recipe (SGD 1.0, the loss summed over a batch's
 words and divided by 32, global-norm clipping 5, dropout 0.5, weights U(±0.05), biases 0), and between
@@ -7,9 +8,9 @@ b. Prints the mean training perplexity over the second half of the steps and, at
 clipped global gradient norm and the three largest parameter gradients. Results: docs/results.md,
 Salton section.
 
-    python bench/salton_layer_probe.py                          # the baseline
-    python bench/salton_layer_probe.py --layer tanh             # eq 7 with context 0
-    python bench/salton_layer_probe.py --layer tanh --no-bias   # without b_t
+    python probes/salton_layer_probe.py                          # the baseline
+    python probes/salton_layer_probe.py --layer tanh             # eq 7 with context 0
+    python probes/salton_layer_probe.py --layer tanh --no-bias   # without b_t
 """
 from __future__ import annotations
 

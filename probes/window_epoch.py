@@ -1,4 +1,5 @@
 """Epoch time of window-batched presets (Pham, Bengio), estimated from a few hundred training steps.
+Backs: docs/benchmarks.md, "Window-batched presets: epoch time" (and the thread and bf16 findings beside it).
 
 For each preset: the seconds per training batch (after a warm-up), hence the training time of one
 epoch, and the seconds per evaluated token of stream evaluation (valid is evaluated after every
@@ -7,7 +8,7 @@ machine shared with other jobs inflates far less than wall-clock time; wall-cloc
 too. A stream preset (default: Daniluk's PTB LSTM, whose full runs are timed in docs/results.md) is
 measured the same way, so the figures can also be read as ratios to it. Prints JSON.
 
-    python bench/window_epoch.py configs/pham/ptb-*.toml --batches 300 --threads 1
+    python probes/window_epoch.py configs/pham/ptb-*.toml --batches 300 --threads 1
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
 """Salton et al.'s Figures 2-3 (SPEC §5.2) on PTB: attention heatmaps of trained attentive LMs.
+Backs: docs/results.md, Salton section, Figures 2-3 (the heatmaps and their spread).
 
 The sentences come from PTB valid by a fixed rule, so any run gives the same four: the first two lines
 of 10-20 tokens with a relative pronoun ("who" or "which", not after a comma), and the first two of
@@ -8,7 +9,7 @@ sentence (one run: a 2 x 2 grid); each cell is the weight of an attended word (c
 printed to two decimals. Beside the figure it prints each sentence's spread: the mean over its
 predictions of entropy / log(slots), 1 for uniform weights (the source's "smoothing effect").
 
-    python bench/salton_heatmaps.py RUN [RUN] --out docs/img/salton-ptb-heatmaps.png
+    python probes/salton_heatmaps.py RUN [RUN] --out docs/img/salton-ptb-heatmaps.png
 """
 from __future__ import annotations
 
