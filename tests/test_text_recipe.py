@@ -223,3 +223,36 @@ def test_eval_dynamic_file_reads_it_by_the_recipe_too(world):
     assert raw.returncode == tokenised.returncode == 0, raw.stderr + tokenised.stderr
     a, b = json.loads(raw.stdout)[str(world / "raw_eval.txt")], json.loads(tokenised.stdout)[str(world / "tok_eval.txt")]
     assert (a["nll"], a["tokens"], a["unknown"]) == (b["nll"], b["tokens"], b["unknown"]) == (a["nll"], sum(len(t.split()) + 1 for t in TOKENISED), 1)
+
+
+@pytest.mark.parametrize("recipe, line", [
+    (TextRecipe(tokenize="ptb", lower=True, numbers="N"), "the <unk> company 's shares were n't up N N <eos>"),
+    (TextRecipe(tokenize="wikitext"), "the well @-@ known <unk> 's 1 @,@ 000 and 0 @.@ 7 did n't"),
+    (TextRecipe(tokenize="brown"), "`` Atlanta's <unk> '' he said"),
+])
+def test_text_already_in_the_corpus_form_reads_as_itself(recipe, line):
+    assert recipe.tokens(line) == line.split()
+
+
+def test_the_corpus_forms_do_not_stop_raw_text_being_tokenised():
+    ptb = TextRecipe(tokenize="ptb", lower=True, numbers="N")
+    assert ptb.tokens("The company's shares didn't rise 5.5 % in 1989, <unk> said.") == \
+        ["the", "company", "'s", "shares", "did", "n't", "rise", "N", "in", "N", "<unk>", "said"]
+
+
+def test_rescore_refuses_a_mixture_of_runs_that_tokenise_differently(world, tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(world / "kn", old)
+    (old / "text.json").unlink()
+    nbest = tmp_path / "nbest.txt"
+    nbest.write_text(f"u0 -1.5 {RAW[0]}\n")
+    args = ("rescore", world / "kn", nbest, "--mix", old, "--mix-weight", "0.5", "--lm-weight", "1", "--out", tmp_path / "o.jsonl",
+            "--one-best", tmp_path / "b.txt")
+    one_line_error(ctxlm(*args), "tokenise raw text differently")
+    assert ctxlm(*args, "--pretokenized").returncode == 0
+
+
+def test_generate_reads_a_line_break_in_the_prompt_as_the_next_word_methods_do(world):
+    run = load(world / "lstm")
+    prompt = RAW[0] + "\n"
+    assert run.generate(prompt, 1, temperature=0) == [run.top_next_words(prompt, 1)[0][0]]

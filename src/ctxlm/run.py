@@ -274,7 +274,8 @@ class Run:
         if self.dynamic is not None:
             raise CtxlmError("generate samples from the trained weights; drop with_dynamic")
         generator = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(seed)
-        return sample(self.model, self.vocab, self.words(prompt, pretokenized), max_tokens, temperature, top_k, top_p, generator,
+        words = pair_words(prompt, split=functools.partial(self.words, pretokenized=pretokenized))[0]    # a line break is <eos>
+        return sample(self.model, self.vocab, words, max_tokens, temperature, top_k, top_p, generator,
                       special, stop_at_eos)
 
     # ------------------------------------------------------------ the loops, in evaluation/scoring.py

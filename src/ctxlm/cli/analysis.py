@@ -13,6 +13,7 @@ from .common import (
     left_to_right,
     out_folder_option,
     output_dir,
+    pretokenized_option,
     run_argument,
     split_data,
     split_ids,
@@ -32,7 +33,8 @@ def add_attention(sub) -> None:
                        description="Writes attention.png (predicted words x attended inputs), predictions.png "
                                    "(top-k next words with natural-log probabilities per position) and attention.json.")
     run_argument(p, _attending())
-    p.add_argument("--text", help="the text to explain (whitespace-tokenised)")
+    p.add_argument("--text", help="the text to explain (tokenised by the run's text recipe; read from the zero state)")
+    pretokenized_option(p, "--text")
     split_option(p, "valid", "or take a line of this split")
     p.add_argument("--line", type=option(int, at_least(1)), default=1, help="1-based line number in --split (default 1)")
     p.add_argument("--top", type=option(int, at_least(1)), default=5, help="predictions shown per position")
@@ -45,9 +47,9 @@ def cmd_attention(args) -> int:
     from ..analysis.attention import explain, plot_heatmap, plot_top_predictions, write_json
     from ..run import load
 
-    run = load(args.run)
+    run = load(args.run, start=False)
     if args.text is not None:
-        words = args.text.split()
+        words = run.words(args.text, args.pretokenized)
         if not words:
             raise CtxlmError("--text has no words; give the text to explain, or leave --text out for --split/--line")
     else:
@@ -155,7 +157,7 @@ def cmd_attention_by_position(args) -> int:
     from ..analysis.attention import attention_by_distance, plot_by_distance, write_json
     from ..run import load
 
-    run = load(args.run)
+    run = load(args.run, start=False)
     found = attention_by_distance(run, split_ids(run, args), args.max_tokens)
     out = output_dir(args)
     write_json(found, out / "attention_by_position.json")
@@ -179,7 +181,7 @@ def cmd_memory(args) -> int:
     from ..analysis.attention import write_json
     from ..run import load
 
-    run = load(args.run)
+    run = load(args.run, start=False)
     memory.require_memory(run)
     data = split_data(run, args, args.split)
     records = memory.memory_records(run, data.ids[args.split], args.max_tokens, run.config.data.eval_chunk)
@@ -211,7 +213,7 @@ def cmd_kernel_ngrams(args) -> int:
     from ..analysis.feedforward import plot_ngrams, require_feedforward, top_ngrams
     from ..run import load
 
-    run = load(args.run)
+    run = load(args.run, start=False)
     model = require_feedforward(run, "kernel-ngrams", convolutional=True)
     rows = top_ngrams(model, run.vocab, split_ids(run, args), args.top)
     try:
@@ -232,7 +234,7 @@ def cmd_position_weights(args) -> int:
     from ..analysis.feedforward import plot_positions, positive_weight_by_position, require_feedforward
     from ..run import load
 
-    run = load(args.run)
+    run = load(args.run, start=False)
     rows = positive_weight_by_position(require_feedforward(run, "position-weights", by_position=True))
     out = output_dir(args)
     write_json(rows, out / "position_weights.json")
@@ -249,7 +251,7 @@ def cmd_lesion(args) -> int:
     from ..analysis.feedforward import lesion_curve, plot_lesion, require_feedforward
     from ..run import load
 
-    run = load(args.run)
+    run = load(args.run, start=False)
     model = require_feedforward(run, "lesion", by_position=True)
     ids = split_ids(run, args)
     if args.max_tokens:

@@ -136,7 +136,7 @@ def cmd_tune_dynamic(args) -> int:
                                     comma_values("--segments", args.segments, "dynamic.segment"))
     if set(rules) - {"rms", "sgd"}:
         raise CtxlmError(f"--rules {args.rules!r}: the rules are rms and sgd (comma-separated)")
-    run = load(args.run)
+    run = load(args.run, start=False)
     neural_only(run, "tune-dynamic", STEPS)
     left_to_right(run, "tune-dynamic")
     data = split_data(run, args, args.split, "train")

@@ -67,7 +67,7 @@ def cmd_eval(args) -> int:
         raise CtxlmError("--mix-weight is the weight of the run given with --mix; add --mix OTHER_RUN")
     if args.pretokenized and not args.file:
         raise CtxlmError("--pretokenized says how to read --file; the splits are tokens already: add --file FILE or drop it")
-    run = load(args.run)
+    run = load(args.run, start=False)
     left_to_right(run, "ctxlm eval")
     names = read_names(args.names, run.vocab) if args.names else None     # up front: a bad file fails at once
     if args.mix:
@@ -179,7 +179,7 @@ def cmd_tune_cache(args) -> int:
             CacheSettings(*setting).check()
     except ValueError as exc:
         raise CtxlmError(f"tune-cache: {exc}") from None
-    run = load(args.run)
+    run = load(args.run, start=False)
     neural_only(run, "tune-cache")
     left_to_right(run, "tune-cache")
     data = split_data(run, args, args.split)
@@ -227,7 +227,7 @@ def cmd_lambada(args) -> int:
     from ..run import load
 
     passages = read_lambada(args.file)
-    run = with_dynamic(load(args.run), args)
+    run = with_dynamic(load(args.run, data_dir=args.data_dir), args)
     model, _ = with_cache(run, args)
     names = frozenset(read_text(args.names).split()) if args.names else frozenset()
     bar = Progress(len(passages), "lambada")
@@ -290,7 +290,7 @@ def cmd_complete(args) -> int:
         answers_file = answers_file or locate("msr-completion", "answers", args.data_dir)
     questions = read_msr_completion(questions_file, answers_file)
     other = read_answers(args.against, questions) if args.against else None
-    run = with_dynamic(load(args.run, pick_device(args.device, "--device")), args)
+    run = with_dynamic(load(args.run, pick_device(args.device, "--device"), data_dir=args.data_dir), args)
     bar = Progress(len(questions), "complete")
     summary, records = answer_questions(run.model, run.vocab, questions, args.batch_size, bar.update, run.dynamic)
     bar.close()

@@ -64,7 +64,7 @@ def cmd_harness(args) -> int:
     if not tasks:
         raise CtxlmError(f"--tasks {args.tasks!r}: no task named; give e.g. --tasks lambada_local")
     harness = harness_module()
-    run = load(args.run, pick_device(args.device, "--device"))
+    run = load(args.run, pick_device(args.device, "--device"), data_dir=args.data_dir)
     run = run.with_dynamic(data_dir=args.data_dir) if args.dynamic else run
     run = run.with_cache() if args.cache else run
     results = harness.evaluate(run, tasks, args.include_path, args.limit, args.num_fewshot, args.bootstrap_iters,

@@ -60,7 +60,7 @@ def cmd_export_arpa(args) -> int:
     from ..models.arpa import write_arpa
     from ..run import load
 
-    run = load(args.run)
+    run = load(args.run, start=False)
     if not run.model.count_based:
         raise CtxlmError(f"{args.run}: ARPA export needs an n-gram run (model.name = kneser-ney), not {run.config.model.name!r}")
     write_arpa(run.model, run.vocab, args.output)
@@ -114,7 +114,7 @@ def cmd_export_onnx(args) -> int:
     from ..export import export_onnx
     from ..run import load
 
-    run = load(args.run)        # OUTPUT was checked before (outputs.check_outputs)
+    run = load(args.run, start=False)        # OUTPUT was checked before (outputs.check_outputs)
     written = export_onnx(run.model, run.vocab, run.config.model.name, args.output)
     chunks = "chunks of any length" if written["chunk"] is None else f"{written['chunk']} token per call"
     print(f"wrote {args.output}: {written['family']}, {written['bytes'] / 1e6:.1f} MB, {len(written['state'])} state "

@@ -6,7 +6,7 @@ from ..checks import at_least, edge_note, in_range, option, rule_option
 from ..errors import CtxlmError
 from ..io import atomic_write_text, warn
 from ..jsonio import json_text
-from .common import comma_values, json_option, pretokenized_option, run_argument
+from .common import comma_values, data_dir_option, json_option, pretokenized_option, run_argument
 
 
 def add_rescore(sub) -> None:
@@ -36,6 +36,7 @@ def add_rescore(sub) -> None:
                    "(default ./one_best.txt)")
     p.add_argument("--batch-size", type=option(int, at_least(1)), default=50, help="hypotheses per forward pass (default 50)")
     pretokenized_option(p, "each hypothesis")
+    data_dir_option(p)
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu", help="where the runs score (default cpu)")
     json_option(p, "print the summary as JSON")
     p.set_defaults(func=cmd_rescore)
@@ -79,7 +80,7 @@ def cmd_rescore(args) -> int:
     penalties = comma_values("--penalties", args.penalties, "rescore.penalty") if args.penalties else PENALTIES
 
     device = pick_device(args.device, "--device")
-    runs = [load(args.run, device)] + ([load(args.mix, device)] if args.mix else [])
+    runs = [load(args.run, device, data_dir=args.data_dir)] + ([load(args.mix, device, data_dir=args.data_dir)] if args.mix else [])
     model = LanguageModel(runs, args.mix_weight, args.batch_size, args.pretokenized)
     summary = {"run": str(args.run), "mix": args.mix, "nbest": str(args.nbest), "utterances": len(lists),
                "hypotheses": sum(len(h) for h in lists.values())}

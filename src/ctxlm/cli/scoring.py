@@ -58,6 +58,7 @@ def add_generate(sub) -> None:
     p.add_argument("--stop-at-eos", action="store_true", help="end each sample at its first <eos> (a sentence)")
     p.add_argument("--special", action="store_true", help="let <eos> and <unk> be drawn (by default they never are: the "
                    "other words' probabilities are renormalised); each <eos> drawn ends a line")
+    data_dir_option(p)
     p.set_defaults(func=cmd_generate)
 
 
@@ -66,7 +67,7 @@ def cmd_generate(args) -> int:
 
     from ..run import load
 
-    run = load(args.run)
+    run = load(args.run, data_dir=args.data_dir)
     generator = torch.Generator().manual_seed(args.seed)        # one generator: the samples differ, reproducibly
     for number in range(args.num):
         words = run.generate(args.prompt, args.max_tokens, args.temperature, args.top_k, args.top_p, generator,

@@ -201,7 +201,7 @@ def training_prefix(config: Config, data_dir, vocab: Vocabulary, tokens: int) ->
     """`<eos>` + the first `tokens` training tokens, encoded with `vocab`; a text file's lines are read only that far."""
     dataset, tokens = config.data.dataset, min(tokens, config.data.max_train_tokens or tokens)
     if dataset == "files" or (dataset != "prepared" and spec(dataset).reader == "lines"):
-        path = config.data.train if dataset == "files" else locate(dataset, "train", data_dir)
+        path = config.data.train if dataset == "files" else locate(dataset, "train", data_dir, download=False)
         if not path:
             raise CtxlmError('dataset = "files" needs data.train = PATH')
         with closing(readers.iter_tokens(path)) as words:

@@ -33,6 +33,10 @@ CORPUS_TOKENIZERS = ("ptb", "wikitext", "brown")           # registered corpora'
 NUMBER = re.compile(r"[+-]?\d+(?:[.,:/-]\d+)*(?:s|th|st|nd|rd|%)?")
 PTB_NUMBER = re.compile(r"[+-]?\d+(?:[.,:/]\d+)*")         # PTB writes N for these only ("1980s", "30-year" stay)
 PTB_MARKS = frozenset("$&#'")                              # the punctuation Mikolov's PTB kept as tokens
+# Tokens already in a corpus's own form, passed through as they are (so the corpus's text reads as itself)
+CONTRACTIONS = frozenset({"'s", "n't", "'t", "'re", "'ve", "'ll", "'d", "'m"})
+CORPUS_FORMS = {"ptb": CONTRACTIONS - {"'t"}, "wikitext": CONTRACTIONS | {"@-@", "@,@", "@.@"}, "brown": frozenset({"``", "''"})}
+SPECIAL_FORMS = frozenset({"<unk>", "<eos>"})
 APPROXIMATE = {
     "ptb": "Mikolov's PTB was tokenised by the Penn Treebank's annotators; raw text is tokenised by Moses, clitics split "
            "as the treebank splits them (n't, 's), punctuation but $ & # ' dropped, lower-cased, numbers as N",
@@ -172,14 +176,27 @@ def tokenizer(options: TextRecipe) -> Callable[[str], list[str]]:
         split = readers.msr_tokens
     else:
         split = str.split
-    if not options.lower and not options.numbers:
-        return split
     lower, numbers = options.lower, options.numbers
+    if options.tokenize == "whitespace" and not lower and not numbers:
+        return split
     full = (PTB_NUMBER if options.tokenize == "ptb" else NUMBER).fullmatch
+    kept = SPECIAL_FORMS | CORPUS_FORMS.get(options.tokenize, frozenset()) | ({numbers} if numbers else frozenset())
+
+    def converted(words: list[str]) -> list[str]:
+        found = split(" ".join(words).lower() if lower else " ".join(words)) if words else []
+        return [numbers if numbers and full(w) else w for w in found] if numbers else found
 
     def tokens(text: str) -> list[str]:
-        words = split(text.lower() if lower else text)
-        return [numbers if numbers and full(w) else w for w in words] if numbers else words
+        """Runs of words between tokens already in the corpus's form (`kept`), each tokenised; those kept as they are."""
+        out: list[str] = []
+        run: list[str] = []
+        for word in text.split():
+            if word in kept:
+                out += converted(run) + [word]
+                run = []
+            else:
+                run.append(word)
+        return out + converted(run)
 
     return tokens
 
@@ -188,8 +205,7 @@ def _sacremoses():
     try:
         import sacremoses
     except ImportError:
-        raise CtxlmError("the moses tokeniser needs the sacremoses package: pip install 'ctxlm[text]' "
-                         "(or pip install sacremoses)") from None
+        raise CtxlmError("the moses tokeniser needs the sacremoses package, a dependency of ctxlm: pip install sacremoses") from None
     return sacremoses
 
 
@@ -211,7 +227,9 @@ def _ptb(moses: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
         words = moses(text)
         out: list[str] = []
         for word in words:
-            if word.lower() == "'t" and out and out[-1][-1:].lower() == "n" and len(out[-1]) > 1:
+            if word.lower() == "'t" and out and out[-1].lower() == "n":            # "n 't" (a split "n't")
+                word = out.pop() + word
+            elif word.lower() == "'t" and out and out[-1][-1:].lower() == "n":     # "don 't" -> "do n't"
                 out[-1], word = out[-1][:-1], out[-1][-1] + word
             if any(c.isalnum() for c in word) or word in PTB_MARKS:
                 out.append(word)

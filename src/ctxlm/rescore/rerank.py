@@ -29,12 +29,15 @@ LM_WEIGHTS = (0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3, 5, 7, 10, 15, 20)
 PENALTIES = (-10, -7, -5, -4, -3, -2, -1.5, -1, -0.5, 0, 0.5, 1, 1.5, 2, 3, 4, 5, 7, 10)
 
 
-def check_runs(runs: list[Run]) -> None:
+def check_runs(runs: list[Run], pretokenized: bool = False) -> None:
     """One run, or two over the same vocabulary whose per-token probabilities can be mixed."""
     if len(runs) == 2:
         first, second = runs
         if first.vocab.fingerprint() != second.vocab.fingerprint():
             raise CtxlmError(f"--mix: {first.path} and {second.path} have different vocabularies; a mixture needs one")
+        if first.recipe != second.recipe and not pretokenized:
+            raise CtxlmError(f"--mix: {first.path} and {second.path} tokenise raw text differently, so their tokens would not line "
+                             "up; give the hypotheses tokenised already (--pretokenized)")
         for run in runs:
             if not run.model.left_to_right:
                 raise CtxlmError(f"--mix: {run.path} ({run.config.model.name}) scores whole sentences only, so it has no "
@@ -45,7 +48,7 @@ class LanguageModel:
     """log p of whole hypotheses (their words, then `<eos>`) under one run or a mixture of two."""
 
     def __init__(self, runs: list[Run], mix_weight: float | None = None, batch_size: int = 50, pretokenized: bool = False):
-        check_runs(runs)
+        check_runs(runs, pretokenized)
         self.runs, self.mix_weight, self.batch_size, self.pretokenized = runs, mix_weight, batch_size, pretokenized
 
     def choose_mix_weight(self, references: list[list[str]]) -> float:
