@@ -132,7 +132,7 @@ def test_tune_cache_records_the_best_setting_and_eval_reproduces_it(tmp_path, co
     assert best["ppl"] == min(r["ppl"] for r in recorded["grid"])
     ends = " and ".join(f"the {'largest' if best[key] == max(values) else 'smallest'} {name}"      # two values: both ends
                         for key, values, name in (("window", (5, 40), "window"), ("theta", (0.2, 1), "θ"), ("lambda", (0.1, 0.3), "λ")))
-    assert f"note: the choice is at {ends} of the grid; widen it (--windows, --thetas, --lambdas)" in done.stdout
+    assert f"note: the choice is at {ends} of the grid; widen it (--windows, --thetas, --lambdas)" in done.stderr
     done = subprocess.run(cli + ["eval", str(tmp_path / "run"), "--cache", "--json", "--split", "valid"],
                           capture_output=True, text=True, check=True)
     evaluated = json.loads(done.stdout)

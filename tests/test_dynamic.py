@@ -142,7 +142,7 @@ def test_tune_dynamic_records_the_best_setting_and_eval_uses_it(runs, tmp_path):
     assert record["model_ppl"] == pytest.approx(next(r["ppl"] for r in record["grid"] if r["lr"] == 0 and r["decay"] == 0), rel=1e-8)
     assert record["best"]["lr"] == 0.05                          # the largest step size: a note says to widen the grid
     ends = "the largest step size" + (" and the largest decay" if record["best"]["decay"] == 0.5 else "")   # decay 0: its bound
-    assert f"note: the choice is at {ends} of the grid; widen it (--lrs, --decays, --segments)" in tuned.stdout
+    assert f"note: the choice is at {ends} of the grid; widen it (--lrs, --decays, --segments)" in tuned.stderr
     used = json.loads(ctxlm("eval", run, "--split", "valid", "--dynamic", "--json").stdout)["valid"]
     assert used["dynamic"] == {k: record["best"][k] for k in ("rule", "lr", "decay", "segment")}
     assert used["ppl"] == pytest.approx(record["best"]["ppl"], rel=1e-12)
