@@ -80,6 +80,8 @@ def test_kneser_ney_prefers_the_seen_sentence(tmp_path):
 class WholeSentence(torch.nn.Module):
     """A stand-in for a bidirectional model: scores a sentence by itself (here: minus its length)."""
 
+    scores_at_once = False          # as LanguageModel declares it
+
     def sentence_log_prob(self, tokens):
         return -(tokens[:, 1:] != -100).sum(1).double()
 

@@ -186,7 +186,7 @@ class Run:
         lines = iter(lines)
         while group := list(itertools.islice(lines, GROUP)):
             tokens = [self.words(line, pretokenized) + [EOS] for line in group]
-            scores = self._sentences([self.vocab.encode(t) for t in tokens], batch_size)
+            scores = self._sentences(self.vocab.encode_many(tokens), batch_size)
             for line, words, log_probs in zip(group, tokens, scores):
                 yield self._scored(line, words, log_probs)
 

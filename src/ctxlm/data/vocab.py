@@ -45,6 +45,12 @@ class Vocabulary:
         get, unk = self.index.get, self.unk
         return torch.tensor([get(t, unk) for t in tokens], dtype=torch.long)
 
+    def encode_many(self, texts: list[list[str]]) -> list[torch.Tensor]:
+        """`encode` of each token list, made as one tensor (views of it, in order): for many short texts."""
+        get, unk = self.index.get, self.unk
+        ids = torch.tensor([get(t, unk) for tokens in texts for t in tokens], dtype=torch.long)
+        return list(ids.split([len(tokens) for tokens in texts]))
+
     def decode(self, ids: Iterable[int]) -> list[str]:
         return [self.words[i] for i in ids]
 

@@ -21,6 +21,7 @@ import math
 import time
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from ..data.batching import SentenceBatches
 from ..data.corpus import BLANK, LETTERS, CompletionQuestion, msr_tokens, read_text
@@ -50,7 +51,14 @@ def sentence_scores(model, vocab, sentences: list[list[str]], batch_size: int = 
             if progress:
                 progress([row])
         return scores
-    batches = SentenceBatches([vocab.encode(s) for s in sentences], batch_size, vocab.eos)
+    batches = SentenceBatches(vocab.encode_many(sentences), batch_size, vocab.eos)
+    if model.scores_at_once:        # all tokens in one pass, each batch's rows then summed padded, as below
+        scored = model.texts_log_probs(batches.sentences)
+        for rows in batches.indices:
+            scores[rows] = pad_sequence([scored[row] for row in rows], batch_first=True).sum(1)
+            if progress:
+                progress(rows)
+        return scores
     device = model_device(model)
     with torch.no_grad():
         for number, rows in enumerate(batches.indices):

@@ -102,8 +102,10 @@ def stream_log_probs(model, ids: torch.Tensor, chunk: int = 1000, dynamic: Dynam
 def score_sentences(model, sentences: list[torch.Tensor], eos: int, batch_size: int = 32) -> list[torch.Tensor]:
     """Each sentence's (ids ending in `<eos>`) token log-probabilities, each read alone from the model's start
     state, in batches of sentences of similar length."""
-    device = model_device(model)
     model.eval()
+    if model.scores_at_once:                    # n-gram tables: every token in one pass, no padding
+        return model.texts_log_probs(sentences)
+    device = model_device(model)
     batches = SentenceBatches(sentences, batch_size, eos)
     scores: list[torch.Tensor] = [torch.zeros(0)] * len(sentences)
     for number, rows in enumerate(batches.indices):

@@ -13,36 +13,36 @@ import numpy as np
 
 from ..data.vocab import EOS, UNK, Vocabulary
 from ..errors import CtxlmError
+from .arpa_lines import WordBytes, entry_lines
 from .ngram import KneserNeyLM, _Table
 
 LN10 = math.log(10.0)
 
 
 def write_arpa(model: KneserNeyLM, vocab: Vocabulary, path: str | Path) -> None:
+    """Write the model's tables as an ARPA file (log10, 7 decimals; lines built for whole arrays, arpa_lines.py)."""
     from ..io import atomic_write
 
-    names = np.array([("</s>" if w == EOS else w) for w in vocab.words] + ["<s>"], dtype=object)
-    words = [None, np.arange(model.base)[:, None]]
-    for n in range(2, model.order + 1):
-        keys = model.tables[n - 1].keys
-        words.append(np.concatenate([words[n - 1][keys // model.base], (keys % model.base)[:, None]], 1))
+    names = WordBytes([("</s>" if w == EOS else w) for w in vocab.words] + ["<s>"])
+    words = [None, np.arange(model.base, dtype=np.int32 if model.base < 2 ** 31 else np.int64)[:, None]]
+    for n in range(2, model.order + 1):        # the word ids of each n-gram: its prefix's, then its last word
+        prefix, last = np.divmod(model.tables[n - 1].keys, model.base)
+        ids = np.empty((prefix.size, n), dtype=words[1].dtype)
+        ids[:, :-1], ids[:, -1] = np.take(words[n - 1], prefix, axis=0), last
+        words.append(ids)
 
     def write(tmp):
-        with open(tmp, "w", encoding="utf-8") as out:
-            out.write("\\data\\\n")
+        with open(tmp, "wb") as out:
+            out.write(b"\\data\\\n")
             for n, table in enumerate(model.tables, 1):
-                out.write(f"ngram {n}={table.keys.size}\n")
+                out.write(f"ngram {n}={table.keys.size}\n".encode())
             for n, table in enumerate(model.tables, 1):
-                out.write(f"\n\\{n}-grams:\n")
+                out.write(f"\n\\{n}-grams:\n".encode())
                 log_prob = np.where(np.isfinite(table.log_prob), table.log_prob / LN10, -99.0)
-                backoff = table.log_backoff / LN10
-                text = [" ".join(row) for row in names[words[n]]]
-                if n < model.order:
-                    out.writelines(f"{p:.7f}\t{t}\t{b:.7f}\n" if b else f"{p:.7f}\t{t}\n"
-                                   for p, t, b in zip(log_prob, text, backoff))
-                else:
-                    out.writelines(f"{p:.7f}\t{t}\n" for p, t in zip(log_prob, text))
-            out.write("\n\\end\\\n")
+                backoff = table.log_backoff / LN10 if n < model.order else None
+                for piece in entry_lines(log_prob, words[n], backoff, names):
+                    out.write(piece)
+            out.write(b"\n\\end\\\n")
 
     atomic_write(path, write)
 

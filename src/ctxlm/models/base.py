@@ -152,6 +152,7 @@ class LanguageModel(nn.Module):
     growing_state = False         # the carried state's length changes with the text (a memory of the sentence so far)
     steps_through_time = False    # forward loops over the time steps in Python (its recurrence reads its attention)
     start: Any = None             # the batch-1 state a text read alone starts from (evaluation/start.py); None: zero
+    scores_at_once = False        # `texts_log_probs` scores many texts read alone in one pass, unpadded (n-gram tables)
 
     def start_state(self, batch: int = 1) -> Any:
         """The state a text read alone starts from, `start` repeated for `batch` rows on the model's device
@@ -206,6 +207,12 @@ class LanguageModel(nn.Module):
         each read from the start state."""
         inputs = tokens[:, :-1].clamp(min=0)
         return self.target_log_probs(self(inputs, self.start_state(inputs.size(0))), tokens[:, 1:]).double().sum(1)
+
+    def texts_log_probs(self, texts: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Each text's (ids ending in `<eos>`) token log-probabilities, float64, each read alone after `<eos>` from
+        the start state, all in one pass: what `target_log_probs` gives on their padded batches, bit for bit
+        (families that declare `scores_at_once`)."""
+        raise NotImplementedError(f"{type(self).__name__} scores texts in padded batches")
 
     def attention_distances(self, out: ModelOutput) -> torch.Tensor:
         """[B, T, L]: how many steps back each slot of `out.attention` [B, T, L] is, −1 for a slot that is no

@@ -48,8 +48,14 @@ class _Table:
         """Index of each query key, -1 where absent (negative queries are absent)."""
         if self.keys.size == 0:
             return np.full(query.shape, -1, dtype=np.int64)
-        where = np.searchsorted(self.keys, query).clip(max=self.keys.size - 1)
-        return np.where((self.keys[where] == query) & (query >= 0), where, -1)
+        flat = query.reshape(-1)
+        asked = np.flatnonzero(flat >= 0)
+        asked = asked[np.argsort(flat[asked], kind="stable")]  # in order: each search starts where the last ended
+        where = np.searchsorted(self.keys, flat[asked]).clip(max=self.keys.size - 1)
+        hit = self.keys[where] == flat[asked]
+        found = np.full(flat.size, -1, dtype=np.int64)
+        found[asked[hit]] = where[hit]
+        return found.reshape(query.shape)
 
 
 @dataclass
@@ -86,6 +92,7 @@ class KneserNeyLM(LanguageModel):
     """
 
     count_based = True
+    scores_at_once = True
     Options = KneserNeyOptions
     unread_keys = ("emb_size", "hidden_size", "layers", "dropout", "tie_weights", "init_range")
     output = None                   # no output layer: the tables score the words
@@ -225,6 +232,36 @@ class KneserNeyLM(LanguageModel):
             use = (context_id >= 0) & (found_order <= j)
             result[use] += self.tables[j - 1].log_backoff[context_id[use]]
         return result
+
+    def texts_log_probs(self, texts: list[torch.Tensor]) -> list[torch.Tensor]:
+        """`score` of all the texts' tokens at once: the n-gram ending at each token is looked up once per order
+        and is the next token's context (an `<eos>` inside a text starts a sentence, as in `forward`)."""
+        if not texts:
+            return []
+        lengths = [t.numel() for t in texts]
+        targets = torch.cat(texts).numpy()
+        first = np.zeros(targets.size, dtype=bool)              # a token read right after `<eos>`
+        first[0], first[1:] = True, targets[:-1] == self.eos
+        first[np.cumsum(lengths[:-1], dtype=np.int64)] = True
+        result = self.tables[0].log_prob[targets].copy()
+        if self.order == 1:
+            return list(torch.from_numpy(result).split(lengths))
+        found_order = np.ones(targets.size, dtype=np.int64)
+        ending = targets                                        # id of the n-gram ending at each token
+        contexts = [None]                                       # [j]: id of the j-gram before each token, -1 if none
+        for n in range(2, self.order + 1):
+            context = np.empty_like(ending)
+            context[1:] = ending[:-1]
+            context[first] = self.bos if n == 2 else -1
+            contexts.append(context)
+            ending = self.tables[n - 1].find(np.where(context >= 0, context * self.base + targets, -1))
+            hit = ending >= 0
+            result[hit] = self.tables[n - 1].log_prob[ending[hit]]
+            found_order[hit] = n
+        for j in range(1, self.order):      # back off from every seen context longer than the n-gram found
+            use = (contexts[j] >= 0) & (found_order <= j)
+            result[use] += self.tables[j - 1].log_backoff[contexts[j][use]]
+        return list(torch.from_numpy(result).split(lengths))
 
     def target_log_probs(self, out: ModelOutput, targets: torch.Tensor) -> torch.Tensor:
         contexts = out.hidden.flatten(0, -2).numpy()

@@ -1,0 +1,56 @@
+"""Kneser-Ney texts scored alone in one pass (`texts_log_probs`, issue 58): bit for bit the padded batches'
+numbers, through `Run.score`, `Run.sentence_log_probs` and `ctxlm.evaluation.scoring.score_sentences`."""
+import numpy as np
+import pytest
+import torch
+
+from conftest import tiny_config
+from ctxlm.data.batching import SentenceBatches
+from ctxlm.models.ngram import KneserNeyLM
+from test_ngram import random_sentences
+
+
+def batched(model, texts, batch_size=3):
+    """Each text's log-probabilities from padded batches (the path every model takes)."""
+    batches, out = SentenceBatches(texts, batch_size, 0), [None] * len(texts)
+    for number, rows in enumerate(batches.indices):
+        batch = batches.batch(number)
+        log_probs = model.target_log_probs(model(batch.inputs, model.start_state(len(rows))), batch.targets)
+        for i, row in enumerate(rows):
+            out[row] = log_probs[i, :texts[row].numel()]
+    return out
+
+
+@pytest.mark.parametrize("order", [1, 2, 3, 5])
+def test_one_pass_equals_the_padded_batches(order):
+    model = KneserNeyLM(12, order).estimate(np.concatenate(random_sentences(400, 12, seed=3)))
+    texts = [torch.tensor(s) for s in random_sentences(40, 12, seed=4)]
+    texts += [torch.tensor([0]), torch.tensor([3, 0, 5, 0]), torch.tensor([11, 11, 11, 11, 11, 11, 0])]  # <eos> inside a text
+    ours = model.texts_log_probs(texts)
+    assert len(ours) == len(texts)
+    for a, b in zip(ours, batched(model, texts)):
+        assert a.dtype == torch.float64 and torch.equal(a, b)
+    assert model.texts_log_probs([]) == []
+    assert torch.equal(model.texts_log_probs(texts[-1:])[0], batched(model, texts[-1:])[0])     # one text alone
+
+
+def test_the_api_scores_kn_sentences_as_the_batches_do(tmp_path, corpus):
+    import ctxlm
+    from ctxlm.evaluation.scoring import score_sentences
+
+    ctxlm.train(tiny_config(corpus, name="kneser-ney", order=4), tmp_path / "kn")
+    run = ctxlm.load(tmp_path / "kn")
+    lines = [line for line in open(corpus["valid"]).read().splitlines() if line.strip()][:60] + ["zzz unseen words", "<eos> the"]
+    texts = [run.vocab.encode(run.words(line, pretokenized=True) + ["<eos>"]) for line in lines]
+    expected = batched(run.model, texts, 7)
+    assert all(torch.equal(a, b) for a, b in zip(score_sentences(run.model, texts, 0, 7), expected))
+    scored = run.score(lines, batch_size=7, pretokenized=True)
+    assert [s.log_probs for s in scored] == [e.tolist() for e in expected]
+    # sentence sums: each batch of 50 (by length) summed padded, as LanguageModel.sentence_log_prob sums it
+    batches, sums = SentenceBatches(texts, 50, 0), [None] * len(texts)
+    for number, rows in enumerate(batches.indices):
+        batch = batches.batch(number)
+        total = run.model.sentence_log_prob(torch.cat([batch.inputs[:, :1], batch.targets], 1))
+        for i, row in enumerate(rows):
+            sums[row] = float(total[i])
+    assert run.sentence_log_probs(lines, pretokenized=True) == sums
