@@ -200,7 +200,7 @@ def test_eval_score_generate_and_explore_work_for_a_window_run(runs):
     text = "the cat sat on a mat"
     scored = json.loads(ctxlm("score", runs["cnn"], stdin=text.encode()).stdout)
     assert len(scored["log_probs"]) == 7 and all(x < 0 for x in scored["log_probs"])
-    page = score_run(load(runs["cnn"]), [text.split()], top_k=3)
+    page = score_run(load(runs["cnn"]), [text.split()], top_k=3, stream=False)     # a line alone, as `score` reads it
     assert page["log_probs"] == pytest.approx(scored["log_probs"], abs=1e-5)
     generated = ctxlm("generate", runs["cnn"], "--prompt", "the cat", "--max-tokens", "5", "--seed", "3")
     assert generated.returncode == 0 and generated.stdout.startswith("the cat")
