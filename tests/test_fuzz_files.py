@@ -92,7 +92,7 @@ def test_eval_file_and_score_read_any_corpus_file(runs, lstm, tmp_path, text, da
     else:
         got = json.loads(result.stdout)[str(corpus)]
         ids = lstm.vocab.encode(["<eos>"] + want)
-        assert got.pop("precision") == "fp32"
+        assert got.pop("precision") == "fp32" and got.pop("unknown") == int((ids[1:] == lstm.vocab.unk).sum())
         assert got == evaluate_stream(lstm.model, ids, lstm.config.data.eval_batch_size, lstm.config.data.eval_chunk)
 
     stdin = data if len(data) % 2 else b""       # half the time from standard input

@@ -85,6 +85,7 @@ OPTIONS = [
     ("score", "--cache-theta", float, lambda v: 0 <= v <= 1000),
     ("score", "--cache-lambda", float, lambda v: 0 <= v <= 1),
     ("tune-dynamic", "--tokens", int, lambda v: v >= 1),
+    ("start-state", "--tokens", int, lambda v: v >= 2),
     ("generate", "--max-tokens", int, lambda v: v >= 1),
     ("generate", "--temperature", float, lambda v: v >= 0),
     ("generate", "--top-k", int, lambda v: v >= 0),

@@ -55,7 +55,7 @@ def output_kind(path: str | Path) -> str:
         return "through"
     try:
         mode = os.stat(path).st_mode          # follows links
-    except FileNotFoundError:                 # new, or a link to a new file
+    except (FileNotFoundError, NotADirectoryError):      # new, or a link to a new file (or under a file: refused by its caller)
         return "replace"
     if stat.S_ISDIR(mode):
         return "folder"
