@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import re
+import shutil
 
 import pytest
 
@@ -78,6 +80,45 @@ def test_an_interrupted_step_writes_no_done_line(every_step):
         bar.update(3)
         raise KeyboardInterrupt
     assert "eval valid: 3/9 tokens" in err.getvalue() and "done" not in err.getvalue()
+
+
+def test_eval_shows_each_split_in_tokens_and_keeps_stdout_json(runs, every_step):
+    result = ctxlm("eval", runs["lstm"], "--json")
+    assert result.returncode == 0, result.stderr
+    scores = json.loads(result.stdout)
+    for split in ("valid", "test"):
+        lines = progress_lines(result.stderr, f"eval {split}", "tokens")
+        assert lines[-1].startswith(f"eval {split}: done, {scores[split]['tokens']:,} tokens, ")
+    file = runs["corpus"] / "valid.txt"
+    progress_lines(ctxlm("eval", runs["lstm"], "--file", file).stderr, f"eval {file}", "tokens")
+    progress_lines(ctxlm("eval", runs["ngram"], "--split", "valid").stderr, "eval valid", "tokens")
+
+
+def test_eval_with_cache_dynamic_and_mix_shows_progress(runs, every_step):
+    cached = ctxlm("eval", runs["lstm"], "--split", "valid", "--cache", "--json")
+    assert cached.returncode == 0, cached.stderr
+    progress_lines(cached.stderr, "eval valid", "tokens")
+    dynamic = ctxlm("eval", runs["lstm"], "--split", "valid", "--dynamic", "--json")
+    assert dynamic.returncode == 0, dynamic.stderr
+    json.loads(dynamic.stdout)
+    progress_lines(dynamic.stderr, "dynamic evaluation: the rms rule's training gradients", "batches")
+    progress_lines(dynamic.stderr, "eval valid (dynamic)", "tokens")
+    mixed = ctxlm("eval", runs["cnn"], "--mix", runs["ngram"], "--mix-weight", "0.5", "--split", "test")
+    assert mixed.returncode == 0, mixed.stderr
+    progress_lines(mixed.stderr, f"eval test: {runs['ngram']}", "tokens")
+
+
+def test_tune_cache_and_tune_dynamic_show_every_pass(runs, tmp_path, every_step):
+    run = tmp_path / "lstm"
+    shutil.copytree(runs["lstm"], run)
+    cache = ctxlm("tune-cache", run, "--windows", "5,10", "--thetas", "0.1", "--lambdas", "0.1")
+    assert cache.returncode == 0, cache.stderr
+    progress_lines(cache.stderr, "cache grid: the model's pass", "tokens")
+    progress_lines(cache.stderr, "cache grid", "(window, θ) pairs")
+    dynamic = ctxlm("tune-dynamic", run, "--rules", "sgd", "--lrs", "0,0.01", "--decays", "0", "--segments", "10")
+    assert dynamic.returncode == 0, dynamic.stderr
+    progress_lines(dynamic.stderr, "tune-dynamic: valid without steps", "tokens")
+    progress_lines(dynamic.stderr, "tune-dynamic: setting 2 of 2", "tokens")
 
 
 def test_prepare_counts_files_not_batches(tmp_path, every_step):
