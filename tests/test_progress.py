@@ -108,6 +108,28 @@ def test_eval_with_cache_dynamic_and_mix_shows_progress(runs, every_step):
     progress_lines(mixed.stderr, f"eval test: {runs['ngram']}", "tokens")
 
 
+def test_export_arpa_shows_ngrams_written(runs, tmp_path, every_step):
+    result = ctxlm("export-arpa", runs["ngram"], tmp_path / "lm.arpa")
+    assert result.returncode == 0 and result.stdout == f"wrote {tmp_path / 'lm.arpa'}\n"
+    total = sum(int(line.split("=")[1]) for line in (tmp_path / "lm.arpa").read_text().splitlines() if line.startswith("ngram "))
+    assert progress_lines(result.stderr, "export-arpa", "n-grams")[-1].startswith(f"export-arpa: done, {total:,} n-grams, ")
+
+
+def test_rescore_shows_the_hypotheses_scored(runs, tmp_path, every_step):
+    nbest = tmp_path / "nbest.txt"
+    nbest.write_text("u1 -1 the cat sat\nu1 -2 the cat\nu2 0 a dog ran\nu2 -1 a dog ran\n")
+    result = ctxlm("rescore", runs["lstm"], nbest, "--lm-weight", "1", "--out", tmp_path / "r.jsonl",
+                    "--one-best", tmp_path / "b.txt", "--json")
+    assert result.returncode == 0, result.stderr
+    json.loads(result.stdout)
+    lines = progress_lines(result.stderr, f"rescore: {nbest}", "hypotheses")
+    assert lines[-1].startswith(f"rescore: {nbest}: done, 3 hypotheses, ")          # the repeated one is scored once
+    mixed = ctxlm("rescore", runs["cnn"], nbest, "--mix", runs["ngram"], "--mix-weight", "0.5", "--lm-weight", "1",
+                  "--out", tmp_path / "m.jsonl", "--one-best", tmp_path / "m.txt")
+    assert mixed.returncode == 0, mixed.stderr
+    assert progress_lines(mixed.stderr, f"rescore: {nbest}", "hypotheses")[-1].startswith(f"rescore: {nbest}: done, 6 hypotheses")
+
+
 def test_tune_cache_and_tune_dynamic_show_every_pass(runs, tmp_path, every_step):
     run = tmp_path / "lstm"
     shutil.copytree(runs["lstm"], run)
