@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from conftest import ctxlm
+from conftest import ctxlm, tiny_config, toml, write_corpus
 
 
 @pytest.fixture
@@ -106,6 +106,27 @@ def test_eval_with_cache_dynamic_and_mix_shows_progress(runs, every_step):
     mixed = ctxlm("eval", runs["cnn"], "--mix", runs["ngram"], "--mix-weight", "0.5", "--split", "test")
     assert mixed.returncode == 0, mixed.stderr
     progress_lines(mixed.stderr, f"eval test: {runs['ngram']}", "tokens")
+
+
+def test_training_shows_its_evaluations_and_the_summary_counts_the_tokens_trained_on(tmp_path, every_step):
+    config = tiny_config(write_corpus(tmp_path))
+    config.train.epochs, config.train.max_batches = 2, 3
+    result = ctxlm("train", "--config", toml(config, tmp_path / "c.toml"), "--run-dir", tmp_path / "run")
+    assert result.returncode == 0, result.stderr
+    for desc in ("epoch 1: valid", "epoch 2: valid", "final evaluation: valid", "final evaluation: test"):
+        progress_lines(result.stderr, desc, "tokens")
+    progress_lines(result.stderr, "epoch 1", "batches")
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    trained, corpus = results["trained_tokens"], results["train_tokens"]
+    assert trained == 2 * 3 * config.data.batch_size * config.data.bptt < corpus        # 2 epochs of 3 batches of 4 × 7
+    assert results["max_batches"] == 3
+    assert f"trained on {trained:,} tokens of a {corpus:,}-token corpus (train.max_batches = 3 an epoch)" in result.stdout
+    assert "(train.max_batches = 3 of " in result.stdout                  # said when training starts too
+
+
+def test_an_uncapped_run_counts_every_token_it_trained_on(runs):
+    results = json.loads((runs["lstm"] / "results.json").read_text())
+    assert results["max_batches"] == 0 and 0.9 * results["train_tokens"] <= results["trained_tokens"] <= results["train_tokens"]
 
 
 def test_export_arpa_shows_ngrams_written(runs, tmp_path, every_step):
