@@ -255,8 +255,8 @@ def test_tune_dynamic_never_chooses_a_setting_that_diverged_to_nan(runs, tmp_pat
     run = shutil.copytree(runs["lstm"], tmp_path / "run")
     real = perplexity.evaluate_dynamic
 
-    def nan_at_the_first_rate(model, ids, weights):
-        result = real(model, ids, weights)
+    def nan_at_the_first_rate(model, ids, weights, desc=None):
+        result = real(model, ids, weights, desc)
         return {**result, "ppl": float("nan")} if weights.setting.lr == 0.01 else result
 
     monkeypatch.setattr(perplexity, "evaluate_dynamic", nan_at_the_first_rate)

@@ -102,9 +102,11 @@ def test_harness_without_lm_eval_says_how_to_install(runs, monkeypatch):
 
 
 @needs_lm_eval
-def test_harness_lambada_equals_ctxlm_lambada(runs, tmp_path):
+def test_harness_lambada_equals_ctxlm_lambada(runs, tmp_path, monkeypatch):
     """The real harness end to end through `ctxlm harness`: acc with greedy=word is `ctxlm lambada`'s accuracy, and
-    its perplexity is the target-word perplexity."""
+    its perplexity is the target-word perplexity. Its progress in a log: ctxlm's lines, no `\\r` bars (the harness's
+    are off)."""
+    monkeypatch.setenv("CTXLM_PROGRESS_SECONDS", "0")
     path, texts = write_passages(tmp_path, runs)
     assert ctxlm("lambada-task", path, "--out", tmp_path / "task").returncode == 0
     lambada = ctxlm("lambada", runs["lstm"], path, "--out", tmp_path / "lambada.jsonl", "--json")
@@ -112,6 +114,7 @@ def test_harness_lambada_equals_ctxlm_lambada(runs, tmp_path):
     result = ctxlm("harness", runs["lstm"], "--tasks", "lambada_local", "--include-path", tmp_path / "task",
                    "--only-include-path", "--greedy", "word", "--out", tmp_path / "h.json", "--json")
     assert result.returncode == 0, result.stderr
+    assert "\r" not in result.stderr and "ctxlm loglikelihood: done, 13 requests, " in result.stderr
     figures = json.loads(result.stdout)["results"]["lambada_local"]
     assert json.loads((tmp_path / "h.json").read_text())["results"]["lambada_local"] == figures
     assert figures["acc,none"] == pytest.approx(expected["accuracy"], abs=1e-12)

@@ -1,5 +1,5 @@
 """Files and progress, the ground floor every layer uses: atomic writes (a crash never leaves a half-written
-file), the progress display (a tqdm bar on a terminal, a plain line every 30 s in a log file) and
+file), the progress display (a tqdm bar on a terminal, plain lines with elapsed time, rate and ETA in a log) and
 matplotlib set up for files."""
 from __future__ import annotations
 
@@ -167,32 +167,86 @@ def clear_temporaries(folder: str | Path) -> list[Path]:
 
 
 class Progress:
-    """A tqdm bar on a terminal; elsewhere (a log file) a plain line every 30 s."""
+    """Progress of a long step on stderr, counted in `unit` (tokens, batches, files, n-grams): a tqdm bar on a
+    terminal; elsewhere (a log file) a plain line every CTXLM_PROGRESS_SECONDS (default 30; the first after at most
+    10 s) with the count, elapsed time, rate and ETA, and a closing line if any was written; never a `\\r`.
+    `total` None: no percentage, no ETA. A context manager (closed on an error too)."""
 
-    def __init__(self, total: int, desc: str, initial: int = 0):
-        self.total, self.desc, self.count = total, desc, initial
-        self.started = self.last_line = time.time()
-        self.bar, self.stats = None, {}
+    def __init__(self, total: int | None, desc: str, initial: int = 0, unit: str = "batches"):
+        self.total, self.desc, self.unit = total, desc, unit
+        self.count = self.first = initial
+        self.started = time.monotonic()
+        self.every = _progress_seconds()
+        self.next_line = self.started + min(10.0, self.every)
+        self.bar, self.stats, self.lines = None, {}, 0
         if sys.stderr.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, initial=initial, desc=desc, unit="batch", dynamic_ncols=True, leave=False)
+            self.bar = tqdm(total=total, initial=initial, desc=desc, unit=f" {unit}", dynamic_ncols=True, leave=False,
+                            unit_scale=unit in ("tokens", "n-grams"))
 
-    def update(self, **stats) -> None:
-        self.count += 1
+    def update(self, n: int = 1, **stats) -> None:
+        """`n` more counted; `stats` (e.g. loss=...) shown beside the count until new ones are given."""
+        self.count += n
         self.stats = stats or self.stats
         if self.bar is not None:
-            self.bar.update(1)
-            if self.count % 10 == 0:
+            self.bar.update(n)
+            if stats:
                 self.bar.set_postfix(self.stats, refresh=False)
-        elif time.time() - self.last_line > 30:
-            self.last_line = time.time()
-            shown = " ".join(f"{k}={v}" for k, v in self.stats.items())
-            print(f"{self.desc} {self.count}/{self.total} {shown}", file=sys.stderr, flush=True)
+        elif time.monotonic() >= self.next_line:
+            self.next_line = time.monotonic() + self.every
+            self._line()
 
-    def close(self) -> None:
+    def line(self, finished: bool = False) -> str:
+        """The plain line: "DESC: 1,200/5,000 tokens (24%), 0:01:30 elapsed, 13 tokens/s, ETA 0:04:45; k=v";
+        `finished`: "DESC: done, 5,000 tokens, 0:06:15 elapsed, 13 tokens/s"."""
+        elapsed = time.monotonic() - self.started
+        rate = (self.count - self.first) / elapsed if elapsed > 0 else 0.0
+        done = f"{self.count:,}/{self.total:,}" if self.total is not None else f"{self.count:,}"
+        done = f"done, {self.count:,}" if finished else done
+        shown = f"{self.desc}: {done} {self.unit}"
+        if self.total and not finished:
+            shown += f" ({100 * self.count / self.total:.0f}%)"
+        shown += f", {_duration(elapsed)} elapsed, {_rate(rate)} {self.unit}/s"
+        if self.total is not None and not finished:
+            shown += f", ETA {_duration((self.total - self.count) / rate) if rate > 0 else '?'}"
+        return shown + ("; " + " ".join(f"{k}={v}" for k, v in self.stats.items()) if self.stats else "")
+
+    def _line(self) -> None:
+        self.lines += 1
+        print(self.line(), file=sys.stderr, flush=True)
+
+    def close(self, finished: bool = True) -> None:
+        """The bar goes; a log that saw the step under way (a line written) sees it end, if `finished`."""
         if self.bar is not None:
             self.bar.close()
+            self.bar = None
+        elif self.lines and finished:
+            print(self.line(finished=True), file=sys.stderr, flush=True)
+        self.lines = 0
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        self.close(finished=kind is None)
+
+
+def _progress_seconds() -> float:
+    """Seconds between progress lines in a log: CTXLM_PROGRESS_SECONDS, else 30."""
+    try:
+        return max(0.0, float(os.environ.get("CTXLM_PROGRESS_SECONDS", "30")))
+    except ValueError:
+        return 30.0
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(min(seconds, 1e8))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _rate(rate: float) -> str:
+    return f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
 
 
 def pyplot():

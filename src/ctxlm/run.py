@@ -201,15 +201,16 @@ class Run:
             raise CtxlmError("perplexity: no text to score")
         return safe_exp(-total / count)
 
-    def sentence_log_probs(self, texts: str | Iterable[str], batch_size: int = 50, pretokenized: bool = False) -> list[float]:
+    def sentence_log_probs(self, texts: str | Iterable[str], batch_size: int = 50, pretokenized: bool = False,
+                           progress=None) -> list[float]:
         """log p of each whole sentence (its words then `<eos>`; a string of several lines is split), for every
         family — the bidirectional RM included, which scores whole sentences only (`ctxlm complete` chooses
-        candidates with this)."""
+        candidates with this). `progress` (an io.Progress) counts the sentences scored."""
         from .evaluation.completion import sentence_scores
         check_batch_size(batch_size)
         texts = list(text_lines(texts, "sentence_log_probs"))
         return sentence_scores(self.model, self.vocab, [self.words(t, pretokenized) + [EOS] for t in texts], batch_size,
-                               dynamic=self.dynamic).tolist()
+                               (lambda rows: progress.update(len(rows))) if progress else None, self.dynamic).tolist()
 
     def continuation(self, context: str, continuation: str, pretokenized: bool = False) -> Continued:
         """The words of `continuation` after those of `context` (`pair_words`), read as one stream after `<eos>` with

@@ -93,8 +93,8 @@ def eval_dynamic(run, args) -> int:
     model, cache = with_cache(run, args)
     texts = ({args.file: run.vocab.encode([EOS, *run.file_tokens(args.file, args.pretokenized)])} if args.file else
              {split: data.ids[split] for split in args.split or [s for s in ("valid", "test") if s in data.ids]})
-    results = {name: {**evaluate_dynamic(model, ids, run.dynamic), "unknown": unknown_targets(ids, run.vocab), "dynamic": vars(setting)}
-               for name, ids in texts.items()}
+    results = {name: {**evaluate_dynamic(model, ids, run.dynamic, f"eval {name} (dynamic)"), "unknown": unknown_targets(ids, run.vocab),
+                      "dynamic": vars(setting)} for name, ids in texts.items()}
     if cache is not None:
         for r in results.values():
             r["cache"] = {"window": cache.window, "theta": cache.theta, "lambda": cache.lam}
@@ -141,9 +141,9 @@ def cmd_tune_dynamic(args) -> int:
     left_to_right(run, "tune-dynamic")
     data = split_data(run, args, args.split, "train")
     ids = data.ids[args.split][:args.tokens + 1 if args.tokens else None]
-    plain = evaluate_stream(run.model, ids, 1, run.config.data.eval_chunk)["ppl"]
-    print(f"{args.split} ({ids.numel() - 1:,} tokens) perplexity without steps {plain:.2f}; "
-          f"{len(rules) * len(lrs) * len(decays) * len(segments)} settings")
+    plain = evaluate_stream(run.model, ids, 1, run.config.data.eval_chunk, desc=f"tune-dynamic: {args.split} without steps")["ppl"]
+    count = len(rules) * len(lrs) * len(decays) * len(segments)
+    print(f"{args.split} ({ids.numel() - 1:,} tokens) perplexity without steps {plain:.2f}; {count} settings", flush=True)
     grid = []
     for segment in segments:
         mean_square = mean_squared_gradients(run.model, data.ids["train"], segment) if "rms" in rules else None
@@ -151,7 +151,7 @@ def cmd_tune_dynamic(args) -> int:
             setting = DynamicSetting(rule, lr, decay, segment)
             weights = DynamicWeights(run.model, setting, mean_square if rule == "rms" else None)
             try:
-                ppl = evaluate_dynamic(run.model, ids, weights)["ppl"]
+                ppl = evaluate_dynamic(run.model, ids, weights, f"tune-dynamic: setting {len(grid) + 1} of {count}")["ppl"]
             except Diverged:
                 ppl = math.inf                      # recorded as null: this setting diverged
             finally:

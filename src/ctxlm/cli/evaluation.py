@@ -60,6 +60,7 @@ def cmd_eval(args) -> int:
     from ..evaluation.names import names_perplexity
     from ..evaluation.perplexity import evaluate_split, unknown_targets
     from ..evaluation.scoring import stream_log_probs
+    from ..io import Progress
     from ..run import load
     from ..training.precision import autocast
 
@@ -85,15 +86,17 @@ def cmd_eval(args) -> int:
     with autocast("cpu", args.precision):
         if args.file:
             results[args.file] = evaluate_file(model, run.vocab, args.file, run.config.data.eval_batch_size,
-                                               run.config.data.eval_chunk, recipe=None if args.pretokenized else run.text_recipe())
+                                               run.config.data.eval_chunk, recipe=None if args.pretokenized else run.text_recipe(),
+                                               desc=f"eval {args.file}")
         else:
             data = split_data(run, args, *(args.split or []))
             for split in args.split or [s for s in ("valid", "test") if s in data.ids]:     # holmes has no test
-                results[split] = evaluate_split(model, run.config, data.ids[split], run.vocab, "cpu")
+                results[split] = evaluate_split(model, run.config, data.ids[split], run.vocab, "cpu", f"eval {split}")
                 results[split]["unknown"] = unknown_targets(data.ids[split], run.vocab)
                 if args.names:
-                    results[split]["names"] = names_perplexity(stream_log_probs(model, data.ids[split], run.config.data.eval_chunk),
-                                                               data.ids[split], names)
+                    with Progress(data.ids[split].numel() - 1, f"eval {split}: names", unit="tokens") as bar:
+                        log_probs = stream_log_probs(model, data.ids[split], run.config.data.eval_chunk, progress=bar)
+                    results[split]["names"] = names_perplexity(log_probs, data.ids[split], names)
     for r in results.values():
         r["precision"] = args.precision
         if settings is not None:
@@ -129,7 +132,8 @@ def _eval_mixture(run, args) -> int:
                              + ("" if split in splits else " (λ is chosen on valid: give --mix-weight)"))
     scores = {}
     for split in dict.fromkeys(splits + ([] if args.mix_weight is not None else ["valid"])):
-        scores[split] = split_log_probs(run, data.ids[split]), split_log_probs(other, data.ids[split])
+        scores[split] = (split_log_probs(run, data.ids[split], f"eval {split}: {args.run}"),
+                         split_log_probs(other, data.ids[split], f"eval {split}: {args.mix}"))
     lam = args.mix_weight if args.mix_weight is not None else best_weight(*scores["valid"])
     chosen = "given" if args.mix_weight is not None else "maximum likelihood on valid"
     results = {"lambda": lam, "chosen": chosen, "run": str(args.run), "mix": str(args.mix)}
@@ -230,7 +234,7 @@ def cmd_lambada(args) -> int:
     run = with_dynamic(load(args.run, data_dir=args.data_dir), args)
     model, _ = with_cache(run, args)
     names = frozenset(read_text(args.names).split()) if args.names else frozenset()
-    bar = Progress(len(passages), "lambada")
+    bar = Progress(len(passages), "lambada", unit="passages")
     summary, records = score_passages(model, run.vocab, passages, names, args.top, bar, run.dynamic, run.config.data.eval_chunk)
     bar.close()
     out = Path(args.out)
@@ -291,7 +295,7 @@ def cmd_complete(args) -> int:
     questions = read_msr_completion(questions_file, answers_file)
     other = read_answers(args.against, questions) if args.against else None
     run = with_dynamic(load(args.run, pick_device(args.device, "--device"), data_dir=args.data_dir), args)
-    bar = Progress(len(questions), "complete")
+    bar = Progress(len(questions), "complete", unit="questions")
     summary, records = answer_questions(run.model, run.vocab, questions, args.batch_size, bar.update, run.dynamic)
     bar.close()
     summary.update(run=str(args.run), model=run.config.model.name, questions_file=str(questions_file),

@@ -57,13 +57,15 @@ def add_export_arpa(sub) -> None:
 
 
 def cmd_export_arpa(args) -> int:
+    from ..io import Progress
     from ..models.arpa import write_arpa
     from ..run import load
 
     run = load(args.run, start=False)
     if not run.model.count_based:
         raise CtxlmError(f"{args.run}: ARPA export needs an n-gram run (model.name = kneser-ney), not {run.config.model.name!r}")
-    write_arpa(run.model, run.vocab, args.output)
+    with Progress(sum(table.keys.size for table in run.model.tables), "export-arpa", unit="n-grams") as bar:
+        write_arpa(run.model, run.vocab, args.output, bar.update)
     print(f"wrote {args.output}")
     return 0
 

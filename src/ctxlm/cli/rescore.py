@@ -89,14 +89,14 @@ def cmd_rescore(args) -> int:
         model.choose_mix_weight(list(dev_references.values()))
     summary["mix_weight"] = model.mix_weight
     if dev is not None:
-        tuned = _named(args.dev, tune, dev, lm_scores(model, dev), dev_references, weights, penalties)
+        tuned = _named(args.dev, tune, dev, lm_scores(model, dev, f"rescore: {args.dev}"), dev_references, weights, penalties)
         weight, penalty = tuned["lm_weight"], tuned["penalty"]
         summary["dev"] = {"nbest": str(args.dev), "utterances": len(dev), **tuned}
     else:
         weight, penalty = args.lm_weight, args.penalty or 0.0
     summary.update(lm_weight=weight, penalty=penalty)
 
-    lm = lm_scores(model, lists)
+    lm = lm_scores(model, lists, f"rescore: {args.nbest}")
     _named(args.nbest, lambda: [totals(h, lm[u], weight, penalty) for u, h in lists.items()])     # all finite
     records, chosen = [], {}
     for utterance, hypotheses in lists.items():

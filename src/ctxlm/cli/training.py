@@ -54,8 +54,12 @@ def cmd_train(args) -> int:
 def print_table(run_dir, results) -> None:
     trained = (f"estimated from counts in {results['train_wall_s']:.0f} s" if "ngrams" in results     # count-based: no epochs
                else f"best epoch {results['best_epoch']}, {results['train_wall_s']:.0f} s training")
-    print(f"\nrun {run_dir} ({trained}"
-          + (f", {results['train_tokens']:,} training tokens, vocabulary {results['vocabulary']:,})" if "train_tokens" in results else ")"))
+    if results.get("max_batches"):         # epochs cut short: the tokens trained on, not the corpus's
+        tokens = (f", trained on {results['trained_tokens']:,} tokens of a {results['train_tokens']:,}-token corpus "
+                  f"(train.max_batches = {results['max_batches']:,} an epoch)")
+    else:
+        tokens = f", {results['train_tokens']:,} training tokens" if "train_tokens" in results else ""
+    print(f"\nrun {run_dir} ({trained}{tokens}" + (f", vocabulary {results['vocabulary']:,})" if "vocabulary" in results else ")"))
     print(f"{'split':<8}{'tokens':>10}{'perplexity':>12}")
     for split in ("valid", "test"):
         if split in results:

@@ -181,7 +181,7 @@ class Encoder:
     def encode(self, paths: list[Path], options: TextRecipe, spool: Path, check=None, count: bool = False) -> Extents:
         index, words = self.index, self.words
         tokens, ends = np.zeros(len(paths), dtype=np.int64), np.zeros(len(paths), dtype=np.int64)
-        bar = Progress(len(paths), f"prepare: read {spool.name.split('.')[1]}")
+        bar = Progress(len(paths), f"prepare: read {spool.name.split('.')[1]}", unit="files")
         with Writer(spool) as handle:
             for number, path in enumerate(paths):
                 if check is not None:

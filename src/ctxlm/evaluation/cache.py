@@ -23,14 +23,17 @@ LAMBDAS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4)
 @torch.no_grad()
 def cache_grid(model, ids: torch.Tensor, windows=WINDOWS, thetas=THETAS, lambdas=LAMBDAS, chunk: int = 1000) -> dict:
     """Perplexity of `ids` for every (window, θ, λ); returns {"model_ppl", "tokens", "grid": [...], "best": {...}}."""
-    chunks = [(out.hidden, batch.inputs, batch.targets, model.target_log_probs(out, batch.targets))
-              for batch, out in stream_outputs(model, ids, chunk)]
+    chunks = []
+    with Progress(ids.numel() - 1, "cache grid: the model's pass", unit="tokens") as bar:
+        for batch, out in stream_outputs(model, ids, chunk):
+            chunks.append((out.hidden, batch.inputs, batch.targets, model.target_log_probs(out, batch.targets)))
+            bar.update(batch.targets.numel())
     targets = torch.cat([c[2] for c in chunks], 1)
     counted = targets != IGNORE
     model_lp = torch.cat([c[3] for c in chunks], 1)
     tokens = int(counted.sum())
     grid = []
-    bar = Progress(len(windows) * len(thetas), "cache grid")
+    bar = Progress(len(windows) * len(thetas), "cache grid", unit="(window, θ) pairs")
     for window in windows:
         for theta in thetas:
             memory, cache_p, has = None, [], []

@@ -24,6 +24,7 @@ from .. import schemas
 from ..checks import argument
 from ..data.batching import IGNORE, StreamBatches
 from ..errors import CtxlmError, InvalidValue
+from ..io import Progress
 from ..models.base import detach_state, model_device
 
 # RUN/dynamic.json as `ctxlm tune-dynamic` writes it: what `read` needs of it
@@ -160,7 +161,9 @@ def mean_squared_gradients(model, ids: torch.Tensor, segment: int, batch_size: i
     device = model_device(model)
     sums = [torch.zeros_like(p) for p in params]
     state, seen = None, 0
-    for batch in StreamBatches(ids, max(1, min(batch_size, (ids.numel() - 1) // segment)), segment):
+    batches = StreamBatches(ids, max(1, min(batch_size, (ids.numel() - 1) // segment)), segment)
+    bar = Progress(min(len(batches), max_batches), "dynamic evaluation: the rms rule's training gradients")
+    for batch in batches:
         if seen == max_batches:
             break
         inputs, targets = batch.inputs.to(device), batch.targets.to(device)
@@ -172,6 +175,8 @@ def mean_squared_gradients(model, ids: torch.Tensor, segment: int, batch_size: i
             if g is not None:
                 s.add_(g.square())
         state, seen = detach_state(out.state), seen + 1
+        bar.update()
+    bar.close()
     if seen == 0:
         raise CtxlmError(f"the training text has {ids.numel()} tokens, too few to measure "
                          "the rms rule's gradient scales on: use the sgd rule")

@@ -9,11 +9,13 @@ likelihood (EM, as Bengio et al. learn it), never on test.
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 import torch
 
 from ..checks import safe_exp
 from ..errors import CtxlmError
+from ..io import Progress
 from .scoring import stream_log_probs
 
 
@@ -29,9 +31,11 @@ def check_mixable(a, b) -> None:
                              "the mixture reads both runs as streams")
 
 
-def split_log_probs(run, ids: torch.Tensor) -> torch.Tensor:
-    """log p of every target of a split (ids[1:]), the run reading it as one stream (batch 1, float64)."""
-    return stream_log_probs(run.model, ids, run.config.data.eval_chunk)
+def split_log_probs(run, ids: torch.Tensor, desc: str | None = None) -> torch.Tensor:
+    """log p of every target of a split (ids[1:]), the run reading it as one stream (batch 1, float64); with `desc`,
+    its progress on stderr."""
+    with Progress(ids.numel() - 1, desc, unit="tokens") if desc else nullcontext() as bar:
+        return stream_log_probs(run.model, ids, run.config.data.eval_chunk, progress=bar)
 
 
 def mixed(a: torch.Tensor, b: torch.Tensor, lam: float) -> torch.Tensor:

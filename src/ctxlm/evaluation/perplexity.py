@@ -1,9 +1,11 @@
 """Perplexity exactly as SPEC §0.2: exp(total NLL / number of targets), every `<eos>`/`<unk>` counted,
-padding never; sums are accumulated in float64 across batches, never averaged per batch."""
+padding never; sums are accumulated in float64 across batches, never averaged per batch. Given a `desc`, each
+shows its progress in tokens on stderr (io.Progress)."""
 from __future__ import annotations
 
 import itertools
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -13,13 +15,15 @@ from ..data.batching import IGNORE, SentenceBatches, SpooledStreamBatches, Strea
 from ..data.load import sentences_of
 from ..data.text import TextRecipe, file_tokens
 from ..data.vocab import EOS
+from ..io import Progress
 from .dynamic import DynamicWeights
 from .scoring import stream_log_probs
 
 
-def _accumulate(model, batches, device, carry: bool) -> dict[str, float]:
+def _accumulate(model, batches, device, carry: bool, desc: str | None = None, total: int | None = None) -> dict[str, float]:
     model.eval()
     state = None
+    bar = Progress(total, desc, unit="tokens") if desc else None
     total = torch.zeros((), dtype=torch.float64, device=device)     # summed on the device, read back once
     count = torch.zeros((), dtype=torch.int64, device=device)
     with torch.no_grad():
@@ -30,14 +34,18 @@ def _accumulate(model, batches, device, carry: bool) -> dict[str, float]:
             total -= model.target_log_probs(out, targets).sum(dtype=torch.float64)
             count += (targets != IGNORE).sum()
             state = out.state
+            if bar is not None:
+                bar.update(int((batch.targets != IGNORE).sum()))
+    if bar is not None:
+        bar.close()
     total, count = float(total), int(count)
     return {"nll": total, "tokens": count, "ppl": safe_exp(total / count) if count else float("nan")}
 
 
 def evaluate_stream(model, ids: torch.Tensor, batch_size: int = 1, chunk: int = 1000, doc_starts=None,
-                    device="cpu") -> dict[str, float]:
+                    device="cpu", desc: str | None = None) -> dict[str, float]:
     """Regime A: `ids` starts with `<eos>`; state is carried across chunks (batch 1 = exact history)."""
-    return _accumulate(model, StreamBatches(ids, batch_size, chunk, doc_starts), device, carry=True)
+    return _accumulate(model, StreamBatches(ids, batch_size, chunk, doc_starts), device, True, desc, ids.numel() - 1)
 
 
 @torch.no_grad()
@@ -51,16 +59,17 @@ def stream_outputs(model, ids: torch.Tensor, chunk: int = 1000):
         yield batch, out
 
 
-def evaluate_dynamic(model, ids: torch.Tensor, weights: DynamicWeights) -> dict[str, float]:
+def evaluate_dynamic(model, ids: torch.Tensor, weights: DynamicWeights, desc: str | None = None) -> dict[str, float]:
     """Perplexity of `ids` (starting with `<eos>`) read as one stream under dynamic evaluation (evaluation/dynamic.py),
     from the trained weights, which are back afterwards. `model` may wrap the one `weights` adapts (the cache)."""
-    log_probs = stream_log_probs(model, ids, dynamic=weights)
+    with Progress(ids.numel() - 1, desc, unit="tokens") if desc else nullcontext() as bar:
+        log_probs = stream_log_probs(model, ids, dynamic=weights, progress=bar)
     total, count = -float(log_probs.double().sum()), log_probs.numel()
     return {"nll": total, "tokens": count, "ppl": safe_exp(total / count) if count else float("nan")}
 
 
 def evaluate_file(model, vocab, path: str | Path, batch_size: int = 1, chunk: int = 1000, device="cpu",
-                  recipe: TextRecipe | None = None) -> dict[str, float]:
+                  recipe: TextRecipe | None = None, desc: str | None = None) -> dict[str, float]:
     """`evaluate_stream` of a text file (`<eos>` first, then its tokens by `recipe`, else its lines split on whitespace),
     in memory independent of its length: the ids are written to a temporary file and read back chunk by chunk.
     `unknown`: the tokens scored as `<unk>`."""
@@ -75,7 +84,7 @@ def evaluate_file(model, vocab, path: str | Path, batch_size: int = 1, chunk: in
     blocks = (encoded(block) for block in iter(lambda: list(itertools.islice(tokens, 4096)), []))
     with tempfile.TemporaryFile() as spool:
         count = spool_ids(blocks, spool)
-        result = _accumulate(model, SpooledStreamBatches(spool, count, batch_size, chunk), device, carry=True)
+        result = _accumulate(model, SpooledStreamBatches(spool, count, batch_size, chunk), device, True, desc, count - 1)
     return {**result, "unknown": unknown[0]}
 
 
@@ -85,13 +94,14 @@ def unknown_targets(ids: torch.Tensor, vocab) -> int:
 
 
 def evaluate_sentences(model, sentences: list[torch.Tensor], eos: int, batch_size: int = 32,
-                       device="cpu") -> dict[str, float]:
+                       device="cpu", desc: str | None = None) -> dict[str, float]:
     """Regime B: each sentence alone, never truncated (SPEC §6.3 REC 24)."""
-    return _accumulate(model, SentenceBatches(sentences, batch_size, eos), device, carry=False)
+    return _accumulate(model, SentenceBatches(sentences, batch_size, eos), device, False, desc,
+                       sum(s.numel() for s in sentences))
 
 
-def evaluate_split(model, config, ids: torch.Tensor, vocab, device) -> dict:
+def evaluate_split(model, config, ids: torch.Tensor, vocab, device, desc: str | None = None) -> dict:
     """Perplexity of one split in the model's regime (stream: carried state; sentence: each alone)."""
     if config.data.batching == "sentence":
-        return evaluate_sentences(model, sentences_of(ids, vocab, config), vocab.eos, config.data.batch_size, device)
-    return evaluate_stream(model, ids, config.data.eval_batch_size, config.data.eval_chunk, device=device)
+        return evaluate_sentences(model, sentences_of(ids, vocab, config), vocab.eos, config.data.batch_size, device, desc)
+    return evaluate_stream(model, ids, config.data.eval_batch_size, config.data.eval_chunk, device=device, desc=desc)

@@ -22,13 +22,13 @@ from .dynamic import DynamicWeights
 
 
 def score_stream(model, blocks: Iterable[torch.Tensor], eos: int, chunk: int = 1000, dynamic: DynamicWeights | None = None,
-                 fresh: bool = False, on_output: Callable | None = None) -> Iterator[torch.Tensor]:
+                 fresh: bool = False, on_output: Callable | None = None, progress=None) -> Iterator[torch.Tensor]:
     """Yield, block by block, the log-probability of each of the block's ids (on the CPU), reading
     `<eos>` + the blocks as one stream from the zero state. `fresh`: each block is a text alone, `<eos>` + the
     block read from the model's start state (`LanguageModel.start_state`, evaluation/start.py) in chunks of its own.
     `dynamic`: read in its segments instead of `chunk`s, each scored, then a step; the trained weights are back
     when the stream ends or is abandoned, and with `fresh` before each block. `on_output(out)` sees each chunk's
-    ModelOutput before any step (e.g. for top-k)."""
+    ModelOutput before any step (e.g. for top-k). `progress` (io.Progress) counts the tokens scored."""
     device = model_device(model)
     model.eval()
     chunk = dynamic.setting.segment if dynamic is not None else chunk
@@ -51,6 +51,8 @@ def score_stream(model, blocks: Iterable[torch.Tensor], eos: int, chunk: int = 1
             dynamic.step(loss)
         state = out.state if dynamic is None else detach_state(out.state)
         scored.append(log_probs.detach()[0].cpu())
+        if progress is not None:
+            progress.update(targets.numel())
 
     def finished() -> Iterator[torch.Tensor]:
         nonlocal scored
@@ -85,17 +87,18 @@ def score_stream(model, blocks: Iterable[torch.Tensor], eos: int, chunk: int = 1
 
 
 def score_item(model, block: torch.Tensor, eos: int, chunk: int = 1000, dynamic: DynamicWeights | None = None,
-               on_output: Callable | None = None, fresh: bool = True) -> torch.Tensor:
+               on_output: Callable | None = None, fresh: bool = True, progress=None) -> torch.Tensor:
     """The log-probabilities of one text's ids read after `<eos>` (`score_stream` of one block): from the model's
     start state, or from the zero state without `fresh` (a document's start); the trained weights are back
     before it returns."""
-    with closing(score_stream(model, [block], eos, chunk, dynamic, fresh, on_output)) as stream:
+    with closing(score_stream(model, [block], eos, chunk, dynamic, fresh, on_output, progress)) as stream:
         return next(stream)
 
 
-def stream_log_probs(model, ids: torch.Tensor, chunk: int = 1000, dynamic: DynamicWeights | None = None) -> torch.Tensor:
+def stream_log_probs(model, ids: torch.Tensor, chunk: int = 1000, dynamic: DynamicWeights | None = None,
+                     progress=None) -> torch.Tensor:
     """[N − 1] log-probabilities (float64) of `ids` (starting with `<eos>`) read as one stream from the zero state."""
-    return score_item(model, ids[1:], int(ids[0]), chunk, dynamic, fresh=False).double()
+    return score_item(model, ids[1:], int(ids[0]), chunk, dynamic, fresh=False, progress=progress).double()
 
 
 @torch.no_grad()

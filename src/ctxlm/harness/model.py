@@ -19,10 +19,10 @@ from pathlib import Path
 
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
-from tqdm import tqdm
 
 from .. import schemas
 from ..errors import CtxlmError
+from ..io import Progress
 from ..run import Run, load
 
 GREEDY = ("token", "word")
@@ -61,7 +61,7 @@ class CtxlmLM(LM):
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         results = []
-        for request in tqdm(requests, "ctxlm loglikelihood", disable=disable_tqdm or not self.progress):
+        for request in self._requests(requests, "ctxlm loglikelihood", disable_tqdm):
             context, continuation = request.args
             scored = self.run.continuation(context, continuation, self.pretokenized)
             best = scored.best_word if self.greedy == "word" else scored.best_token
@@ -72,13 +72,23 @@ class CtxlmLM(LM):
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         results = []
-        for request in tqdm(requests, "ctxlm loglikelihood_rolling", disable=disable_tqdm or not self.progress):
+        for request in self._requests(requests, "ctxlm loglikelihood_rolling", disable_tqdm):
             text = request.args[0]
             lines = text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")     # as `ctxlm eval --file`
             total = sum(scored.total for scored in self.run.iter_score(lines, document=True, pretokenized=self.pretokenized))
             self.cache_hook.add_partial("loglikelihood_rolling", (text,), total)
             results.append(total)
         return results
+
+    def _requests(self, requests, desc: str, quiet: bool):
+        """The requests, their progress on stderr (io.Progress: a bar on a terminal, lines in a log) unless `quiet`."""
+        if quiet or not self.progress:
+            yield from requests
+            return
+        with Progress(len(requests), desc, unit="requests") as bar:
+            for request in requests:
+                yield request
+                bar.update()
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         tasks = sorted({str(r.task_name) for r in requests})
@@ -117,6 +127,27 @@ def check_task_files(folder: str | Path) -> None:
         schemas.check(data, TASK_FILE, path, "fix the task file (docs/harness.md)")
 
 
+@contextlib.contextmanager
+def bars_off_in_logs():
+    """Every tqdm bar (the harness's own: requests, bootstrap) off while it runs where stderr is not a terminal,
+    whose `\\r` redraws would fill a log file; ctxlm's own progress there is plain lines (io.Progress)."""
+    from tqdm import std
+
+    if sys.stderr.isatty():
+        yield
+        return
+    own = std.tqdm.__dict__["__init__"]
+    base = std.tqdm.__init__
+
+    def quiet(self, *args, **kwargs):
+        base(self, *args, **{**kwargs, "disable": True})
+    std.tqdm.__init__ = quiet
+    try:
+        yield
+    finally:
+        std.tqdm.__init__ = own
+
+
 def evaluate(run: str | Path | Run, tasks: list[str], include_path: str | None = None, limit: int | None = None,
              num_fewshot: int | None = None, bootstrap_iters: int = 1000, harness_tasks: bool = True, **model_args) -> dict:
     """The harness's results (its `evaluate`) of the run on `tasks`, found among the harness's own (unless not
@@ -150,7 +181,7 @@ def evaluate(run: str | Path | Run, tasks: list[str], include_path: str | None =
         elif task.get_config("num_fewshot") is None:
             task.set_config(key="num_fewshot", value=0)
         task.set_fewshot_seed(seed=1234)
-    with contextlib.redirect_stdout(sys.stderr):          # the harness prints its progress: keep stdout for results
+    with contextlib.redirect_stdout(sys.stderr), bars_off_in_logs():     # the harness prints its progress: keep stdout for results
         try:
             results = harness_evaluate(lm=model, task_dict=loaded, limit=limit, bootstrap_iters=bootstrap_iters,
                                        log_samples=False, verbosity="WARNING")

@@ -19,7 +19,7 @@ from .ngram import KneserNeyLM, _Table
 LN10 = math.log(10.0)
 
 
-def write_arpa(model: KneserNeyLM, vocab: Vocabulary, path: str | Path) -> None:
+def write_arpa(model: KneserNeyLM, vocab: Vocabulary, path: str | Path, progress=lambda ngrams: None) -> None:
     """Write the model's tables as an ARPA file (log10, 7 decimals; lines built for whole arrays, arpa_lines.py)."""
     from ..io import atomic_write
 
@@ -42,6 +42,7 @@ def write_arpa(model: KneserNeyLM, vocab: Vocabulary, path: str | Path) -> None:
                 backoff = table.log_backoff / LN10 if n < model.order else None
                 for piece in entry_lines(log_prob, words[n], backoff, names):
                     out.write(piece)
+                progress(table.keys.size)
             out.write(b"\n\\end\\\n")
 
     atomic_write(path, write)

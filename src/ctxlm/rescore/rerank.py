@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import itertools
 import math
+from contextlib import nullcontext
 
 import torch
 
 from ..checks import grid_edges
 from ..errors import CtxlmError
 from ..evaluation.interpolation import best_weight, mixed
+from ..io import Progress
 from ..run import Run
 from .nbest import Hypothesis, word_errors
 
@@ -57,28 +59,34 @@ class LanguageModel:
         self.mix_weight = best_weight(torch.cat(a), torch.cat(b))
         return self.mix_weight
 
-    def scores(self, texts: list[str]) -> list[float]:
+    def scores(self, texts: list[str], desc: str | None = None) -> list[float]:
+        """log p of each text; with `desc`, the progress of the hypotheses scored on stderr."""
         unique = list(dict.fromkeys(texts))            # a hypothesis in several lists is scored once
-        if len(self.runs) == 1:
-            totals = self.runs[0].sentence_log_probs(unique, self.batch_size, self.pretokenized)
-        else:
-            if self.mix_weight is None:
-                raise CtxlmError("a mixture needs its weight: give --mix-weight, or a development list with references")
-            a, b = self._token_log_probs(unique)
-            totals = [float(mixed(x, y, self.mix_weight).sum()) for x, y in zip(a, b)]
+        with Progress(len(unique) * len(self.runs), desc, unit="hypotheses") if desc else nullcontext() as bar:
+            if len(self.runs) == 1:
+                totals = self.runs[0].sentence_log_probs(unique, self.batch_size, self.pretokenized, bar)
+            else:
+                if self.mix_weight is None:
+                    raise CtxlmError("a mixture needs its weight: give --mix-weight, or a development list with references")
+                a, b = self._token_log_probs(unique, bar)
+                totals = [float(mixed(x, y, self.mix_weight).sum()) for x, y in zip(a, b)]
         found = dict(zip(unique, totals))
         return [found[t] for t in texts]
 
-    def _token_log_probs(self, texts: list[str]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        a, b = ([torch.tensor(s.log_probs, dtype=torch.float64)
-                 for s in run.score(texts, batch_size=self.batch_size, pretokenized=self.pretokenized)]
-                for run in self.runs)
+    def _token_log_probs(self, texts: list[str], bar=None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        def scored(run):
+            for s in run.iter_score(texts, batch_size=self.batch_size, pretokenized=self.pretokenized):
+                if bar is not None:
+                    bar.update()
+                yield torch.tensor(s.log_probs, dtype=torch.float64)
+        a, b = (list(scored(run)) for run in self.runs)
         return a, b
 
 
-def lm_scores(model: LanguageModel, lists: dict[str, list[Hypothesis]]) -> dict[str, list[float]]:
+def lm_scores(model: LanguageModel, lists: dict[str, list[Hypothesis]], desc: str | None = None) -> dict[str, list[float]]:
+    """Each list's hypotheses' log p, in order; with `desc`, their progress on stderr."""
     flat = [" ".join(h.words) for hypotheses in lists.values() for h in hypotheses]
-    scores = iter(model.scores(flat))
+    scores = iter(model.scores(flat, desc))
     return {u: [next(scores) for _ in hypotheses] for u, hypotheses in lists.items()}
 
 

@@ -52,7 +52,7 @@ def _estimate(config: Config, run_dir: RunDir, data_dir, log) -> dict:
                "vocabulary": len(data.vocab)}
     for split in ("valid", "test"):
         if split in data.ids:
-            results[split] = evaluate_split(model, config, data.ids[split], data.vocab, "cpu")
+            results[split] = evaluate_split(model, config, data.ids[split], data.vocab, "cpu", f"final evaluation: {split}")
     run_dir.write_results(results)
     return results
 

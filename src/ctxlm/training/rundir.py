@@ -129,6 +129,16 @@ class RunDir:
     def write_metrics(self, history: list[dict]) -> None:
         atomic_write_text(self.metrics, "".join(json.dumps(r) + "\n" for r in history))
 
+    def write_tensorboard(self, record: dict) -> None:
+        """An epoch's record as TensorBoard scalars (nothing where TensorBoard is not installed)."""
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            return
+        with SummaryWriter(str(self.tensorboard)) as writer:
+            for key in ("train_ppl", "valid_ppl", "lr", "tokens_per_s"):
+                writer.add_scalar(key, record[key], record["epoch"])
+
     def read_metrics(self) -> list[dict]:
         """The epoch records, unchecked; [] before the first."""
         if not self.metrics.exists():

@@ -198,8 +198,9 @@ class Trainer:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.generator = torch.Generator().manual_seed(cfg.train.seed)
         batches = self._batches()
+        self.capped = cfg.train.max_batches if 0 < cfg.train.max_batches < len(batches) else 0    # 0: whole epochs
         progress = {"lr": cfg.train.lr, "best_valid": math.inf, "best_epoch": 0, "bad_epochs": 0,
-                    "epoch_nll": 0.0, "epoch_tokens": 0, "elapsed": 0.0, "history": [], "early_stopped": False,
+                    "epoch_nll": 0.0, "epoch_tokens": 0, "trained_tokens": 0, "elapsed": 0.0, "history": [], "early_stopped": False,
                     "commits": []}
         self.progress = progress        # read by on_batch callbacks (tokens so far: progress["epoch_tokens"])
         if self.resume_state is not None:
@@ -218,8 +219,9 @@ class Trainer:
                 self.files.write_start(cfg, self.data.vocab)
             counts = self.model.parameter_counts()
             self.log(f"model {cfg.model.name}: {counts['total']:,} parameters ({counts['without_embeddings']:,} without word embeddings), "
-                     f"vocabulary {len(self.data.vocab):,}, {self.data.length('train') - 1:,} training tokens, "
-                     f"device {self.device}, precision {cfg.train.precision}"
+                     f"vocabulary {len(self.data.vocab):,}, {self.data.length('train') - 1:,} training tokens"
+                     + (f" (train.max_batches = {self.capped:,} of {len(batches):,} batches an epoch), " if self.capped else ", ")
+                     + f"device {self.device}, precision {cfg.train.precision}"
                      + (" (this CPU has no bf16 instructions: emulated, many times slower than fp32 here)"
                         if emulated_bf16(self.device, cfg.train.precision) else "")
                      + (f", {self.world.size} processes" if self.world.size > 1 else ""))
@@ -261,7 +263,7 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = progress["lr"]
         count = len(batches) if not cfg.train.max_batches else min(len(batches), cfg.train.max_batches)
-        bar = Progress(count, f"epoch {epoch}", initial=position)
+        bar = Progress(count, f"epoch {epoch}", initial=position, unit="batches")
         started, tokens_run, elapsed_before = time.time(), 0, progress["elapsed"]
         nll_total = torch.tensor(progress["epoch_nll"], dtype=torch.float64)
         self._position = position
@@ -286,6 +288,7 @@ class Trainer:
                 raise divergence.stop(cfg, self.files, f"epoch {epoch}, batch {number + 1}", "training loss per token",
                                       float(nll) / max(n, 1), progress["best_epoch"])
             progress["epoch_tokens"] += n
+            progress["trained_tokens"] += n     # what the summary reports: train.max_batches may stop an epoch early
             tokens_run += n
             self._position = number + 1
             progress["epoch_nll"] = float(nll_total)
@@ -326,7 +329,7 @@ class Trainer:
 
     def _end_epoch(self, epoch: int, progress: dict) -> None:
         cfg, vocab, world = self.config, self.data.vocab, self.world
-        valid = evaluate_split(self.model, cfg, self.data.ids["valid"], vocab, self.device) if world.main else {"ppl": 0.0}
+        valid = evaluate_split(self.model, cfg, self.data.ids["valid"], vocab, self.device, f"epoch {epoch}: valid") if world.main else {"ppl": 0.0}
         valid["ppl"] = world.broadcast(valid["ppl"])       # rank 0's score decides for every process
         train_loss = progress["epoch_nll"] / max(progress["epoch_tokens"], 1)
         if divergence.diverged(math.log(valid["ppl"]) if valid["ppl"] > 0 else valid["ppl"]):
@@ -349,7 +352,8 @@ class Trainer:
                   "best": improved, "tokens_per_s": round(self._epoch_rate, 1), "elapsed_s": round(progress["elapsed"], 1)}
         progress["history"].append(record)
         self._write_metrics(progress["history"])
-        self._tensorboard(record)
+        if world.main:
+            self.files.write_tensorboard(record)
         self.log(f"epoch {epoch}: train ppl {record['train_ppl']:.2f}, valid ppl {valid['ppl']:.2f}, lr {progress['lr']:.3g}, "
                  f"{self._epoch_rate:,.0f} tokens/s{' *' if improved else ''}"
                  + (f"; back to the weights of epoch {progress['best_epoch']}" if rolled_back else ""))
@@ -364,17 +368,6 @@ class Trainer:
         if self.world.main:
             self.files.write_metrics(history)
 
-    def _tensorboard(self, record: dict) -> None:
-        if not self.world.main:
-            return
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            return
-        with SummaryWriter(str(self.files.tensorboard)) as writer:
-            for key in ("train_ppl", "valid_ppl", "lr", "tokens_per_s"):
-                writer.add_scalar(key, record[key], record["epoch"])
-
     def finish(self, progress: dict) -> dict:
         """Roll back to the best epoch's weights and report valid and test perplexity (rank 0)."""
         vocab = self.data.vocab
@@ -385,11 +378,13 @@ class Trainer:
         store_start(self.files.start, self.config, self.model, self.data.prefix("train", START_TOKENS + 1), vocab.eos, metadata.get("sha256", ""))
         results = {"best_epoch": progress["best_epoch"], "train_wall_s": round(progress["elapsed"], 1),
                    "parameters": self.model.parameter_counts(), "commits": progress["commits"], "device": str(self.device),
-                   "train_tokens": self.data.length("train") - 1, "vocabulary": len(vocab)}
+                   "train_tokens": self.data.length("train") - 1, "trained_tokens": progress["trained_tokens"],
+                   "max_batches": self.capped, "vocabulary": len(vocab)}
         try:
             for split in ("valid", "test"):
                 if split in self.data.ids:
-                    results[split] = evaluate_split(self.model, self.config, self.data.ids[split], vocab, self.device)
+                    results[split] = evaluate_split(self.model, self.config, self.data.ids[split], vocab, self.device,
+                                                    f"final evaluation: {split}")
         except KeyboardInterrupt:
             self.log(f"interrupted during the final evaluation: training is complete and saved (best weights "
                      f"{self.files.weights}, epoch {progress['best_epoch']}); only results.json is "
