@@ -300,3 +300,10 @@ def test_a_full_disk_while_counting_on_disk_says_disk_full(monkeypatch, tmp_path
     with pytest.raises(ValueError, match=f"counting on disk in {tmp_path}.*: disk full .No space left on device"):
         model.estimate(ids, memory=1)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_rescore_refuses_one_file_for_both_outputs(world, tmp_path):
+    same = tmp_path / "both.txt"
+    result = run_ctxlm("rescore", world / "ngram", world / "nbest.txt", "--lm-weight", "1", "--out", same, "--one-best", same)
+    one_line_error(result, "--one-best", "the same file as --out")
+    assert not same.exists()

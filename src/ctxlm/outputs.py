@@ -58,7 +58,11 @@ def check_outputs(args) -> None:
         check_writable_file(output, option)
         for other in FILES[args.command]:
             if getattr(args, other, None) is not None:
-                check_writable_file(getattr(args, other), "--" + other.replace("_", "-"))
+                second = "--" + other.replace("_", "-")
+                if _resolved(Path(getattr(args, other))) == _resolved(Path(output)):
+                    raise CtxlmError(f"{second} {getattr(args, other)}: the same file as {option}; the second would "
+                                     f"overwrite the first: give them different names")
+                check_writable_file(getattr(args, other), second)
 
 
 def check_output(output, option: str, inputs) -> Path:
