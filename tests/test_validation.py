@@ -179,6 +179,11 @@ def _command(command, option, runs, out, holmes=None):
         if not run.exists():
             shutil.copytree(runs["lstm"], run)
         return ["tune-dynamic", run, "--rules", "sgd", "--lrs", "0.05", "--decays", "0", "--segments", "5"]
+    if command == "start-state":                       # on a copy: it writes the run's start state
+        run = out / "run"
+        if not run.exists():
+            shutil.copytree(runs["lstm"], run)
+        return ["start-state", run]
     return {"eval": ["eval", runs["lstm"], "--file", runs["corpus"] / "valid.txt", *cache],
             "score": ["score", runs["lstm"], "--input", runs["corpus"] / "valid.txt", *cache],
             "lambada": ["lambada", runs["lstm"], runs["corpus"] / "valid.txt", "--out", out / "lambada.jsonl", *cache],
