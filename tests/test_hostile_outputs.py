@@ -307,3 +307,20 @@ def test_rescore_refuses_one_file_for_both_outputs(world, tmp_path):
     result = run_ctxlm("rescore", world / "ngram", world / "nbest.txt", "--lm-weight", "1", "--out", same, "--one-best", same)
     one_line_error(result, "--one-best", "the same file as --out")
     assert not same.exists()
+
+
+def test_a_figure_follows_the_output_rule(tmp_path):
+    from ctxlm.io import pyplot, save_figure
+
+    plt = pyplot()
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    device = tmp_path / "null"
+    os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    save_figure(fig, device)
+    assert stat.S_ISCHR(os.lstat(device).st_mode)
+    target, link = tmp_path / "real.png", tmp_path / "link.png"
+    link.symlink_to(target)
+    save_figure(fig, link, dpi=50)
+    assert link.is_symlink() and target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    plt.close(fig)

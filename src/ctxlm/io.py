@@ -105,6 +105,12 @@ def warn(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def save_figure(fig, path: str | Path, **options) -> None:
+    """A matplotlib figure, written by the one output rule (`atomic_write`) in the format its file name says."""
+    kind = Path(path).suffix.lstrip(".").lower() or "png"
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format=kind, **options))
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 

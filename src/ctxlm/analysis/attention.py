@@ -8,7 +8,7 @@ import torch
 from ..data.vocab import EOS
 from ..errors import CtxlmError
 from ..evaluation.perplexity import StreamBatches
-from ..io import pyplot
+from ..io import pyplot, save_figure
 from ..models.base import families, spoken
 
 
@@ -64,7 +64,7 @@ def plot_heatmap(result: dict, path: str | Path) -> None:
     ax.set_title(f"{result['model']}: attention over past outputs")
     fig.colorbar(image, ax=ax, fraction=0.03)
     fig.tight_layout()
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    save_figure(fig, path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -84,7 +84,7 @@ def plot_top_predictions(result: dict, path: str | Path) -> None:
         if row > 0 and column >= 2 and rows[row - 1][column].split(" (")[0] == result["targets"][row - 1]:
             cell.set_facecolor("#cde6c7")           # the correct word among the top predictions
     fig.tight_layout()
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    save_figure(fig, path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -154,7 +154,7 @@ def plot_by_distance(rows: list[dict], name: str, path: str | Path, limit: int =
     ax.set_ylabel("mean attention weight")
     ax.set_title(f"{name}: average attention per position")
     fig.tight_layout()
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    save_figure(fig, path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 

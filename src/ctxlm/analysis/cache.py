@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..io import pyplot
+from ..io import pyplot, save_figure
 
 
 def plot_cache_grid(result: dict, path: str | Path) -> None:
@@ -34,5 +34,5 @@ def plot_cache_grid(result: dict, path: str | Path) -> None:
                                        fill=False, edgecolor="red", linewidth=2))
     fig.suptitle(f"{result['split']} perplexity with the neural cache (without: {result['model_ppl']:.2f})", fontsize=10, y=1.03)
     fig.colorbar(image, ax=list(axes[0]), fraction=0.02)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    save_figure(fig, path, dpi=110, bbox_inches="tight")
     plt.close(fig)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..io import pyplot
+from ..io import pyplot, save_figure
 
 
 def plot_categories(tables: dict[str, list[dict]], path: str | Path) -> None:
@@ -33,5 +33,5 @@ def plot_categories(tables: dict[str, list[dict]], path: str | Path) -> None:
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 from ..errors import CtxlmError
-from ..io import pyplot
+from ..io import pyplot, save_figure
 from ..training.rundir import RunDir
 
 REQUIRED = ("epoch", "lr", "train_ppl", "valid_ppl", "elapsed_s")
@@ -85,5 +85,5 @@ def plot_curves(curves: dict[str, list[dict]], path: str | Path) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from ..errors import CtxlmError
 from ..evaluation.perplexity import evaluate_stream
-from ..io import pyplot
+from ..io import pyplot, save_figure
 from ..models.base import families
 from ..models.feedforward import FeedForwardLM
 
@@ -115,7 +115,7 @@ def plot_ngrams(rows: list[dict], path: str | Path) -> None:
         ax.axis("off")
     fig.suptitle("Top n-grams per kernel (response before batch norm and ReLU)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -128,7 +128,7 @@ def plot_positions(rows: list[dict], name: str, path: str | Path) -> None:
     ax.set_xticks([r["position"] for r in rows])
     ax.set_title(f"{name}: positive mapping-layer weights by position")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -147,5 +147,5 @@ def plot_lesion(result: dict, name: str, path: str | Path) -> None:
     ax.set_title(f"{name}: lesion of the far context positions")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)

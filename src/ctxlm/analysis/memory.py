@@ -22,6 +22,7 @@ import torch
 
 from ..data.batching import IGNORE, SentenceBatches, StreamBatches
 from ..errors import CtxlmError
+from ..io import save_figure
 from ..models.base import families, spoken
 
 
@@ -193,7 +194,7 @@ def plot_positions(result: dict, name: str, path: str | Path) -> None:
     ax.set_title(f"{name}: average attention per memory position")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    save_figure(fig, path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -211,5 +212,5 @@ def plot_samples(rows: list[dict], name: str, path: str | Path) -> None:
     ax.set_title(f"{name}: attention over the memory (bottom = the current word)")
     fig.colorbar(image, ax=ax, fraction=0.03)
     fig.tight_layout()
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    save_figure(fig, path, dpi=120, bbox_inches="tight")
     plt.close(fig)

@@ -6,7 +6,7 @@ import shlex
 from pathlib import Path
 
 from ..errors import CtxlmError
-from ..io import atomic_write_text, pyplot
+from ..io import atomic_write_text, pyplot, save_figure
 from ..registry import MODELS
 from . import records
 from .runner import RowRun
@@ -219,7 +219,7 @@ def plot_report(tables: list[Table], records_dir: Path, path: Path, named_beyond
     ax.set_aspect("equal")
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
     return len(rows)
 
