@@ -19,7 +19,7 @@ from . import corpus as readers
 from .batching import Sentences, cap_sentences, split_sentences
 from .prepared import DecodedSplits, Prepared, TokenStream, read_manifest
 from .registry import DatasetSpec, locate, spec
-from .text import WHITESPACE, TextRecipe
+from .text import WHITESPACE, TextRecipe, note_once
 from .vocab import EOS, Vocabulary
 
 
@@ -210,7 +210,6 @@ def training_prefix(config: Config, data_dir, vocab: Vocabulary, tokens: int) ->
 
 
 MAX_SENTENCE = 2048      # tokens: a longer "sentence" (a corpus on one line) is cut, or one batch would need gigabytes
-_told: set = set()
 
 
 def sentences_of(ids: torch.Tensor, vocab: Vocabulary, config: Config) -> Sentences:
@@ -218,8 +217,7 @@ def sentences_of(ids: torch.Tensor, vocab: Vocabulary, config: Config) -> Senten
     of at most MAX_SENTENCE tokens (said once per split on stderr)."""
     extra = tuple(vocab.index[t] for t in config.data.sentence_ends.split() if t in vocab.index)
     sentences, cut, longest = cap_sentences(split_sentences(ids[1:], vocab.eos, extra), MAX_SENTENCE)
-    if cut and (ids.numel(), longest) not in _told:
-        _told.add((ids.numel(), longest))
-        print(f"note: {cut:,} sentence(s) of this data are longer than {MAX_SENTENCE:,} tokens (the longest "
-              f"{longest:,}); sentence batching cuts them into pieces of {MAX_SENTENCE:,}", file=sys.stderr)
+    if cut:
+        note_once(("long sentences", ids.numel(), longest), f"{cut:,} sentence(s) of this data are longer than "
+                  f"{MAX_SENTENCE:,} tokens (the longest {longest:,}); sentence batching cuts them into pieces of {MAX_SENTENCE:,}")
     return sentences

@@ -16,14 +16,13 @@ from __future__ import annotations
 import json
 import re
 import stat
-import sys
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import CtxlmError
-from ..io import atomic_write_text
+from ..io import atomic_write_text, warn
 from . import corpus as readers
 
 SENTENCES = ("lines", "gutenberg")
@@ -125,10 +124,10 @@ _told: set = set()
 
 
 def note_once(key, message: str) -> None:
-    """`message` on stderr, once per process for `key`."""
+    """`message` on stderr (`io.warn`), once per process for `key`."""
     if key not in _told:
         _told.add(key)
-        print(f"note: {message}", file=sys.stderr)
+        warn(f"note: {message}")
 
 
 def input_files(inputs: list[str | Path], option: str = "INPUT") -> list[Path]:
