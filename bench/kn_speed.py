@@ -7,8 +7,8 @@ measured in the same run.
 - Scoring: `Run.sentence_log_probs` and `Run.score` (pretokenized: the corpus is tokenised already) on the first
   200 valid sentences against the `kenlm` module's `Model.score(bos=True, eos=True)` on the ARPA just written, and
   against the padded-batch path every model takes (`LanguageModel.sentence_log_prob` on `SentenceBatches`, the path
-  KN took before issue 58): the best of `--repeat` timings each; ours must equal the batch path bit for bit and
-  KenLM to the ARPA's 7 decimals.
+  KN took before issue 58): the best of `--repeat` timings each; ours must equal the batch path to 1e-12 (each
+  sentence is summed on its own, the batches sum padded rows) and KenLM to the ARPA's 7 decimals.
 
 Times are CPU seconds of this process (`time.process_time`; the machine may be shared) and wall seconds.
 
@@ -134,7 +134,7 @@ def main():
     report["scoring"] = {"sentences": len(lines), "tokens": sum(len(line.split()) + 1 for line in lines),
                          **{f"{k}_ms": round(v * 1e3, 3) for k, v in times.items()},
                          **{f"{k}_vs_kenlm": round(v / times["kenlm"], 1) for k, v in times.items() if k != "kenlm"},
-                         "same_as_padded_batches": ours == batched_sums(run, lines),
+                         "max_abs_diff_vs_padded_batches": float(max(abs(a - b) for a, b in zip(ours, batched_sums(run, lines)))),
                          "max_abs_diff_vs_kenlm": float(max(abs(a - b) for a, b in zip(ours, theirs)))}
     print(json.dumps(report, indent=1))
 

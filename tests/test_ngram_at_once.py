@@ -1,12 +1,15 @@
 """Kneser-Ney texts scored alone in one pass (`texts_log_probs`, issue 58): bit for bit the padded batches'
-numbers, through `Run.score`, `Run.sentence_log_probs` and `ctxlm.evaluation.scoring.score_sentences`."""
+numbers, through `Run.score`, `Run.sentence_log_probs` and `ctxlm.evaluation.scoring.score_sentences`; the
+tables' hash index finds what a binary search finds."""
+import math
+
 import numpy as np
 import pytest
 import torch
 
 from conftest import tiny_config
 from ctxlm.data.batching import SentenceBatches
-from ctxlm.models.ngram import KneserNeyLM
+from ctxlm.models.ngram import KneserNeyLM, _Table
 from test_ngram import random_sentences
 
 
@@ -46,11 +49,32 @@ def test_the_api_scores_kn_sentences_as_the_batches_do(tmp_path, corpus):
     assert all(torch.equal(a, b) for a, b in zip(score_sentences(run.model, texts, 0, 7), expected))
     scored = run.score(lines, batch_size=7, pretokenized=True)
     assert [s.log_probs for s in scored] == [e.tolist() for e in expected]
-    # sentence sums: each batch of 50 (by length) summed padded, as LanguageModel.sentence_log_prob sums it
+    # sentence sums: each sentence summed on its own (pairwise, numpy's reduceat), so a sentence's score does not
+    # depend on the sentences scored with it; the padded batches sum in another order (to 1e-12 of each other)
     batches, sums = SentenceBatches(texts, 50, 0), [None] * len(texts)
     for number, rows in enumerate(batches.indices):
         batch = batches.batch(number)
         total = run.model.sentence_log_prob(torch.cat([batch.inputs[:, :1], batch.targets], 1))
         for i, row in enumerate(rows):
             sums[row] = float(total[i])
-    assert run.sentence_log_probs(lines, pretokenized=True) == sums
+    ours = run.sentence_log_probs(lines, pretokenized=True)
+    assert ours == pytest.approx(sums, rel=0, abs=1e-12)
+    assert ours == pytest.approx([math.fsum(s.log_probs) for s in scored], rel=0, abs=1e-12)
+    assert [run.sentence_log_probs([line], pretokenized=True)[0] for line in lines[::7]] == ours[::7]
+    assert run.sentence_log_probs(lines[::-1], pretokenized=True) == ours[::-1]
+
+
+@pytest.mark.parametrize("probes", [1, 4])
+@pytest.mark.parametrize("size", [0, 1, 2, 1000, 5000])
+def test_the_hash_index_finds_what_binary_search_finds(size, probes, monkeypatch):
+    """`_Table.find` (linear probing, then a binary search for the queries still open) = `np.searchsorted`."""
+    monkeypatch.setattr(_Table, "PROBES", probes)
+    rng = np.random.default_rng(size)
+    keys = np.unique(rng.integers(0, 50 * size + 5, size))
+    table = _Table(keys, np.zeros(keys.size), np.zeros(keys.size))
+    query = np.concatenate([rng.choice(keys, 3 * size) if size else [], rng.integers(-3, 60 * size + 9, 4 * size + 9),
+                            [2 ** 62, -1]]).astype(np.int64)
+    where = np.searchsorted(keys, query).clip(max=max(keys.size - 1, 0))
+    expected = np.where((keys.size > 0) & (query >= 0) & (keys[where] == query if keys.size else False), where, -1)
+    assert np.array_equal(table.find(query), expected)
+    assert np.array_equal(table.find(query.reshape(-1, 1)), expected.reshape(-1, 1))     # any shape

@@ -19,9 +19,10 @@ from __future__ import annotations
 import json
 import math
 import time
+from itertools import chain, repeat
 
+import numpy as np
 import torch
-from torch.nn.utils.rnn import pad_sequence
 
 from ..data.batching import SentenceBatches
 from ..data.corpus import BLANK, LETTERS, CompletionQuestion, msr_tokens, read_text
@@ -51,14 +52,15 @@ def sentence_scores(model, vocab, sentences: list[list[str]], batch_size: int = 
             if progress:
                 progress([row])
         return scores
-    batches = SentenceBatches(vocab.encode_many(sentences), batch_size, vocab.eos)
-    if model.scores_at_once:        # all tokens in one pass, each batch's rows then summed padded, as below
-        scored = model.texts_log_probs(batches.sentences)
-        for rows in batches.indices:
-            scores[rows] = pad_sequence([scored[row] for row in rows], batch_first=True).sum(1)
-            if progress:
-                progress(rows)
+    if model.scores_at_once:        # all tokens in one pass (n-gram tables), each sentence summed on its own
+        lengths = [len(s) for s in sentences]
+        ids = np.fromiter(map(vocab.index.get, chain.from_iterable(sentences), repeat(vocab.unk)), dtype=np.int64,
+                          count=sum(lengths))
+        scores = torch.from_numpy(model.sentence_sums(ids, lengths))
+        if progress:
+            progress(range(len(sentences)))
         return scores
+    batches = SentenceBatches(vocab.encode_many(sentences), batch_size, vocab.eos)
     device = model_device(model)
     with torch.no_grad():
         for number, rows in enumerate(batches.indices):

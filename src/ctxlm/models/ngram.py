@@ -39,22 +39,58 @@ __all__ = ["FALLBACK_DISCOUNTS", "KneserNeyLM", "KneserNeyOptions", "discounts_f
 
 
 class _Table:
-    """One order: sorted int64 keys, natural-log probabilities and backoffs (0 where not a context)."""
+    """One order: sorted int64 keys, natural-log probabilities and backoffs (0 where not a context).
+
+    `find` looks keys up through a hash index built on first use (linear probing): a key's home slot h(k) is the
+    top bits of k · 0x9E3779B97F4A7C15 (mod 2⁶⁴) in a table of at least 2 × (number of keys) slots, and the key's
+    index sits in the first slot from h(k) on that held none when it was placed. An empty slot ends the probe
+    (absent); after PROBES slots the rest of the queries go to a binary search of the keys.
+    The arrays are read as plain ndarrays (a mapped file's np.memmap costs Python work on every operation);
+    `stored` keeps them as given, for saving.
+    """
+
+    HASH, PROBES = np.uint64(0x9E3779B97F4A7C15), 4
 
     def __init__(self, keys: np.ndarray, log_prob: np.ndarray, log_backoff: np.ndarray):
-        self.keys, self.log_prob, self.log_backoff = keys, log_prob, log_backoff
+        self.stored = (keys, log_prob, log_backoff)
+        self.keys, self.log_prob, self.log_backoff = (np.asarray(a) for a in self.stored)
+        self._slots = None
+
+    def _home(self, keys: np.ndarray) -> np.ndarray:
+        return (keys.astype(np.uint64) * self.HASH) >> self._shift
+
+    def _index(self) -> np.ndarray:
+        if self._slots is None:
+            bits = max(1, int(2 * self.keys.size - 1).bit_length())
+            self._shift, self._last = np.uint64(64 - bits), np.uint64((1 << bits) - 1)
+            slots = np.full(1 << bits, -1, dtype=np.int32 if self.keys.size < 2 ** 31 else np.int64)
+            pending = np.arange(self.keys.size, dtype=slots.dtype)
+            position = self._home(self.keys)
+            while pending.size:               # each round, every key still pending tries its next slot
+                free = slots[position] < 0
+                slots[position[free]] = pending[free]                   # one of the keys that want a slot gets it
+                placed = free & (slots[position] == pending)
+                pending, position = pending[~placed], (position[~placed] + 1) & self._last
+            self._slots = slots
+        return self._slots
 
     def find(self, query: np.ndarray) -> np.ndarray:
         """Index of each query key, -1 where absent (negative queries are absent)."""
+        found = np.full(query.size, -1, dtype=np.int64)
         if self.keys.size == 0:
-            return np.full(query.shape, -1, dtype=np.int64)
-        flat = query.reshape(-1)
+            return found.reshape(query.shape)
+        slots, flat, keys = self._index(), query.reshape(-1), self.keys
         asked = np.flatnonzero(flat >= 0)
-        asked = asked[np.argsort(flat[asked], kind="stable")]  # in order: each search starts where the last ended
-        where = np.searchsorted(self.keys, flat[asked]).clip(max=self.keys.size - 1)
-        hit = self.keys[where] == flat[asked]
-        found = np.full(flat.size, -1, dtype=np.int64)
-        found[asked[hit]] = where[hit]
+        wanted, position = flat[asked], self._home(flat[asked])
+        for _ in range(self.PROBES):
+            slot = slots[position]
+            hit = (slot >= 0) & (keys[slot] == wanted)
+            found[asked[hit]] = slot[hit]
+            further = (slot >= 0) & ~hit
+            asked, wanted, position = asked[further], wanted[further], (position[further] + 1) & self._last
+        where = np.searchsorted(keys, wanted).clip(max=keys.size - 1)     # the few with longer probes
+        there = keys[where] == wanted
+        found[asked[there]] = where[there]
         return found.reshape(query.shape)
 
 
@@ -234,18 +270,30 @@ class KneserNeyLM(LanguageModel):
         return result
 
     def texts_log_probs(self, texts: list[torch.Tensor]) -> list[torch.Tensor]:
-        """`score` of all the texts' tokens at once: the n-gram ending at each token is looked up once per order
-        and is the next token's context (an `<eos>` inside a text starts a sentence, as in `forward`)."""
+        """`score` of each text's tokens, all texts in one pass (`token_log_probs`)."""
         if not texts:
             return []
         lengths = [t.numel() for t in texts]
-        targets = torch.cat(texts).numpy()
-        first = np.zeros(targets.size, dtype=bool)              # a token read right after `<eos>`
-        first[0], first[1:] = True, targets[:-1] == self.eos
-        first[np.cumsum(lengths[:-1], dtype=np.int64)] = True
-        result = self.tables[0].log_prob[targets].copy()
-        if self.order == 1:
-            return list(torch.from_numpy(result).split(lengths))
+        return list(torch.from_numpy(self.token_log_probs(torch.cat(texts).numpy(), lengths)).split(lengths))
+
+    def sentence_sums(self, ids: np.ndarray, lengths: list[int]) -> np.ndarray:
+        """log p of each text (`ids`: the texts one after another), float64; a text's sum depends on it alone."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        starts, sums = np.cumsum(lengths) - lengths, np.zeros(lengths.size)
+        read = lengths > 0
+        if read.any():
+            sums[read] = np.add.reduceat(self.token_log_probs(ids, lengths), starts[read])
+        return sums
+
+    def token_log_probs(self, targets: np.ndarray, lengths: list[int]) -> np.ndarray:
+        """Natural-log p of each token of texts read alone (`targets`: the texts one after another), as `score`
+        gives it: the n-gram ending at each token is looked up once per order and is the next token's context
+        (an `<eos>` inside a text starts a sentence, as in `forward`)."""
+        first = np.zeros(targets.size, dtype=bool)              # a token read right after `<eos>` or a text's start
+        first[1:] = targets[:-1] == self.eos
+        starts = np.cumsum(lengths, dtype=np.int64) - lengths
+        first[starts[starts < targets.size]] = True
+        result = self.tables[0].log_prob[targets]
         found_order = np.ones(targets.size, dtype=np.int64)
         ending = targets                                        # id of the n-gram ending at each token
         contexts = [None]                                       # [j]: id of the j-gram before each token, -1 if none
@@ -261,7 +309,7 @@ class KneserNeyLM(LanguageModel):
         for j in range(1, self.order):      # back off from every seen context longer than the n-gram found
             use = (contexts[j] >= 0) & (found_order <= j)
             result[use] += self.tables[j - 1].log_backoff[contexts[j][use]]
-        return list(torch.from_numpy(result).split(lengths))
+        return np.asarray(result, dtype=np.float64)
 
     def target_log_probs(self, out: ModelOutput, targets: torch.Tensor) -> torch.Tensor:
         contexts = out.hidden.flatten(0, -2).numpy()
@@ -306,8 +354,8 @@ class KneserNeyLM(LanguageModel):
         """The tables by name (order{n}.keys, .log_prob, .log_backoff), as stored (in memory or mapped)."""
         out = {}
         for n, table in enumerate(self.tables, 1):
-            out.update({f"order{n}.keys": table.keys, f"order{n}.log_prob": table.log_prob,
-                        f"order{n}.log_backoff": table.log_backoff})
+            keys, log_prob, log_backoff = table.stored
+            out.update({f"order{n}.keys": keys, f"order{n}.log_prob": log_prob, f"order{n}.log_backoff": log_backoff})
         return out
 
     def load_arrays(self, arrays: dict[str, np.ndarray]) -> None:
