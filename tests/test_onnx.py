@@ -144,7 +144,8 @@ def test_export_onnx_writes_a_graph_whose_state_is_an_input_and_an_output(folder
     run = save_run(config, model, tmp_path / "run")
     done = ctxlm("export-onnx", run, tmp_path / "out" / "rm.onnx")
     assert done.returncode == 0, done.stderr
-    assert re.match(r"wrote .*rm\.onnx: rm, [\d.]+ MB, 4 state tensors, chunks of any length; onnxruntime's "
+    assert re.match(r"wrote .*rm\.onnx: rm, [\d.]+ MB, 4 state tensors, with the run's start state, chunks of any "
+                    r"length; onnxruntime's "
                     r"log-probabilities within [\d.e+-]+ of PyTorch's", done.stdout), done.stdout
     import onnx
 
@@ -156,6 +157,34 @@ def test_export_onnx_writes_a_graph_whose_state_is_an_input_and_an_output(folder
     assert [piece["dtype"] for piece in info["state"]] == ["float32", "float32", "int64", "bool"]
     assert info["family"] == "rm" and info["vocab_size"] == V and info["chunk"] is None
     compare_streams(model, tmp_path / "out" / "rm.onnx", False)
+
+
+def test_a_text_read_alone_starts_in_onnxruntime_from_the_runs_start_state(folder, tmp_path):
+    """The graph carries the run's start state: `start(batch, alone=True)` and `restart(rows, alone=True)` score a
+    sentence as `Run.score` does; `start(batch)` is a document's start (zeros), which scores it otherwise."""
+    import ctxlm as api
+
+    config = config_of("lstm", folder)
+    run_dir = save_run(config, ready(config), tmp_path / "run")      # its start state estimated on load
+    done = ctxlm("export-onnx", run_dir, tmp_path / "m.onnx")
+    assert done.returncode == 0 and "with the run's start state" in done.stdout, done.stderr
+    run = api.load(run_dir)
+    text = "the cat sat on a mat"
+    expected = np.array(run.score([text], pretokenized=True)[0].log_probs)
+    tokens = VOCAB.encode([EOS] + text.split() + [EOS]).numpy()[None].repeat(2, 0)
+
+    def scored(stream, tokens):
+        return np.take_along_axis(stream(tokens[:, :-1]), tokens[:, 1:, None], -1)[..., 0]
+
+    stream = OnnxStream(tmp_path / "m.onnx")
+    stream.start(2, alone=True)
+    assert np.abs(scored(stream, tokens) - expected).max() < 1e-5
+    stream.restart([1], alone=True)                       # row 1 a new text alone, row 0 goes on
+    again = np.abs(scored(stream, tokens) - expected).max(1)
+    assert again[1] < 1e-5 and again[0] > 100 * max(again[1], 1e-7)
+    stream.start(1)                                       # zeros: a document's start, not where texts alone start
+    assert abs(scored(stream, tokens[:1])[0, 0] - expected[0]) > 100 * max(again[1], 1e-7)
+    assert stream.start_row and [r.shape for r in stream.start_row] == [(1, 1, 12), (1, 1, 12)]
 
 
 def test_export_onnx_refuses_a_missing_run_and_outputs_it_cannot_write(folder, tmp_path):

@@ -109,6 +109,7 @@ def add_export_onnx(sub) -> None:
                                    "too (`ctxlm export-arpa` writes it for KenLM). Details: docs/onnx.md.")
     run_argument(p, "run directory of a neural model")
     p.add_argument("output", help="ONNX file to write")
+    data_dir_option(p)      # the training text, for a run without a stored start state (docs/python.md)
     p.set_defaults(func=cmd_export_onnx)
 
 
@@ -116,11 +117,12 @@ def cmd_export_onnx(args) -> int:
     from ..export import export_onnx
     from ..run import load
 
-    run = load(args.run, start=False)        # OUTPUT was checked before (outputs.check_outputs)
+    run = load(args.run, data_dir=args.data_dir)        # OUTPUT was checked before (outputs.check_outputs)
     written = export_onnx(run.model, run.vocab, run.config.model.name, args.output)
     chunks = "chunks of any length" if written["chunk"] is None else f"{written['chunk']} token per call"
+    start = ", with the run's start state" if written["start_state"] else ""
     print(f"wrote {args.output}: {written['family']}, {written['bytes'] / 1e6:.1f} MB, {len(written['state'])} state "
-          f"tensors, {chunks}; onnxruntime's log-probabilities within {written['max_difference']:.1e} of PyTorch's")
+          f"tensors{start}, {chunks}; onnxruntime's log-probabilities within {written['max_difference']:.1e} of PyTorch's")
     return 0
 
 

@@ -5,9 +5,12 @@ state_out_0 … state_out_K): feed each call's state outputs to the next call an
 as `ctxlm eval` reads it. It is the model's own forward and `log_probs`, traced by PyTorch's TorchScript
 exporter (docs/onnx.md says why that one) with the translations of export/symbolic.py; before the file is
 written, onnxruntime's log-probabilities are checked against PyTorch's over a stream of several chunks.
+A run's start state (evaluation/start.py), where it has one, goes into the metadata ("ctxlm.start"), one row per
+piece, so that a text read alone starts as `Run.score` starts it.
 """
 from __future__ import annotations
 
+import base64
 import inspect
 import io
 import json
@@ -23,7 +26,7 @@ from ..errors import CtxlmError
 from ..io import atomic_write
 from ..models.base import families
 from .runtime import OnnxStream, need_onnxruntime
-from .state import flatten, sample_tokens, state_layout, unflatten, zero_state
+from .state import TYPES, flatten, sample_tokens, state_layout, unflatten, zero_state
 from .symbolic import OPSET, translations
 
 FORMAT = 1
@@ -111,11 +114,27 @@ def _trace(model, layout, structure, vocab_size: int, chunk: int | None, family:
     return graph.getvalue()
 
 
-def _with_metadata(onnx, graph: bytes, family: str, vocab, layout, chunk: int | None) -> bytes:
+def start_rows(model) -> list[dict] | None:
+    """The model's start state (`model.start`, one row) as the pieces of the graph's state, each with its shape,
+    type and bytes (little-endian, base64), or None where texts read alone start from zeros."""
+    if model.start is None:
+        return None
+    rows = []
+    for piece in flatten(model.start_state(1))[0]:
+        array = piece.detach().cpu().numpy()
+        rows.append({"shape": list(array.shape), "dtype": TYPES[piece.dtype],
+                     "data": base64.b64encode(array.astype(array.dtype.newbyteorder("<")).tobytes()).decode()})
+    return rows
+
+
+def _with_metadata(onnx, graph: bytes, family: str, vocab, layout, chunk: int | None, start: list[dict] | None) -> bytes:
     proto = onnx.load_from_string(graph)
     info = {"format": FORMAT, "family": family, "chunk": chunk, "vocab_size": len(vocab), "eos": vocab.eos,
             "unk": vocab.unk, "state": [piece.describe(i) for i, piece in enumerate(layout)]}
-    for key, value in (("ctxlm", json.dumps(info)), ("ctxlm.vocab", "\n".join(vocab.words))):
+    entries = [("ctxlm", json.dumps(info)), ("ctxlm.vocab", "\n".join(vocab.words))]
+    if start is not None:
+        entries.append(("ctxlm.start", json.dumps(start)))
+    for key, value in entries:
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value
     try:
@@ -137,7 +156,8 @@ def check(model, graph: bytes, vocab_size: int) -> float:
 
 def export_onnx(model, vocab, family: str, path: str | Path) -> dict:
     """Write `model` (family `family`, vocabulary `vocab`) as an ONNX graph to `path`, atomically, once onnxruntime
-    agrees with PyTorch; returns what was written: the family, the chunk length, the state, the check's difference."""
+    agrees with PyTorch, with the model's start state (`model.start`) where it has one; returns what was written:
+    the family, the chunk length, the state, whether a start state went in, the check's difference."""
     reason = refusal(type(model))
     if reason:
         raise CtxlmError(f"model {family!r} cannot be exported to ONNX: {reason}")
@@ -147,7 +167,9 @@ def export_onnx(model, vocab, family: str, path: str | Path) -> dict:
     model.eval()
     try:
         layout, structure = state_layout(model, family, len(vocab), chunk or TRACE_LENGTH)
-        graph = _with_metadata(onnx, _trace(model, layout, structure, len(vocab), chunk, family), family, vocab, layout, chunk)
+        start = start_rows(model)
+        graph = _with_metadata(onnx, _trace(model, layout, structure, len(vocab), chunk, family), family, vocab, layout,
+                               chunk, start)
         difference = check(model, graph, len(vocab))
     finally:
         model.train(training)
@@ -156,4 +178,4 @@ def export_onnx(model, vocab, family: str, path: str | Path) -> dict:
                          f"(more than {CHECK_TOLERANCE:g}); nothing was written")
     atomic_write(path, lambda tmp: Path(tmp).write_bytes(graph))
     return {"family": family, "chunk": chunk, "state": [piece.describe(i) for i, piece in enumerate(layout)],
-            "max_difference": difference, "bytes": len(graph)}
+            "start_state": start is not None, "max_difference": difference, "bytes": len(graph)}

@@ -1,10 +1,12 @@
 """An exported model in onnxruntime, streamed chunk by chunk with its state carried (docs/onnx.md).
 
 Reads only the ONNX file: the graph, and the metadata `ctxlm export-onnx` wrote ("ctxlm": the state's
-inputs and outputs, the chunk length, the special ids; "ctxlm.vocab": the words, one per line, by id).
+inputs and outputs, the chunk length, the special ids; "ctxlm.vocab": the words, one per line, by id;
+"ctxlm.start", where the run has one: its start state, one row per piece).
 """
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -41,22 +43,28 @@ class OnnxStream:
         info = json.loads(metadata["ctxlm"])
         self.family, self.chunk, self.pieces = info["family"], info["chunk"], info["state"]
         self.words = metadata.get("ctxlm.vocab", "").split("\n")
+        self.start_row = [np.frombuffer(base64.b64decode(row["data"]), np.dtype(row["dtype"]).newbyteorder("<"))
+                          .astype(row["dtype"]).reshape(row["shape"]) for row in json.loads(metadata.get("ctxlm.start", "[]"))]
         self.state: list[np.ndarray] | None = None
 
-    def start(self, batch: int) -> None:
-        """A fresh state (all zeros) for `batch` rows."""
+    def start(self, batch: int, alone: bool = False) -> None:
+        """A fresh state for `batch` rows: zeros, a document's start as `ctxlm eval` reads it; with `alone`, the
+        run's start state, where texts read alone start (`Run.score`; zeros where the graph holds none)."""
         self.state = []
-        for piece in self.pieces:
-            shape = [batch if size is None else size for size in piece["shape"]]
-            self.state.append(np.zeros(shape, dtype=piece["dtype"]))
+        for i, piece in enumerate(self.pieces):
+            if alone and self.start_row:
+                self.state.append(np.repeat(self.start_row[i], batch, axis=piece["batch_axis"]))
+            else:
+                self.state.append(np.zeros([batch if size is None else size for size in piece["shape"]], dtype=piece["dtype"]))
 
-    def restart(self, rows) -> None:
-        """Forget the text so far in `rows` (a new document there); the other rows go on."""
+    def restart(self, rows, alone: bool = False) -> None:
+        """Forget the text so far in `rows` (a new document there, or with `alone` a text read alone); the other
+        rows go on."""
         for i, piece in enumerate(self.pieces):
             self.state[i] = self.state[i].copy()
             index = [slice(None)] * self.state[i].ndim
             index[piece["batch_axis"]] = rows
-            self.state[i][tuple(index)] = 0
+            self.state[i][tuple(index)] = self.start_row[i] if alone and self.start_row else 0
 
     def __call__(self, tokens: np.ndarray) -> np.ndarray:
         tokens = np.ascontiguousarray(tokens, dtype=np.int64)
