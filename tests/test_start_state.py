@@ -131,3 +131,15 @@ def test_without_its_training_text(structured, tmp_path, capsys):
     assert load(copy).model.start is None                      # scores from the zero state, and says so
     assert "start-state" in capsys.readouterr().err
     one_line_error(ctxlm("start-state", copy), "gone.txt")
+
+
+def test_a_stored_start_state_is_used_only_for_the_weights_it_was_made_from(structured, tmp_path):
+    """`read_start` checks the weights' digest: another digest, or none known, gives None (estimated again)."""
+    from ctxlm.evaluation.start import read_start, save_start
+
+    state = (torch.ones(1, 1, 4), torch.zeros(1, 1, 4))
+    save_start(tmp_path / FILE, state, "abc")
+    assert torch.equal(read_start(tmp_path / FILE, "abc")[0], state[0])
+    assert read_start(tmp_path / FILE, "abd") is None
+    save_start(tmp_path / FILE, state, "")
+    assert read_start(tmp_path / FILE, "") is None

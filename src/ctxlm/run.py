@@ -258,11 +258,11 @@ class Run:
         if k < 1:
             raise CtxlmError(f"top_next_words: k is the number of words to return, at least 1; got {k}")
         log_probs = self.next_word_log_probs(context, pretokenized)
-        if not special:
-            log_probs = log_probs[2:]           # ids 0 and 1 are <eos> and <unk> in every vocabulary
-        best = log_probs.topk(min(k, log_probs.numel()))
-        first = 0 if special else 2
-        return [(self.vocab.words[first + i], safe_exp(lp)) for lp, i in zip(best.values.tolist(), best.indices.tolist())]
+        left_out = [] if special else [self.vocab.eos, self.vocab.unk]
+        if left_out:
+            log_probs = log_probs.index_fill(0, torch.tensor(left_out), -torch.inf)
+        best = log_probs.topk(min(k, log_probs.numel() - len(left_out)))
+        return [(self.vocab.words[i], safe_exp(lp)) for lp, i in zip(best.values.tolist(), best.indices.tolist())]
 
     def generate(self, prompt: str = "", max_tokens: int = 50, temperature: float = 1.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int | torch.Generator = 0, special: bool = False,

@@ -101,10 +101,11 @@ def store_start(path: Path, config, model, train_prefix: torch.Tensor, eos: int,
 
 
 def read_start(path: Path, weights_sha256: str) -> Any:
-    """The stored start state, None where there is none or it was made from other weights."""
+    """The stored start state, None where there is none or it was made from other weights (or from weights
+    whose digest is unknown: it cannot be told which)."""
     from safetensors import SafetensorError, safe_open
 
-    if not path.is_file():
+    if not path.is_file() or not weights_sha256:
         return None
     try:
         with safe_open(str(path), "pt") as f:
