@@ -171,3 +171,13 @@ def test_prepare_counts_files_not_batches(tmp_path, every_step):
     assert result.returncode == 0, result.stderr
     progress_lines(result.stderr, "prepare: read all", "files")
     assert "batch" not in result.stderr
+
+
+def test_under_torchrun_only_rank_0_warns(monkeypatch, capsys):
+    """Every process meets the same data and options, so a note would be said once per process."""
+    from ctxlm.io import warn
+
+    for rank, said in (("1", ""), ("0", "note: once\n")):
+        monkeypatch.setenv("RANK", rank)
+        warn("note: once")
+        assert capsys.readouterr().err == said

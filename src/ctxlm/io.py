@@ -101,8 +101,10 @@ def write_failed(path, exc: BaseException, kept: str) -> CtxlmError:
 
 
 def warn(line: str) -> None:
-    """A warning or a note ("warning: ...", "note: ..."): on stderr, never mixed into what a command prints on stdout."""
-    print(line, file=sys.stderr, flush=True)
+    """A warning or a note ("warning: ...", "note: ..."): on stderr, never mixed into what a command prints on stdout;
+    under torchrun only rank 0 says it (every process meets the same data and options)."""
+    if os.environ.get("RANK", "0") == "0":
+        print(line, file=sys.stderr, flush=True)
 
 
 def save_figure(fig, path: str | Path, **options) -> None:
