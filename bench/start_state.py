@@ -49,6 +49,9 @@ def main():
     for name, start in (("zero", False), ("start_state", True)):
         began = time.time()
         run = load(args.run, data_dir=args.data_dir, start=start)
+        if start and run.model.start is None:
+            report[name] = "none: the run's texts read alone start from zeros (trained on sentences alone, or no state)"
+            break
         figures = {"first_token": first_token_gap(run, lines)}
         if passages:
             read = [run.words(" ".join(p)) for p in passages]
