@@ -2,10 +2,11 @@
 the start state (`load()`), in one process: the first-token gap on PTB valid sentences (mean log p of each
 sentence's first token inside the document minus alone; the document's first sentence left out), LAMBADA dev
 last-word accuracy (`ctxlm lambada`'s reading: each passage alone after `<eos>`; the passage's words through the
-run's text recipe, as `continuation` and the harness read them) and MSR Sentence Completion accuracy (`ctxlm
-complete`'s reading: each candidate sentence alone).
+run's text recipe, as `continuation` and the harness read them), MSR Sentence Completion accuracy (`ctxlm
+complete`'s reading: each candidate sentence alone) and, with `--nbest DIR` (bench/synthetic_nbest.py's lists),
+the rescoring WER of `ctxlm rescore --dev` (α and β chosen on the development lists, each hypothesis alone).
 
-    python bench/start_state.py RUN [--sentences 200] [--passages N] [--no-msr] [--data-dir DIR]
+    python bench/start_state.py RUN [--sentences 200] [--passages N] [--no-msr] [--nbest DIR] [--data-dir DIR]
 
 Prints JSON. Backs docs/python.md, "Texts read alone: the start state".
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 
 def first_token_gap(run, lines: list[str]) -> dict:
@@ -23,6 +25,21 @@ def first_token_gap(run, lines: list[str]) -> dict:
     return {"alone": round(mean_alone, 4), "inside": round(mean_inside, 4), "gap_nats": round(mean_inside - mean_alone, 4)}
 
 
+def rescoring_wer(run, folder: Path) -> dict:
+    """Test WER of the lists in `folder` rescored with α, β chosen on its development lists (`ctxlm rescore --dev`)."""
+    from ctxlm.rescore.nbest import error_rate, read_nbest, read_references
+    from ctxlm.rescore.rerank import LanguageModel, best, lm_scores, tune
+
+    dev, test = read_nbest(folder / "dev.txt"), read_nbest(folder / "test.txt")
+    dev_refs, refs = read_references(folder / "dev_refs.txt", dev, folder / "dev.txt"), read_references(folder / "refs.txt", test, folder / "test.txt")
+    model = LanguageModel([run], pretokenized=True)
+    tuned = tune(dev, lm_scores(model, dev), dev_refs)
+    lm = lm_scores(model, test)
+    chosen = {u: h[best(h, lm[u], tuned["lm_weight"], tuned["penalty"])].words for u, h in test.items()}
+    return {"lm_weight": tuned["lm_weight"], "penalty": tuned["penalty"], "dev_wer": round(tuned["wer"], 5),
+            **{k: round(v, 5) if isinstance(v, float) else v for k, v in error_rate(refs, chosen).items()}}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", help="a trained run on PTB (its vocabulary is PTB's)")
@@ -30,6 +47,7 @@ def main():
     parser.add_argument("--sentences", type=int, default=200, help="PTB valid sentences for the first-token gap")
     parser.add_argument("--passages", type=int, default=0, help="LAMBADA dev passages (0: all; -1: none)")
     parser.add_argument("--no-msr", action="store_true", help="leave MSR Sentence Completion out")
+    parser.add_argument("--nbest", type=Path, help="a folder of bench/synthetic_nbest.py's lists, for the rescoring WER")
     args = parser.parse_args()
     from ctxlm.data.corpus import read_lambada, read_msr_completion
     from ctxlm.data.registry import locate
@@ -60,6 +78,8 @@ def main():
         if questions:
             summary, _ = answer_questions(run.model, run.vocab, questions)
             figures["msr"] = {k: v for k, v in summary.items() if k in ("accuracy", "answered", "correct")}
+        if args.nbest:
+            figures["rescoring"] = rescoring_wer(run, args.nbest)
         figures["seconds"] = round(time.time() - began, 1)
         report[name] = figures
         print(json.dumps({name: figures}), flush=True)
