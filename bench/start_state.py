@@ -1,8 +1,7 @@
 """Issue 58: what a run's start state changes where texts are read alone, from zero (`load(start=False)`) and from
 the start state (`load()`), in one process: the first-token gap on PTB valid sentences (mean log p of each
 sentence's first token inside the document minus alone; the document's first sentence left out), LAMBADA dev
-last-word accuracy (`ctxlm lambada`'s reading: each passage alone after `<eos>`; the passage's words through the
-run's text recipe, as `continuation` and the harness read them), MSR Sentence Completion accuracy (`ctxlm
+last-word accuracy (`ctxlm lambada`'s reading: each passage's tokens, as the file has them, alone after `<eos>`), MSR Sentence Completion accuracy (`ctxlm
 complete`'s reading: each candidate sentence alone) and, with `--nbest DIR` (bench/synthetic_nbest.py's lists),
 the rescoring WER of `ctxlm rescore --dev` (α and β chosen on the development lists, each hypothesis alone).
 
@@ -44,11 +43,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", help="a trained run on PTB (its vocabulary is PTB's)")
     parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--sentences", type=int, default=200, help="PTB valid sentences for the first-token gap")
+    parser.add_argument("--sentences", type=int, default=200, help="PTB valid sentences for the first-token gap (≥ 2)")
     parser.add_argument("--passages", type=int, default=0, help="LAMBADA dev passages (0: all; -1: none)")
     parser.add_argument("--no-msr", action="store_true", help="leave MSR Sentence Completion out")
     parser.add_argument("--nbest", type=Path, help="a folder of bench/synthetic_nbest.py's lists, for the rescoring WER")
     args = parser.parse_args()
+    if args.sentences < 2:
+        parser.error("--sentences: at least 2 (the document's first sentence is left out)")
     from ctxlm.data.corpus import read_lambada, read_msr_completion
     from ctxlm.data.registry import locate
     from ctxlm.evaluation.completion import answer_questions
@@ -72,8 +73,7 @@ def main():
             break
         figures = {"first_token": first_token_gap(run, lines)}
         if passages:
-            read = [run.words(" ".join(p)) for p in passages]
-            summary, _ = score_passages(run.model, run.vocab, read, chunk=run.config.data.eval_chunk)
+            summary, _ = score_passages(run.model, run.vocab, passages, chunk=run.config.data.eval_chunk)
             figures["lambada"] = {k: summary[k] for k in ("accuracy", "target_ppl", "passage_ppl", "unknown_targets")}
         if questions:
             summary, _ = answer_questions(run.model, run.vocab, questions)

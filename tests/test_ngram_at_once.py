@@ -64,17 +64,39 @@ def test_the_api_scores_kn_sentences_as_the_batches_do(tmp_path, corpus):
     assert run.sentence_log_probs(lines[::-1], pretokenized=True) == ours[::-1]
 
 
-@pytest.mark.parametrize("probes", [1, 4])
+@pytest.mark.parametrize("probes, indexed", [(1, 1 << 23), (4, 1 << 23), (4, 0)])
 @pytest.mark.parametrize("size", [0, 1, 2, 1000, 5000])
-def test_the_hash_index_finds_what_binary_search_finds(size, probes, monkeypatch):
-    """`_Table.find` (linear probing, then a binary search for the queries still open) = `np.searchsorted`."""
+def test_the_hash_index_finds_what_binary_search_finds(size, probes, indexed, monkeypatch):
+    """`_Table.find` (linear probing, then a binary search for the queries still open; a table over INDEXED keys
+    only searched) = `np.searchsorted`, keys small or spread over 63 bits."""
     monkeypatch.setattr(_Table, "PROBES", probes)
+    monkeypatch.setattr(_Table, "INDEXED", indexed)
     rng = np.random.default_rng(size)
-    keys = np.unique(rng.integers(0, 50 * size + 5, size))
+    keys = np.unique(rng.integers(0, 50 * size + 5, size) * (1 if size % 2 else 2 ** 40 + 7))
     table = _Table(keys, np.zeros(keys.size), np.zeros(keys.size))
-    query = np.concatenate([rng.choice(keys, 3 * size) if size else [], rng.integers(-3, 60 * size + 9, 4 * size + 9),
-                            [2 ** 62, -1]]).astype(np.int64)
+    query = np.concatenate([rng.choice(keys, 3 * size) if size else keys, keys + 1, keys - 1,
+                            rng.integers(-3, 60 * size + 9, 4 * size + 9), np.array([2 ** 62, 2 ** 63 - 1, -1])])
     where = np.searchsorted(keys, query).clip(max=max(keys.size - 1, 0))
     expected = np.where((keys.size > 0) & (query >= 0) & (keys[where] == query if keys.size else False), where, -1)
     assert np.array_equal(table.find(query), expected)
     assert np.array_equal(table.find(query.reshape(-1, 1)), expected.reshape(-1, 1))     # any shape
+
+
+def test_sentence_sums_of_empty_texts_and_narrow_ids():
+    """Empty texts sum to 0 wherever they are; int32 ids (id · base + id overflows 32 bits) score as int64 ones; the
+    default `LanguageModel.sentence_sums` (per-text sums of `texts_log_probs`) agrees."""
+    from ctxlm.models.base import LanguageModel
+
+    rng = np.random.default_rng(5)
+    words = rng.integers(60_000, 70_000, 40)                 # a Holmes-sized vocabulary: word · base overflows int32
+    sentences = [np.append(rng.choice(words, rng.integers(2, 9)), 0) for _ in range(400)]
+    model = KneserNeyLM(70_000, 3).estimate(np.concatenate(sentences))
+    texts = sentences[:6]
+    lengths = [0, len(texts[0]), 0, *map(len, texts[1:]), 0]
+    ids = np.concatenate(texts)
+    sums = model.sentence_sums(ids, lengths)
+    alone = [model.sentence_sums(t, [len(t)])[0] for t in texts]
+    assert sums[[0, 2, -1]].tolist() == [0, 0, 0] and sums[[1, 3, 4, 5, 6, 7]].tolist() == alone
+    assert model.sentence_sums(ids.astype(np.int32), lengths).tolist() == sums.tolist()
+    assert LanguageModel.sentence_sums(model, ids, lengths) == pytest.approx(sums, abs=1e-12)
+    assert model.sentence_sums(np.array([], dtype=np.int64), []).size == 0

@@ -182,9 +182,26 @@ def test_a_text_read_alone_starts_in_onnxruntime_from_the_runs_start_state(folde
     stream.restart([1], alone=True)                       # row 1 a new text alone, row 0 goes on
     again = np.abs(scored(stream, tokens) - expected).max(1)
     assert again[1] < 1e-5 and again[0] > 100 * max(again[1], 1e-7)
+    stream.restart(0, alone=True)                         # one row number, as numpy indexes
+    assert np.abs(scored(stream, tokens)[0] - expected).max() < 1e-5
     stream.start(1)                                       # zeros: a document's start, not where texts alone start
     assert abs(scored(stream, tokens[:1])[0, 0] - expected[0]) > 100 * max(again[1], 1e-7)
     assert stream.start_row and [r.shape for r in stream.start_row] == [(1, 1, 12), (1, 1, 12)]
+
+
+def test_export_onnx_says_when_it_found_no_start_state(tmp_path):
+    """A stream-trained run whose training text is gone exports without a start state, and says so."""
+    (tmp_path / "corpus").mkdir()
+    corpus = write_corpus(tmp_path / "corpus")
+    config = tiny_config(corpus, name="lstm", emb_size=12, hidden_size=12)
+    run_dir = save_run(config, ready(config), tmp_path / "run")
+    Path(corpus["train"]).unlink()
+    done = ctxlm("export-onnx", run_dir, tmp_path / "m.onnx")
+    assert done.returncode == 0 and "WITHOUT the run's start state" in done.stdout, done.stdout + done.stderr
+    stream = OnnxStream(tmp_path / "m.onnx")
+    assert stream.start_row == []
+    stream.start(2, alone=True)
+    assert all(not piece.any() for piece in stream.state)
 
 
 def test_export_onnx_refuses_a_missing_run_and_outputs_it_cannot_write(folder, tmp_path):

@@ -93,6 +93,9 @@ def cmd_start_state(args) -> int:
         print(f"{args.run}: {run.config.model.name} (data.batching = {run.config.data.batching}) reads each text alone from "
               "the state it was trained from (a count-based model or a sentence-regime run): nothing to store")
         return 0
+    if not run.weights_sha256:
+        raise CtxlmError(f"{args.run}: its weights carry no digest (saved before ctxlm recorded one), so a stored start "
+                         "state could not be matched to them; it is estimated on each load instead (give --data-dir)")
     start_for(run.path, run.config, run.vocab, run.model, run.weights_sha256, args.data_dir, args.tokens, write=True)
     print(f"wrote {run.path / FILE}: the mean state at the sentence ends of the first {args.tokens:,} training tokens")
     return 0
@@ -114,13 +117,22 @@ def add_export_onnx(sub) -> None:
 
 
 def cmd_export_onnx(args) -> int:
+    from ..evaluation.start import has_start, start_for
     from ..export import export_onnx
+    from ..export.graph import refusal
     from ..run import load
 
-    run = load(args.run, data_dir=args.data_dir)        # OUTPUT was checked before (outputs.check_outputs)
+    run = load(args.run, start=False)        # OUTPUT was checked before (outputs.check_outputs)
+    reason = refusal(type(run.model))
+    if reason:
+        raise CtxlmError(f"model {run.config.model.name!r} cannot be exported to ONNX: {reason}")
+    run.model.start = start_for(run.path, run.config, run.vocab, run.model, run.weights_sha256, args.data_dir)
     written = export_onnx(run.model, run.vocab, run.config.model.name, args.output)
     chunks = "chunks of any length" if written["chunk"] is None else f"{written['chunk']} token per call"
     start = ", with the run's start state" if written["start_state"] else ""
+    if not written["start_state"] and has_start(run.config, run.model):
+        start = (", WITHOUT the run's start state (its training text was not found: give --data-dir), so texts read "
+                 "alone start from zeros")
     print(f"wrote {args.output}: {written['family']}, {written['bytes'] / 1e6:.1f} MB, {len(written['state'])} state "
           f"tensors{start}, {chunks}; onnxruntime's log-probabilities within {written['max_difference']:.1e} of PyTorch's")
     return 0

@@ -114,14 +114,20 @@ def _trace(model, layout, structure, vocab_size: int, chunk: int | None, family:
     return graph.getvalue()
 
 
-def start_rows(model) -> list[dict] | None:
+def start_rows(model, layout) -> list[dict] | None:
     """The model's start state (`model.start`, one row) as the pieces of the graph's state, each with its shape,
-    type and bytes (little-endian, base64), or None where texts read alone start from zeros."""
+    type and bytes (C order, little-endian, base64), or None where texts read alone start from zeros."""
     if model.start is None:
         return None
+    pieces = flatten(model.start_state(1))[0]
+    described = [piece.describe(i) for i, piece in enumerate(layout)]
+    if [TYPES.get(p.dtype) for p in pieces] != [d["dtype"] for d in described] or any(
+            [1 if size is None else size for size in d["shape"]] != list(p.shape) for p, d in zip(pieces, described)):
+        raise CtxlmError("the run's start state does not have the shape of the state the graph carries; "
+                         "make it again with `ctxlm start-state RUN`")
     rows = []
-    for piece in flatten(model.start_state(1))[0]:
-        array = piece.detach().cpu().numpy()
+    for piece in pieces:
+        array = np.ascontiguousarray(piece.detach().cpu().numpy())
         rows.append({"shape": list(array.shape), "dtype": TYPES[piece.dtype],
                      "data": base64.b64encode(array.astype(array.dtype.newbyteorder("<")).tobytes()).decode()})
     return rows
@@ -167,7 +173,7 @@ def export_onnx(model, vocab, family: str, path: str | Path) -> dict:
     model.eval()
     try:
         layout, structure = state_layout(model, family, len(vocab), chunk or TRACE_LENGTH)
-        start = start_rows(model)
+        start = start_rows(model, layout)
         graph = _with_metadata(onnx, _trace(model, layout, structure, len(vocab), chunk, family), family, vocab, layout,
                                chunk, start)
         difference = check(model, graph, len(vocab))

@@ -43,8 +43,12 @@ class OnnxStream:
         info = json.loads(metadata["ctxlm"])
         self.family, self.chunk, self.pieces = info["family"], info["chunk"], info["state"]
         self.words = metadata.get("ctxlm.vocab", "").split("\n")
-        self.start_row = [np.frombuffer(base64.b64decode(row["data"]), np.dtype(row["dtype"]).newbyteorder("<"))
-                          .astype(row["dtype"]).reshape(row["shape"]) for row in json.loads(metadata.get("ctxlm.start", "[]"))]
+        try:
+            self.start_row = [np.frombuffer(base64.b64decode(row["data"]), np.dtype(row["dtype"]).newbyteorder("<"))
+                              .astype(row["dtype"]).reshape(row["shape"]) for row in json.loads(metadata.get("ctxlm.start", "[]"))]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CtxlmError(f"{model if not isinstance(model, bytes) else 'the graph'}: its \"ctxlm.start\" metadata is "
+                             f"not a start state ctxlm wrote ({type(exc).__name__}: {exc}); export the run again") from None
         self.state: list[np.ndarray] | None = None
 
     def start(self, batch: int, alone: bool = False) -> None:
@@ -64,7 +68,11 @@ class OnnxStream:
             self.state[i] = self.state[i].copy()
             index = [slice(None)] * self.state[i].ndim
             index[piece["batch_axis"]] = rows
-            self.state[i][tuple(index)] = self.start_row[i] if alone and self.start_row else 0
+            if alone and self.start_row:
+                one = np.ndim(rows) == 0 and not isinstance(rows, slice)     # one row number: its axis goes
+                self.state[i][tuple(index)] = np.take(self.start_row[i], 0, piece["batch_axis"]) if one else self.start_row[i]
+            else:
+                self.state[i][tuple(index)] = 0
 
     def __call__(self, tokens: np.ndarray) -> np.ndarray:
         tokens = np.ascontiguousarray(tokens, dtype=np.int64)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -152,7 +153,7 @@ class LanguageModel(nn.Module):
     growing_state = False         # the carried state's length changes with the text (a memory of the sentence so far)
     steps_through_time = False    # forward loops over the time steps in Python (its recurrence reads its attention)
     start: Any = None             # the batch-1 state a text read alone starts from (evaluation/start.py); None: zero
-    scores_at_once = False        # `texts_log_probs` scores many texts read alone in one pass, unpadded (n-gram tables)
+    scores_at_once = False        # `texts_log_probs` and `sentence_sums` score many texts read alone in one pass, unpadded (n-gram tables)
 
     def start_state(self, batch: int = 1) -> Any:
         """The state a text read alone starts from, `start` repeated for `batch` rows on the model's device
@@ -213,6 +214,12 @@ class LanguageModel(nn.Module):
         the start state, all in one pass: what `target_log_probs` gives on their padded batches, bit for bit
         (families that declare `scores_at_once`)."""
         raise NotImplementedError(f"{type(self).__name__} scores texts in padded batches")
+
+    def sentence_sums(self, ids: np.ndarray, lengths: list[int]) -> np.ndarray:
+        """log p of each text (`ids`: the texts one after another, each ending in `<eos>`), float64, each read alone
+        (families that declare `scores_at_once`; this default sums `texts_log_probs`)."""
+        texts = torch.from_numpy(np.asarray(ids, dtype=np.int64)).split(list(lengths))
+        return np.array([float(t.sum()) for t in self.texts_log_probs(list(texts))], dtype=np.float64)
 
     def attention_distances(self, out: ModelOutput) -> torch.Tensor:
         """[B, T, L]: how many steps back each slot of `out.attention` [B, T, L] is, −1 for a slot that is no

@@ -44,12 +44,14 @@ class _Table:
     `find` looks keys up through a hash index built on first use (linear probing): a key's home slot h(k) is the
     top bits of k · 0x9E3779B97F4A7C15 (mod 2⁶⁴) in a table of at least 2 × (number of keys) slots, and the key's
     index sits in the first slot from h(k) on that held none when it was placed. An empty slot ends the probe
-    (absent); after PROBES slots the rest of the queries go to a binary search of the keys.
+    (absent); after PROBES slots the rest of the queries go to a binary search of the keys. A table of more than
+    INDEXED keys (a model larger than memory, read from its mapped file) gets no index (8–16 bytes a key, held
+    in memory): its queries are searched, in sorted order, in the keys.
     The arrays are read as plain ndarrays (a mapped file's np.memmap costs Python work on every operation);
     `stored` keeps them as given, for saving.
     """
 
-    HASH, PROBES = np.uint64(0x9E3779B97F4A7C15), 4
+    HASH, PROBES, INDEXED = np.uint64(0x9E3779B97F4A7C15), 4, 1 << 23
 
     def __init__(self, keys: np.ndarray, log_prob: np.ndarray, log_backoff: np.ndarray):
         self.stored = (keys, log_prob, log_backoff)
@@ -79,16 +81,21 @@ class _Table:
         found = np.full(query.size, -1, dtype=np.int64)
         if self.keys.size == 0:
             return found.reshape(query.shape)
-        slots, flat, keys = self._index(), query.reshape(-1), self.keys
+        flat, keys = query.reshape(-1), self.keys
         asked = np.flatnonzero(flat >= 0)
-        wanted, position = flat[asked], self._home(flat[asked])
-        for _ in range(self.PROBES):
-            slot = slots[position]
-            hit = (slot >= 0) & (keys[slot] == wanted)
-            found[asked[hit]] = slot[hit]
-            further = (slot >= 0) & ~hit
-            asked, wanted, position = asked[further], wanted[further], (position[further] + 1) & self._last
-        where = np.searchsorted(keys, wanted).clip(max=keys.size - 1)     # the few with longer probes
+        wanted = flat[asked]
+        if keys.size > self.INDEXED:
+            order = np.argsort(wanted, kind="stable")        # in order: each search starts where the last ended
+            asked, wanted = asked[order], wanted[order]
+        else:
+            slots, position = self._index(), self._home(wanted)
+            for _ in range(self.PROBES):
+                slot = slots[position]
+                hit = (slot >= 0) & (keys[slot] == wanted)
+                found[asked[hit]] = slot[hit]
+                further = (slot >= 0) & ~hit
+                asked, wanted, position = asked[further], wanted[further], (position[further] + 1) & self._last
+        where = np.searchsorted(keys, wanted).clip(max=keys.size - 1)     # those not indexed or with longer probes
         there = keys[where] == wanted
         found[asked[there]] = where[there]
         return found.reshape(query.shape)
@@ -289,6 +296,7 @@ class KneserNeyLM(LanguageModel):
         """Natural-log p of each token of texts read alone (`targets`: the texts one after another), as `score`
         gives it: the n-gram ending at each token is looked up once per order and is the next token's context
         (an `<eos>` inside a text starts a sentence, as in `forward`)."""
+        targets = np.asarray(targets, dtype=np.int64)           # ids · base + id needs 64 bits
         first = np.zeros(targets.size, dtype=bool)              # a token read right after `<eos>` or a text's start
         first[1:] = targets[:-1] == self.eos
         starts = np.cumsum(lengths, dtype=np.int64) - lengths
