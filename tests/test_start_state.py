@@ -143,3 +143,19 @@ def test_a_stored_start_state_is_used_only_for_the_weights_it_was_made_from(stru
     assert read_start(tmp_path / FILE, "abd") is None
     save_start(tmp_path / FILE, state, "")
     assert read_start(tmp_path / FILE, "") is None
+
+
+def test_start_state_refuses_weights_without_a_digest(structured, tmp_path):
+    """Weights saved before ctxlm recorded their digest: a stored start state could never be matched to them."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    run = tmp_path / "old"
+    shutil.copytree(structured / "lstm", run)
+    (run / FILE).unlink(missing_ok=True)
+    with safe_open(str(run / "model.safetensors"), "pt") as f:
+        tensors, metadata = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
+    del metadata["sha256"]
+    save_file(tensors, str(run / "model.safetensors"), metadata=metadata)
+    one_line_error(ctxlm("start-state", run), "carry no digest")
+    assert not (run / FILE).exists()
