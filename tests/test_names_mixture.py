@@ -105,3 +105,26 @@ def test_trained_run_keeps_its_names_and_eval_reports_names_perplexity(tmp_path,
     import json
     valid = json.loads(result.stdout)["valid"]
     assert 0 < valid["names"]["tokens"] < valid["tokens"] and valid["names"]["ppl"] > 1
+
+
+def test_names_capitalised_are_made_from_the_runs_books(tmp_path, monkeypatch):
+    """model.names = "capitalised": `ctxlm names`' rule over the Holmes books, written to RUN/names.txt, which
+    model.names then names; another dataset is refused in one line."""
+    from ctxlm.config import Config
+    from ctxlm.data import holmes
+    from ctxlm.training.names_list import corpus_names
+
+    book = tmp_path / "book.txt"
+    book.write_text("Then Holmes said that Watson was late . " * 6 + "He saw that Holmes was right .\n")
+    monkeypatch.setattr(holmes, "books", lambda data_dir=None: [(book, None)])
+    config = Config()
+    config.data.dataset = "holmes"
+    config.model = ModelConfig.of(name="names-mixture", names="capitalised")
+    (tmp_path / "run").mkdir()
+    corpus_names(config, tmp_path / "run", log=lambda *a: None)
+    assert (tmp_path / "run" / "names.txt").read_text() == "holmes\nwatson\n"
+    assert config.model.options.names == str((tmp_path / "run" / "names.txt").resolve())
+    config.data.dataset = "ptb"
+    config.model = ModelConfig.of(name="names-mixture", names="capitalised")
+    with pytest.raises(CtxlmError, match='model.names = "capitalised" reads the capitalised words of the Holmes novels'):
+        corpus_names(config, tmp_path / "run", log=lambda *a: None)

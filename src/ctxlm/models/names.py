@@ -32,7 +32,7 @@ from .recurrent import _CELLS, RecurrentLM, RecurrentOptions
 class NamesOptions(RecurrentOptions):
     """The base recurrent model's options, then the mixture's."""
     base: str = setting("lstm", one_of(*_CELLS))  # the recurrent model under the two softmaxes
-    names: str = ""                 # file of name words, one per line (`ctxlm names` writes one); required to train
+    names: str = ""                 # file of name words, one per line (`ctxlm names` writes one), or "capitalised": those of the Holmes books (training/names_list.py); required to train
     supervision: float = setting(100.0, at_least(0))  # λ of eq 5.8: weight of the gate's binary cross-entropy
 
 

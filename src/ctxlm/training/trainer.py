@@ -27,6 +27,7 @@ from ..io import Progress
 from ..models.base import build_model, detach_state, map_state
 from . import checkpoint, divergence
 from .distributed import LossStep, World, main_process, merge_state, split_state, wrap
+from .names_list import corpus_names
 from .optim import build_optimizer, next_lr
 from .precision import emulated_bf16
 from .preflight import check_config, pick_device
@@ -84,6 +85,8 @@ class Trainer:
         self.fingerprint = data_fingerprint(self.data)
         if self.resume_state is not None:
             check_same_data(self.resume_state.get("data"), self.fingerprint, self.run_dir, config, allow_changed_data)
+        if not resume:
+            corpus_names(config, self.run_dir, data_dir, self.log)      # model.names = "capitalised"
         torch.manual_seed(config.train.seed)
         counts = self.data.counts("train")        # class bins, NCE noise
         self.model = build_model(config.model, len(self.data.vocab), config.output, counts).to(self.device)
