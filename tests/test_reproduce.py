@@ -295,6 +295,20 @@ def test_the_plan_shows_state_cost_and_command(reference):
     assert "tiny-1/lstm: done" in done.stdout and "tiny-1/rnn: done" in done.stdout
 
 
+def test_the_plan_counts_epochs_left_to_the_rate_floor():
+    """A decaying rate stops a run where it falls below train.min_lr (Salton PTB: halving after 12, from 1,
+    floor 0.001: epoch 21 is the last), so the plan's bound counts those epochs, not train.epochs."""
+    from ctxlm.config import TrainConfig
+
+    salton = TrainConfig(lr=1.0, schedule="decay", lr_factor=2.0, decay_start=12, min_lr=0.001, epochs=39)
+    curve = lambda n: [{"lr": 1.0 if e <= 12 else 2.0 ** (12 - e)} for e in range(1, n + 1)]   # noqa: E731
+    assert report.epochs_left(salton, []) == 21
+    assert report.epochs_left(salton, curve(17)) == 4 and report.epochs_left(salton, curve(20)) == 1
+    assert report.epochs_left(salton, curve(21)) == 0
+    plateau = TrainConfig(lr=1.0, schedule="plateau", min_lr=0.001, epochs=39)
+    assert report.epochs_left(plateau, curve(17)) == 22
+
+
 def test_the_plan_tells_a_row_in_training_from_a_stopped_one(reference):
     """A row whose run another process is writing is 'training now', with no command to start it twice."""
     project, _, _ = reference

@@ -8,6 +8,7 @@ from pathlib import Path
 from ..errors import CtxlmError
 from ..io import atomic_write_text, pyplot, save_figure
 from ..registry import MODELS
+from ..training.optim import next_lr
 from . import records
 from .runner import RowRun
 from .tables import METRICS, Table
@@ -22,6 +23,21 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
+def epochs_left(train, done: list[dict]) -> int:
+    """Epochs left at most: up to train.epochs, and for a decaying rate only until it falls below
+    train.min_lr (the rate a finished epoch records is the one it trained at)."""
+    left = train.epochs - len(done)
+    if train.schedule != "decay" or not train.min_lr:
+        return left
+    lr, epoch, count = (done[-1]["lr"], len(done), 0) if done else (train.lr, 1, 1)
+    while count < left:
+        lr = next_lr(lr, train.schedule, train.lr_factor, train.decay_start, epoch, True)
+        if lr < train.min_lr:
+            break
+        epoch, count = epoch + 1, count + 1
+    return count
+
+
 def estimate(run: RowRun, extra: list[str], measure: bool, data_dir=None) -> str:
     """The remaining cost of a row on this machine, from rates measured on it (its own curve, or a
     few batches timed now with `measure`)."""
@@ -29,7 +45,7 @@ def estimate(run: RowRun, extra: list[str], measure: bool, data_dir=None) -> str
     if MODELS[config.model.name].count_based:
         return "count-based: seconds to minutes, no epochs"
     done = run.curve()
-    left = config.train.epochs - len(done)
+    left = epochs_left(config.train, done)
     if done:
         per_epoch = (done[-1]["elapsed_s"] - (done[-2]["elapsed_s"] if len(done) > 1 else 0)) * EVAL_OVERHEAD
         how = f"{done[-1]['tokens_per_s']:,.0f} tokens/s in its last epoch"
@@ -42,7 +58,7 @@ def estimate(run: RowRun, extra: list[str], measure: bool, data_dir=None) -> str
         how = f"{found['tokens_per_s']:,.0f} tokens/s measured now, under this machine's present load"
     else:
         return "unknown until measured: add --measure"
-    return f"at most {_hours(left * per_epoch)} ({left} epochs left at {how})"
+    return f"at most {_hours(left * per_epoch)} ({left} epoch{'s' * (left != 1)} left at {how})"
 
 
 def plan_text(runs: list[RowRun], extra: list[str], measure: bool, data_dir=None) -> str:
