@@ -22,7 +22,9 @@ demo: $(BIN)/ctxlm
 test: $(BIN)/ctxlm
 	$(BIN)/ruff check src tests bench probes
 	$(BIN)/lint-imports
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto -m "not slow"    # one worker per core, one thread each
+	# one worker per core, one thread each; a test that hangs (a forked child stuck on a lock) fails after
+	# 15 minutes with every thread's stack, rather than holding CI to its limit
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto -m "not slow" --timeout 900
 
 test-all: $(BIN)/ctxlm
 	$(BIN)/python -m pytest -q
