@@ -273,3 +273,31 @@ def test_grid_edges_are_the_ends_that_can_be_widened():
     assert grid_edges({"lr": 0.1, "decay": 0.02, "seg": 10}, axes) == ["the smallest step size", "the largest decay"]
     assert edge_note(["the largest λ"], "--lambdas") == "note: the choice is at the largest λ of the grid; widen it (--lambdas)"
     assert edge_note([], "--lambdas") == ""
+
+
+def test_tune_dynamic_keeps_the_rms_scales_for_eval(runs, tmp_path, monkeypatch):
+    """tune-dynamic keeps its MS pass in RUN/dynamic_ms.safetensors; `with_dynamic` then reads it (no pass) for
+    those weights and that training text only, and never writes it itself."""
+    import shutil
+
+    from ctxlm.evaluation import dynamic
+    from ctxlm.run import load
+
+    run_dir = shutil.copytree(runs["lstm"], tmp_path / "run")
+    kept = run_dir / dynamic.MEAN_SQUARES_FILE
+    passes = []
+    measure = dynamic.mean_squared_gradients
+    monkeypatch.setattr(dynamic, "mean_squared_gradients", lambda *a, **k: passes.append(1) or measure(*a, **k))
+    other_text = torch.randint(0, 20, (2000,))
+    load(run_dir).with_dynamic(DynamicSetting(), train_ids=other_text)
+    assert len(passes) == 1 and not kept.exists()                                         # reading never writes
+    tuned = ctxlm("tune-dynamic", run_dir, "--lrs", "0.00002", "--decays", "0.001", "--tokens", "300")
+    assert tuned.returncode == 0, tuned.stderr
+    assert kept.is_file() and len(passes) == 2                                            # (ctxlm runs in this process)
+    load(run_dir).with_dynamic(DynamicSetting())                                          # its training text: read
+    assert len(passes) == 2
+    load(run_dir).with_dynamic(DynamicSetting(), train_ids=other_text)                    # another text: measured
+    other = load(run_dir)
+    other.weights_sha256 = "0" * 64                                                         # other weights: measured
+    other.with_dynamic(DynamicSetting())
+    assert len(passes) == 4

@@ -22,7 +22,7 @@ from .config import Config
 from .data.text import APPROXIMATE, WHITESPACE, TextRecipe, file_tokens, note_once
 from .data.vocab import EOS, Vocabulary
 from .errors import CtxlmError
-from .evaluation.dynamic import DynamicSetting, DynamicWeights, mean_squared_gradients
+from .evaluation.dynamic import DynamicSetting, DynamicWeights, stored_mean_squares
 from .evaluation.lambada import not_answers
 from .evaluation.scoring import score_item, score_sentences, score_stream
 from .evaluation.start import start_for
@@ -146,7 +146,7 @@ class Run:
                 from .data.load import prepare_data
                 train_ids = prepare_data(self.config, data_dir, self.vocab).ids["train"]
             check_ids(train_ids, len(self.vocab), "with_dynamic: train_ids")
-            mean_square = mean_squared_gradients(model, train_ids, setting.segment)
+            mean_square = stored_mean_squares(self.path, model, train_ids, setting.segment, self.weights_sha256)
         return dataclasses.replace(self, model=model, dynamic=DynamicWeights(model, setting, mean_square))
 
     def _neural(self, because: str) -> None:

@@ -127,7 +127,7 @@ def add_tune_dynamic(sub) -> None:
 
 
 def cmd_tune_dynamic(args) -> int:
-    from ..evaluation.dynamic import Diverged, DynamicWeights, mean_squared_gradients
+    from ..evaluation.dynamic import Diverged, DynamicWeights, stored_mean_squares
     from ..evaluation.perplexity import evaluate_dynamic, evaluate_stream
     from ..run import load
 
@@ -146,7 +146,9 @@ def cmd_tune_dynamic(args) -> int:
     print(f"{args.split} ({ids.numel() - 1:,} tokens) perplexity without steps {plain:.2f}; {count} settings", flush=True)
     grid = []
     for segment in segments:
-        mean_square = mean_squared_gradients(run.model, data.ids["train"], segment) if "rms" in rules else None
+        mean_square = (stored_mean_squares(run.path, run.model, data.ids["train"], segment, run.weights_sha256,
+                                           write=True)
+                       if "rms" in rules else None)
         for rule, lr, decay in itertools.product(rules, lrs, decays):
             setting = DynamicSetting(rule, lr, decay, segment)
             weights = DynamicWeights(run.model, setting, mean_square if rule == "rms" else None)

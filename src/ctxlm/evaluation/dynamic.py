@@ -13,6 +13,7 @@ again when a pass ends.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from .. import schemas
 from ..checks import argument
 from ..data.batching import IGNORE, StreamBatches
 from ..errors import CtxlmError, InvalidValue
-from ..io import Progress
+from ..io import Progress, atomic_write
 from ..models.base import detach_state, model_device
 
 # RUN/dynamic.json as `ctxlm tune-dynamic` writes it: what `read` needs of it
@@ -181,3 +182,38 @@ def mean_squared_gradients(model, ids: torch.Tensor, segment: int, batch_size: i
         raise CtxlmError(f"the training text has {ids.numel()} tokens, too few to measure "
                          "the rms rule's gradient scales on: use the sgd rule")
     return [s / seen for s in sums]
+
+
+MEAN_SQUARES_FILE = "dynamic_ms.safetensors"
+
+
+def stored_mean_squares(run_dir, model, ids: torch.Tensor, segment: int, weights_sha256: str,
+                        write: bool = False) -> list[torch.Tensor]:
+    """`mean_squared_gradients`, read from RUN/dynamic_ms.safetensors where it was kept for these weights (their
+    digest), this training text (its digest) and this segment length, else measured (400 training batches:
+    minutes at 2 × 650) and, with `write` (`tune-dynamic`, which writes the run's dynamic.json too), kept there
+    for each `eval --dynamic` after it. Commands that only read a run never write to it."""
+    from safetensors import SafetensorError, safe_open
+    from safetensors.torch import save_file
+
+    path = Path(run_dir) / MEAN_SQUARES_FILE
+    key = {"weights_sha256": weights_sha256, "segment": str(segment),
+           "ids_sha256": hashlib.sha256(ids.cpu().numpy().tobytes()).hexdigest()}
+    params = [p for p in model.parameters() if p.requires_grad]
+    if weights_sha256 and path.is_file():
+        try:
+            with safe_open(str(path), "pt") as f:
+                if f.metadata() == key and len(f.keys()) == len(params):
+                    found = [f.get_tensor(str(i)).to(p.device) for i, p in enumerate(params)]
+                    if all(m.shape == p.shape for m, p in zip(found, params)):
+                        return found
+        except (SafetensorError, OSError, ValueError):
+            pass                                # damaged: measured again and replaced
+    mean_square = mean_squared_gradients(model, ids, segment)
+    if write and weights_sha256:
+        tensors = {str(i): m.detach().cpu().contiguous() for i, m in enumerate(mean_square)}
+        try:
+            atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=key))
+        except (CtxlmError, OSError):
+            pass                                # a read-only run: nothing kept
+    return mean_square
