@@ -86,6 +86,26 @@ def test_carrying_memory_across_chunks_equals_one_long_chunk(name, kwargs):
     assert (torch.cat(pieces, 1) - whole).abs().max() <= 1e-10
 
 
+def test_attentive_lm_holds_only_the_current_sentences_of_many_streams():
+    """Streams read in segments (dynamic evaluation's MS pass: 64 rows × 10 tokens) keep in memory only the
+    slots from the earliest current sentence start on, not every state since the first segment."""
+    model = make("attentive-lm", emb_size=8, hidden_size=8, layers=1, dropout=0.0)
+    inputs = tokens(3, 60, 6)
+    inputs[:, 0] = 0
+    for row, every in enumerate((5, 7, 11)):
+        inputs[row, every::every] = 0                       # sentences of 5, 7 and 11 tokens, out of step
+    state = None
+    with torch.no_grad():
+        whole = model.log_probs(model(inputs))
+        pieces = []
+        for start in range(0, 60, 4):
+            out = model(inputs[:, start:start + 4], state)
+            pieces.append(model.log_probs(out))
+            state = out.state
+            assert state[2].size(1) <= 11 + 4             # the longest sentence and a segment, at most
+    assert (torch.cat(pieces, 1) - whole).abs().max() <= 1e-10
+
+
 @pytest.mark.parametrize("name, kwargs", ALL)
 def test_causality_and_no_leak_across_resets(name, kwargs):
     model = make(name, **kwargs)

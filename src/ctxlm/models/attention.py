@@ -178,9 +178,10 @@ class AttentiveLM(LanguageModel):
         alpha = masked_softmax(scores, usable)                                        # [B, T, 1+M+T]
         context = torch.bmm(alpha, keys)
         combined = self.dropout(torch.tanh(self.W_c(torch.cat([hidden, context], -1))))
-        keep_from = int(first_usable[:, -1].min())                                   # the current sentences only
-        new_valid = (extended_valid & (key_index >= first_usable[:, -1:]))[:, keep_from:]
-        return ModelOutput(combined, (*recurrent, extended[:, keep_from:], new_valid), alpha)
+        held_valid = extended_valid & (key_index >= first_usable[:, -1:])             # each row's current sentence
+        first_held = torch.where(held_valid.any(1), held_valid.int().argmax(1), held + length)
+        keep_from = int(first_held.min())      # slots before every row's sentence are dropped, not just masked
+        return ModelOutput(combined, (*recurrent, extended[:, keep_from:], held_valid[:, keep_from:]), alpha)
 
     def attention_distances(self, out: ModelOutput) -> torch.Tensor:
         """[B, T, 1+M+T]: steps back to each key's position; −1 for the zero slot h_0 (no position)."""
