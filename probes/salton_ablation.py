@@ -43,6 +43,8 @@ def main() -> None:
     torch.set_num_threads(1)
     for path in args.runs:
         run = load(path)
+        if run.config.model.name != "attentive-lm":
+            raise SystemExit(f"{path}: an attentive-lm run, please (this one is {run.config.model.name})")
         model, lines = run.model, valid_lines(run, args.data_dir)
         hidden = model.v_s.in_features
         print(f"{path}: learned {run.perplexity(lines, document=True, pretokenized=True):.2f}", flush=True)

@@ -276,8 +276,9 @@ def test_grid_edges_are_the_ends_that_can_be_widened():
 
 
 def test_tune_dynamic_keeps_the_rms_scales_for_eval(runs, tmp_path, monkeypatch):
-    """tune-dynamic keeps its MS pass in RUN/dynamic_ms.safetensors; `with_dynamic` then reads it (no pass) for
-    those weights and that training text only, and never writes it itself."""
+    """tune-dynamic keeps the chosen setting's MS pass in RUN/dynamic_ms.safetensors; `with_dynamic` then reads it
+    (the scales a fresh pass gives, with no pass) for those weights, that training text and that n only, and never
+    writes it itself."""
     import shutil
 
     from ctxlm.evaluation import dynamic
@@ -288,16 +289,20 @@ def test_tune_dynamic_keeps_the_rms_scales_for_eval(runs, tmp_path, monkeypatch)
     passes = []
     measure = dynamic.mean_squared_gradients
     monkeypatch.setattr(dynamic, "mean_squared_gradients", lambda *a, **k: passes.append(1) or measure(*a, **k))
-    other_text = torch.randint(0, 20, (2000,))
-    load(run_dir).with_dynamic(DynamicSetting(), train_ids=other_text)
+    fresh = load(run_dir).with_dynamic(DynamicSetting()).dynamic
     assert len(passes) == 1 and not kept.exists()                                         # reading never writes
-    tuned = ctxlm("tune-dynamic", run_dir, "--lrs", "0.00002", "--decays", "0.001", "--tokens", "300")
+    tuned = ctxlm("tune-dynamic", run_dir, "--lrs", "0.00002", "--decays", "0.001", "--segments", "7,10", "--tokens", "300")
     assert tuned.returncode == 0, tuned.stderr
-    assert kept.is_file() and len(passes) == 2                                            # (ctxlm runs in this process)
-    load(run_dir).with_dynamic(DynamicSetting())                                          # its training text: read
-    assert len(passes) == 2
-    load(run_dir).with_dynamic(DynamicSetting(), train_ids=other_text)                    # another text: measured
+    chosen = json.loads((run_dir / "dynamic.json").read_text())["best"]["segment"]
+    assert kept.is_file() and len(passes) == 3                                            # (ctxlm runs in this process)
+    read = load(run_dir).with_dynamic(DynamicSetting(segment=chosen)).dynamic
+    assert len(passes) == 3
+    if chosen == 10:
+        assert all(torch.equal(a, b) for a, b in zip(read.scale, fresh.scale))
+    load(run_dir).with_dynamic(DynamicSetting(segment=17 - chosen))                       # the other n: measured
+    load(run_dir).with_dynamic(DynamicSetting(segment=chosen), train_ids=torch.randint(0, 20, (2000,)))  # another text
     other = load(run_dir)
-    other.weights_sha256 = "0" * 64                                                         # other weights: measured
-    other.with_dynamic(DynamicSetting())
-    assert len(passes) == 4
+    other.weights_sha256 = "0" * 64                                                         # other weights
+    remeasured = other.with_dynamic(DynamicSetting(segment=chosen)).dynamic
+    assert len(passes) == 6
+    assert all(torch.equal(a, b) for a, b in zip(read.scale, remeasured.scale))           # what was read is the pass

@@ -127,7 +127,7 @@ def add_tune_dynamic(sub) -> None:
 
 
 def cmd_tune_dynamic(args) -> int:
-    from ..evaluation.dynamic import Diverged, DynamicWeights, stored_mean_squares
+    from ..evaluation.dynamic import Diverged, DynamicWeights, keep_mean_squares, stored_mean_squares
     from ..evaluation.perplexity import evaluate_dynamic, evaluate_stream
     from ..run import load
 
@@ -144,11 +144,10 @@ def cmd_tune_dynamic(args) -> int:
     plain = evaluate_stream(run.model, ids, 1, run.config.data.eval_chunk, desc=f"tune-dynamic: {args.split} without steps")["ppl"]
     count = len(rules) * len(lrs) * len(decays) * len(segments)
     print(f"{args.split} ({ids.numel() - 1:,} tokens) perplexity without steps {plain:.2f}; {count} settings", flush=True)
-    grid = []
+    grid, passes = [], {}
     for segment in segments:
-        mean_square = (stored_mean_squares(run.path, run.model, data.ids["train"], segment, run.weights_sha256,
-                                           write=True)
-                       if "rms" in rules else None)
+        mean_square = passes[segment] = (stored_mean_squares(run.path, run.model, data.ids["train"], segment,
+                                                             run.weights_sha256) if "rms" in rules else None)
         for rule, lr, decay in itertools.product(rules, lrs, decays):
             setting = DynamicSetting(rule, lr, decay, segment)
             weights = DynamicWeights(run.model, setting, mean_square if rule == "rms" else None)
@@ -165,6 +164,8 @@ def cmd_tune_dynamic(args) -> int:
     helped = best["ppl"] < plain
     atomic_write_text(record, json_text({"split": args.split, "tokens": ids.numel() - 1, "model_ppl": plain, "best": best if helped else None,
                                          "grid": grid, "commit": git_commit(), "weights": run.weights_sha256}, indent=1) + "\n")
+    if helped and best["rule"] == "rms":
+        keep_mean_squares(run.path, passes[best["segment"]], data.ids["train"], best["segment"], run.weights_sha256)
     if not helped:
         print(f"no setting lowered {args.split} perplexity {plain:.2f} (best {best['ppl']:.2f}); recorded in {record} "
               "without a choice, so `eval --dynamic` asks for one: try smaller --lrs")

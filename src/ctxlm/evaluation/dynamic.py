@@ -185,35 +185,46 @@ def mean_squared_gradients(model, ids: torch.Tensor, segment: int, batch_size: i
 
 
 MEAN_SQUARES_FILE = "dynamic_ms.safetensors"
+MEAN_SQUARES_PASS = "64x400"       # `mean_squared_gradients`' batch size × batches: another pass is another key
 
 
-def stored_mean_squares(run_dir, model, ids: torch.Tensor, segment: int, weights_sha256: str,
-                        write: bool = False) -> list[torch.Tensor]:
-    """`mean_squared_gradients`, read from RUN/dynamic_ms.safetensors where it was kept for these weights (their
-    digest), this training text (its digest) and this segment length, else measured (400 training batches:
-    minutes at 2 × 650) and, with `write` (`tune-dynamic`, which writes the run's dynamic.json too), kept there
-    for each `eval --dynamic` after it. Commands that only read a run never write to it."""
+def mean_squares_key(ids: torch.Tensor, segment: int, weights_sha256: str) -> dict[str, str]:
+    """What a kept MS pass was measured on: the weights file's digest, the training ids (as int64), n, the pass."""
+    text = hashlib.sha256(memoryview(ids.to(torch.int64).contiguous().cpu().numpy())).hexdigest()
+    return {"weights_sha256": weights_sha256, "ids_sha256": text, "segment": str(segment), "pass": MEAN_SQUARES_PASS}
+
+
+def stored_mean_squares(run_dir, model, ids: torch.Tensor, segment: int, weights_sha256: str) -> list[torch.Tensor]:
+    """`mean_squared_gradients`, read from RUN/dynamic_ms.safetensors where `tune-dynamic` kept it for these
+    weights (the digest of the run's weights file: a model changed in memory must measure its own), this
+    training text and this n; else measured (400 training batches: minutes at 2 × 650)."""
     from safetensors import SafetensorError, safe_open
-    from safetensors.torch import save_file
 
     path = Path(run_dir) / MEAN_SQUARES_FILE
-    key = {"weights_sha256": weights_sha256, "segment": str(segment),
-           "ids_sha256": hashlib.sha256(ids.cpu().numpy().tobytes()).hexdigest()}
     params = [p for p in model.parameters() if p.requires_grad]
     if weights_sha256 and path.is_file():
         try:
             with safe_open(str(path), "pt") as f:
-                if f.metadata() == key and len(f.keys()) == len(params):
-                    found = [f.get_tensor(str(i)).to(p.device) for i, p in enumerate(params)]
+                if f.metadata() == mean_squares_key(ids, segment, weights_sha256) and len(f.keys()) == len(params):
+                    found = [f.get_tensor(str(i)).to(p) for i, p in enumerate(params)]
                     if all(m.shape == p.shape for m, p in zip(found, params)):
                         return found
         except (SafetensorError, OSError, ValueError):
-            pass                                # damaged: measured again and replaced
-    mean_square = mean_squared_gradients(model, ids, segment)
-    if write and weights_sha256:
-        tensors = {str(i): m.detach().cpu().contiguous() for i, m in enumerate(mean_square)}
-        try:
-            atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=key))
-        except (CtxlmError, OSError):
-            pass                                # a read-only run: nothing kept
-    return mean_square
+            pass                                # damaged: measured again
+    return mean_squared_gradients(model, ids, segment)
+
+
+def keep_mean_squares(run_dir, mean_square: list[torch.Tensor], ids: torch.Tensor, segment: int,
+                      weights_sha256: str) -> None:
+    """Keep the chosen setting's MS pass in the run (`tune-dynamic`, beside dynamic.json) for `eval --dynamic`;
+    a run that cannot be written keeps none."""
+    from safetensors.torch import save_file
+
+    if not weights_sha256:
+        return
+    tensors = {str(i): m.detach().float().cpu().contiguous() for i, m in enumerate(mean_square)}
+    key = mean_squares_key(ids, segment, weights_sha256)
+    try:
+        atomic_write(Path(run_dir) / MEAN_SQUARES_FILE, lambda tmp: save_file(tensors, tmp, metadata=key))
+    except (CtxlmError, OSError):
+        pass
