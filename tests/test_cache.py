@@ -112,6 +112,20 @@ def test_bad_settings_are_refused():
         settings.check()
 
 
+def test_tune_cache_says_when_its_stream_is_not_the_runs_sentence_regime(tmp_path, corpus):
+    """A run that reads each sentence alone (batching = "sentence") is told that the cache reads the split as one
+    stream, so its 'without cache' figure can differ from `ctxlm eval`'s."""
+    from conftest import ctxlm, tiny_config
+    from ctxlm.training.trainer import Trainer
+
+    config = tiny_config(corpus, dropout=0.0)
+    config.data.batching = "sentence"
+    Trainer(config, tmp_path / "run", log=lambda *a: None).fit()
+    done = ctxlm("tune-cache", tmp_path / "run", "--windows", "5", "--thetas", "0.2", "--lambdas", "0.1")
+    assert done.returncode == 0, done.stderr
+    assert "note: the cache reads valid as one stream, the state carried across sentences" in done.stderr
+
+
 def test_tune_cache_records_the_best_setting_and_eval_reproduces_it(tmp_path, corpus):
     import json
     import subprocess
@@ -133,6 +147,7 @@ def test_tune_cache_records_the_best_setting_and_eval_reproduces_it(tmp_path, co
     ends = " and ".join(f"the {'largest' if best[key] == max(values) else 'smallest'} {name}"      # two values: both ends
                         for key, values, name in (("window", (5, 40), "window"), ("theta", (0.2, 1), "θ"), ("lambda", (0.1, 0.3), "λ")))
     assert f"note: the choice is at {ends} of the grid; widen it (--windows, --thetas, --lambdas)" in done.stderr
+    assert "the cache reads valid as one stream" not in done.stderr        # a stream run: the same reading
     done = subprocess.run(cli + ["eval", str(tmp_path / "run"), "--cache", "--json", "--split", "valid"],
                           capture_output=True, text=True, check=True)
     evaluated = json.loads(done.stdout)

@@ -204,6 +204,10 @@ def cmd_tune_cache(args) -> int:
                               "lambda": (lambdas, "λ", "low high")})
     if edges:
         warn(edge_note(edges, "--windows, --thetas, --lambdas"))
+    if run.config.data.batching == "sentence":
+        warn(f"note: the cache reads {args.split} as one stream, the state carried across sentences; the run's own "
+             "figures (`ctxlm eval`) read each sentence alone, so the perplexity without cache can differ from them "
+             "(`ctxlm eval RUN --file SPLIT_FILE` reads a split as one stream)")
     return 0
 
 
