@@ -306,3 +306,6 @@ def test_tune_dynamic_keeps_the_rms_scales_for_eval(runs, tmp_path, monkeypatch)
     remeasured = other.with_dynamic(DynamicSetting(segment=chosen)).dynamic
     assert len(passes) == 6
     assert all(torch.equal(a, b) for a, b in zip(read.scale, remeasured.scale))           # what was read is the pass
+    kept.write_bytes(kept.read_bytes()[:100])                                               # damaged: measured again
+    load(run_dir).with_dynamic(DynamicSetting(segment=chosen))
+    assert len(passes) == 7

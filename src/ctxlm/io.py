@@ -117,6 +117,29 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
+def save_keyed_tensors(path: str | Path, tensors: dict, key: dict[str, str]) -> None:
+    """Tensors kept beside what they were made from (e.g. a run's weights, by digest): a safetensors file whose
+    metadata is `key`, written by `atomic_write`."""
+    from safetensors.torch import save_file
+
+    tensors = {name: t.contiguous() for name, t in tensors.items()}
+    atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=key))
+
+
+def read_keyed_tensors(path: str | Path, key: dict[str, str]) -> dict | None:
+    """The tensors `save_keyed_tensors` kept under exactly this `key`; None where the file is missing, damaged or
+    was made from something else."""
+    from safetensors import safe_open
+
+    if not Path(path).is_file():
+        return None
+    try:
+        with safe_open(str(path), "pt") as f:
+            return {name: f.get_tensor(name) for name in f.keys()} if f.metadata() == key else None
+    except (SafetensorError, OSError, ValueError):
+        return None
+
+
 class Writer:
     """A binary file open for writing (arrays or bytes) whose failure, a full disk above all, is one line naming
     the file (`shown`, if not `path`), not numpy's "65768 requested and 1024 written"."""

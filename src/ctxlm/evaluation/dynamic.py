@@ -25,7 +25,7 @@ from .. import schemas
 from ..checks import argument
 from ..data.batching import IGNORE, StreamBatches
 from ..errors import CtxlmError, InvalidValue
-from ..io import Progress, atomic_write
+from ..io import Progress, read_keyed_tensors, save_keyed_tensors
 from ..models.base import detach_state, model_device
 
 # RUN/dynamic.json as `ctxlm tune-dynamic` writes it: what `read` needs of it
@@ -198,19 +198,13 @@ def stored_mean_squares(run_dir, model, ids: torch.Tensor, segment: int, weights
     """`mean_squared_gradients`, read from RUN/dynamic_ms.safetensors where `tune-dynamic` kept it for these
     weights (the digest of the run's weights file: a model changed in memory must measure its own), this
     training text and this n; else measured (400 training batches: minutes at 2 × 650)."""
-    from safetensors import SafetensorError, safe_open
-
-    path = Path(run_dir) / MEAN_SQUARES_FILE
     params = [p for p in model.parameters() if p.requires_grad]
-    if weights_sha256 and path.is_file():
-        try:
-            with safe_open(str(path), "pt") as f:
-                if f.metadata() == mean_squares_key(ids, segment, weights_sha256) and len(f.keys()) == len(params):
-                    found = [f.get_tensor(str(i)).to(p) for i, p in enumerate(params)]
-                    if all(m.shape == p.shape for m, p in zip(found, params)):
-                        return found
-        except (SafetensorError, OSError, ValueError):
-            pass                                # damaged: measured again
+    kept = (read_keyed_tensors(Path(run_dir) / MEAN_SQUARES_FILE, mean_squares_key(ids, segment, weights_sha256))
+            if weights_sha256 else None)
+    if kept is not None and len(kept) == len(params):
+        found = [kept[str(i)].to(p) for i, p in enumerate(params)]
+        if all(m.shape == p.shape for m, p in zip(found, params)):
+            return found
     return mean_squared_gradients(model, ids, segment)
 
 
@@ -218,13 +212,10 @@ def keep_mean_squares(run_dir, mean_square: list[torch.Tensor], ids: torch.Tenso
                       weights_sha256: str) -> None:
     """Keep the chosen setting's MS pass in the run (`tune-dynamic`, beside dynamic.json) for `eval --dynamic`;
     a run that cannot be written keeps none."""
-    from safetensors.torch import save_file
-
     if not weights_sha256:
         return
-    tensors = {str(i): m.detach().float().cpu().contiguous() for i, m in enumerate(mean_square)}
-    key = mean_squares_key(ids, segment, weights_sha256)
+    tensors = {str(i): m.detach().float().cpu() for i, m in enumerate(mean_square)}
     try:
-        atomic_write(Path(run_dir) / MEAN_SQUARES_FILE, lambda tmp: save_file(tensors, tmp, metadata=key))
+        save_keyed_tensors(Path(run_dir) / MEAN_SQUARES_FILE, tensors, mean_squares_key(ids, segment, weights_sha256))
     except (CtxlmError, OSError):
         pass

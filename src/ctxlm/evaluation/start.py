@@ -23,7 +23,7 @@ import torch
 
 from ..data.vocab import Vocabulary
 from ..errors import CtxlmError
-from ..io import atomic_write
+from ..io import read_keyed_tensors, save_keyed_tensors
 from ..models.base import model_device
 
 FILE = "start_state.safetensors"
@@ -85,10 +85,7 @@ def estimate_start(model, ids: torch.Tensor, eos: int) -> Any:
 
 def save_start(path: Path, state: Any, weights_sha256: str) -> None:
     """Write the start state beside the weights it was made from."""
-    from safetensors.torch import save_file
-
-    tensors = {k: v.contiguous() for k, v in _leaves(state).items()}
-    atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata={"weights_sha256": weights_sha256}))
+    save_keyed_tensors(path, _leaves(state), {"weights_sha256": weights_sha256})
 
 
 def store_start(path: Path, config, model, train_prefix: torch.Tensor, eos: int, weights_sha256: str) -> None:
@@ -103,17 +100,8 @@ def store_start(path: Path, config, model, train_prefix: torch.Tensor, eos: int,
 def read_start(path: Path, weights_sha256: str) -> Any:
     """The stored start state, None where there is none or it was made from other weights (or from weights
     whose digest is unknown: it cannot be told which)."""
-    from safetensors import SafetensorError, safe_open
-
-    if not path.is_file() or not weights_sha256:
-        return None
-    try:
-        with safe_open(str(path), "pt") as f:
-            if (f.metadata() or {}).get("weights_sha256") != weights_sha256:
-                return None
-            return _rebuild({k: f.get_tensor(k) for k in f.keys()})
-    except (SafetensorError, OSError, ValueError):
-        return None
+    leaves = read_keyed_tensors(path, {"weights_sha256": weights_sha256}) if weights_sha256 else None
+    return _rebuild(leaves) if leaves else None
 
 
 def start_for(run_dir: Path, config, vocab: Vocabulary, model, weights_sha256: str, data_dir=None,
