@@ -128,3 +128,33 @@ def test_names_capitalised_are_made_from_the_runs_books(tmp_path, monkeypatch):
     config.model = ModelConfig.of(name="names-mixture", names="capitalised")
     with pytest.raises(CtxlmError, match='model.names = "capitalised" reads the capitalised words of the Holmes novels'):
         corpus_names(config, tmp_path / "run", log=lambda *a: None)
+
+
+def _full_mixture(model, out):
+    """Eq 5.8's mixture as first written: both softmaxes over the whole vocabulary, masked (the oracle)."""
+    gate = model.gate(out.hidden)
+    names = torch.log_softmax(model.name_output.logits(out.hidden).masked_fill(~model.is_name, float("-inf")), -1)
+    other = torch.log_softmax(model.output.logits(out.hidden).masked_fill(model.is_name, float("-inf")), -1)
+    return torch.where(model.is_name, torch.nn.functional.logsigmoid(gate) + names,
+                       torch.nn.functional.logsigmoid(-gate) + other)
+
+
+def test_the_fast_paths_equal_the_full_mixture(tmp_path):
+    """log_probs (names softmax over the name rows only) and target_log_probs (two cross-entropies in blocks of
+    rows, padding 0) give the full masked mixture's values and gradients, over more rows than one block."""
+    from ctxlm.data.batching import IGNORE
+
+    model = make(tmp_path).eval()
+    inputs = torch.randint(0, len(WORDS), (3, 70))
+    targets = torch.randint(0, len(WORDS), (3, 70))
+    targets[0, :4], targets[2, -9:] = torch.tensor([4, 5, 7, 4]), IGNORE            # names and padding
+    out = model(inputs)
+    full = _full_mixture(model, out)
+    assert torch.allclose(model.log_probs(out), full, atol=1e-12)
+    picked = model.target_log_probs(out, targets)
+    expected = torch.where(targets == IGNORE, 0.0, full.gather(-1, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1))
+    assert torch.allclose(picked, expected, atol=1e-12)
+    fast = torch.autograd.grad(picked.sum(), list(model.parameters()), allow_unused=True, retain_graph=True)
+    slow = torch.autograd.grad(expected.sum(), list(model.parameters()), allow_unused=True)
+    for a, b in zip(fast, slow):
+        assert (a is None and b is None) or torch.allclose(a, b, atol=1e-12)
