@@ -95,7 +95,8 @@ class NamesMixtureLM(LanguageModel):
         ids, weight, bias = self._names_layer()
         names = torch.log_softmax(F.linear(out.hidden, weight, bias), -1)        # p_names over the N name words
         other = torch.log_softmax(self.output.logits(out.hidden).masked_fill(self.is_name, float("-inf")), -1)
-        return (log_other_gate + other).index_copy(-1, ids, log_gate + names)
+        mixed = log_other_gate + other
+        return mixed.index_copy(-1, ids, (log_gate + names).to(mixed.dtype))
 
     def target_log_probs(self, out, targets):
         """log p(target), 0 at padding, without the [.., V] mixture: each softmax's cross-entropy at the targets
