@@ -112,3 +112,23 @@ def test_run_directory_is_never_overwritten(tmp_path, corpus):
     with pytest.raises(CtxlmError, match="not empty"):
         _train(config, tmp_path / "a")
     assert (tmp_path / "a" / "model.safetensors").read_bytes() == before
+
+
+def test_a_checkpoint_error_without_a_message_is_still_one_line(tmp_path, monkeypatch):
+    """A damaged checkpoint whose unpickler raises a bare EOFError (found by the fuzz test) is a CtxlmError
+    naming the file, not an IndexError from reading the empty message."""
+    import torch
+
+    from ctxlm.errors import CtxlmError
+    from ctxlm.training.checkpoint import load_state
+
+    path = tmp_path / "trainer_state.pt"
+    path.write_bytes(b"damaged")
+
+    def bare_eof(*args, **kwargs):
+        raise EOFError
+
+    monkeypatch.setattr(torch, "load", bare_eof)
+    with pytest.raises(CtxlmError, match="trainer_state.pt: truncated or corrupt checkpoint \\(EOFError\\)") as caught:
+        load_state(path)
+    assert caught.value.reason == "truncated or corrupt: EOFError"

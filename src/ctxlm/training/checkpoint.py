@@ -153,6 +153,7 @@ def load_state(path: str | Path) -> dict[str, Any]:
                 hint = f"; the previous checkpoint {prev} is intact: move it to {path.name} to resume from there"
             except CtxlmError:
                 hint = f"; the previous checkpoint {prev} is unusable too"
-        error = CtxlmError(f"{path}: truncated or corrupt checkpoint ({type(exc).__name__}: {exc}){hint}")
-        error.reason = f"truncated or corrupt: {type(exc).__name__}: {str(exc).splitlines()[0].split('. ')[0]}"   # whole words
+        said = (str(exc).splitlines() or [""])[0].split(". ")[0]                  # whole words; EOFError says nothing
+        error = CtxlmError(f"{path}: truncated or corrupt checkpoint ({type(exc).__name__}{': ' if said else ''}{exc}){hint}")
+        error.reason = f"truncated or corrupt: {type(exc).__name__}{': ' + said if said else ''}"
         raise error from None
