@@ -1,12 +1,14 @@
 """The names mixture's training step (SPEC §1.19, models/names.py) against the same mixture written out in full
 and against the plain full softmax it is compared with in Table 6.1 (configs/holmes/).
 
-All three: embedding 256 → one LSTM layer of 256 → the output, batch 64 × BPTT 20 (the Holmes recipe), one
+All four: embedding 256 → one LSTM layer of 256 → the output, batch 64 × BPTT 20 (the Holmes recipe), one
 `train_step` with Adam. "full mixture": eq 5.8 as first written, both softmaxes over the whole vocabulary with
 the other part masked to −∞ and the [.., V] mixture formed before the targets are read; "names-mixture": the
 model as it is (the names softmax over the name words only, two cross-entropies at the targets in blocks of
-rows); "softmax": the baseline. Random token ids (speed does not depend on the text); V and the number of
-names default to the Holmes recipe's (55,553 words, 5,721 of them names). Medians of interleaved rounds.
+rows); "softmax": the baseline, its loss one cross-entropy over the batch; "softmax, blocked loss": the
+baseline as configs/holmes/lambada-lstm-softmax.toml trains it (output.blocked_loss: blocks of 128 positions).
+Random token ids (speed does not depend on the text); V and the number of names default to the Holmes
+recipe's (55,553 words, 5,721 of them names). Medians of interleaved rounds.
 
     python bench/names_mixture.py --threads 1 --precision bf16
 """
@@ -19,7 +21,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from ctxlm.config import ModelConfig
+from ctxlm.config import ModelConfig, OutputConfig
 from ctxlm.models import build_model
 from ctxlm.models.names import NamesMixtureLM
 from ctxlm.training.optim import build_optimizer
@@ -44,11 +46,12 @@ class FullMixture(NamesMixtureLM):
 
 def build(kind: str, vocab: int, names: int):
     torch.manual_seed(0)
-    name = "lstm" if kind == "softmax" else "names-mixture"
-    model = build_model(ModelConfig.of(name=name, emb_size=256, hidden_size=256, init_range=0.1), vocab)
+    name = "lstm" if kind.startswith("softmax") else "names-mixture"
+    output = OutputConfig("softmax", blocked_loss=kind == "softmax, blocked loss")
+    model = build_model(ModelConfig.of(name=name, emb_size=256, hidden_size=256, init_range=0.1), vocab, output)
     if kind == "full mixture":
         model.__class__ = FullMixture
-    if kind != "softmax":
+    if name == "names-mixture":
         model.is_name[torch.randperm(vocab)[:names]] = True
     return model.train()
 
@@ -75,7 +78,7 @@ def main() -> None:
             return args.steps * batch[:, 1:].numel()
         return lambda: timed(steps)
 
-    rates = interleaved({kind: runner(kind) for kind in ("full mixture", "names-mixture", "softmax")}, args.rounds)
+    rates = interleaved({kind: runner(kind) for kind in ("full mixture", "names-mixture", "softmax", "softmax, blocked loss")}, args.rounds)
     print(f"{platform.processor() or platform.machine()}, {args.threads} thread(s), {args.precision}, "
           f"V {args.vocab:,}, {args.names:,} names, torch {torch.__version__}")
     for kind, rate in rates.items():

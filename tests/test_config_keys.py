@@ -42,7 +42,7 @@ KEYS = {
     "model.temporal": (bool, None), "model.composition": (str, ("gated", "linear")),
     "output.layer": (str, ("softmax", "class", "adaptive", "nce")), "output.classes": (int, lambda v: v >= 0),
     "output.cutoffs": (str, None), "output.div_value": (float, lambda v: v > 1),
-    "output.noise_samples": (int, lambda v: v >= 1), "output.log_z": (float, None),
+    "output.noise_samples": (int, lambda v: v >= 1), "output.log_z": (float, None), "output.blocked_loss": (bool, None),
     "model.context": (int, lambda v: v >= 1), "model.direct": (bool, None), "model.hidden": (bool, None),
     "model.highway": (bool, None), "model.kernel_widths": (str, None), "model.kernels": (int, lambda v: v >= 0),
     "model.conv_layers": (int, lambda v: v >= 1), "model.batch_norm": (bool, None), "model.carry": (bool, None),

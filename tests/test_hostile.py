@@ -239,6 +239,8 @@ def test_typed_toml_and_unread_output_keys(tmp_path, corpus):
     preset = toml(tiny_config(corpus), tmp_path / "d.toml")
     one_line_error(run_ctxlm("train", "--config", preset, "--run-dir", tmp_path / "b", "--set", "output.cutoffs=5,10"),
                    'output.cutoffs = "5,10" is read only by output.layer = "adaptive"')
+    one_line_error(run_ctxlm("train", "--config", preset, "--run-dir", tmp_path / "c", "--set", "output.layer=class",
+                             "--set", "output.blocked_loss=true"), 'output.blocked_loss = true is read only by output.layer = "softmax"')
 
 
 def test_curves_never_star_a_non_finite_epoch(tmp_path):

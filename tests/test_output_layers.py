@@ -72,6 +72,29 @@ def test_class_loss_is_exactly_minus_the_summed_target_log_probs():
     assert out.loss(hidden, targets)[0] == -out.target_log_probs(hidden, targets).sum()
 
 
+def test_blocked_softmax_loss_is_the_one_cross_entropy_and_its_gradients():
+    """output.blocked_loss: more positions than one block (300 > 128), padding in two blocks; same loss and grads."""
+    from ctxlm.config import ModelConfig
+    from ctxlm.models import build_model
+    hidden, targets = with_padding((10, 30))
+    targets[5, 3:9] = IGNORE
+    grads = {}
+    for blocked in (False, True):
+        out = layer("softmax")
+        out.blocked_loss, calls, logits = blocked, [], out.logits
+        out.logits = lambda h: calls.append(h.shape[:-1].numel()) or logits(h)
+        h = hidden.clone().requires_grad_()
+        loss, count = out.loss(h, targets)
+        loss.backward()
+        assert calls == ([128, 128, 44] if blocked else [300])
+        grads[blocked] = (loss.detach(), count, h.grad, out.weight.grad, out.bias.grad)
+    assert grads[True][1] == grads[False][1] == int((targets != IGNORE).sum())
+    for part in (0, 2, 3, 4):
+        assert torch.allclose(grads[True][part], grads[False][part], rtol=1e-12, atol=1e-12)
+    model = build_model(ModelConfig.of(name="lstm", emb_size=8, hidden_size=8), 30, OutputConfig("softmax", blocked_loss=True))
+    assert model.output.blocked_loss and not build_model(ModelConfig.of(name="lstm", emb_size=8, hidden_size=8), 30).output.blocked_loss
+
+
 def test_nce_loss_is_the_logistic_objective_of_spec_1_20():
     """Eqs 2.37–2.40 (with REC 45): p̃(w) = exp(o_w − ln Z), P(y=1 | w) = p̃ / (p̃ + k Q(w))."""
     out = layer("nce", noise_samples=5, log_z=2.0)

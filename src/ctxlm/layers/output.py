@@ -51,8 +51,10 @@ class SoftmaxOutput(nn.Module):
     """Full softmax o = W h + b, p = softmax(o) (SPEC §1.0).
 
     With `tied`, W is the input embedding matrix (Press & Wolf; SPEC §1.15 eq 8), which needs
-    dim(h) = embedding size.
+    dim(h) = embedding size. `blocked_loss` (output.blocked_loss, set by `build_model`): training's loss
+    goes through `target_log_probs`' blocks on a CPU.
     """
+    blocked_loss = False
 
     def __init__(self, in_dim: int, vocab_size: int, tied: nn.Embedding | None = None):
         super().__init__()
@@ -87,7 +89,14 @@ class SoftmaxOutput(nn.Module):
         return -torch.cat(nll).view(targets.shape) if nll else hidden.new_zeros(targets.shape)
 
     def loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
-        """(summed NLL over non-padding targets, their count)."""
+        """(summed NLL over non-padding targets, their count).
+
+        One cross-entropy over all positions, or with `blocked_loss` the blocks of `target_log_probs`: the same
+        loss, faster on a CPU at a large V (the [rows, V] logits stay in cache), but the weight gradient's float
+        sums run in another order, so a row trained without it would not train the same (docs/benchmarks.md).
+        """
+        if self.blocked_loss:
+            return -self.target_log_probs(hidden, targets).sum(), int((targets != IGNORE).sum())
         nll = F.cross_entropy(self.logits(hidden).flatten(0, -2), targets.flatten(), ignore_index=IGNORE, reduction="sum")
         return nll, int((targets != IGNORE).sum())
 
@@ -274,7 +283,7 @@ class AdaptiveOutput(nn.Module):
         return -self.target_log_probs(hidden, targets).sum(), int((targets != IGNORE).sum())
 
 
-OUTPUT_KEYS = {"classes": "class", "cutoffs": "adaptive", "div_value": "adaptive", "noise_samples": "nce", "log_z": "nce"}
+OUTPUT_KEYS = {"blocked_loss": "softmax", "classes": "class", "cutoffs": "adaptive", "div_value": "adaptive", "noise_samples": "nce", "log_z": "nce"}
 
 
 def refuse_unread_output_keys(output) -> None:

@@ -37,6 +37,10 @@ def build_model(config, vocab_size: int, output=None, counts: torch.Tensor | Non
         model = MODELS[config.name].from_config(config, config.options, vocab_size)
         if output is not None and output.layer != "softmax":
             model.use_output(output, vocab_size, counts, config.tie_weights)
+        if output is not None and output.blocked_loss:
+            for part in model.modules():
+                if isinstance(part, SoftmaxOutput):
+                    part.blocked_loss = True
         return model
     except ValueError as exc:
         raise CtxlmError(f"model {config.name!r}: {exc}") from None
