@@ -6,10 +6,11 @@ import torch
 from torch import nn
 
 from conftest import DATA_DIR, needs_data
-from ctxlm.config import OutputConfig
+from ctxlm.config import ModelConfig, OutputConfig
 from ctxlm.data.batching import IGNORE, StreamBatches
 from ctxlm.evaluation import evaluate_stream
 from ctxlm.layers.output import NCEOutput, build_output, frequency_classes, parse_cutoffs
+from ctxlm.models import build_model
 from ctxlm.models.base import LanguageModel, ModelOutput
 from ctxlm.training import checkpoint
 from ctxlm.training.optim import build_optimizer
@@ -74,8 +75,6 @@ def test_class_loss_is_exactly_minus_the_summed_target_log_probs():
 
 def test_blocked_softmax_loss_is_the_one_cross_entropy_and_its_gradients():
     """output.blocked_loss: more positions than one block (300 > 128), padding in two blocks; same loss and grads."""
-    from ctxlm.config import ModelConfig
-    from ctxlm.models import build_model
     hidden, targets = with_padding((10, 30))
     targets[5, 3:9] = IGNORE
     grads = {}
