@@ -94,6 +94,27 @@ def test_blocked_softmax_loss_is_the_one_cross_entropy_and_its_gradients():
     assert model.output.blocked_loss and not build_model(ModelConfig.of(name="lstm", emb_size=8, hidden_size=8), 30).output.blocked_loss
 
 
+def test_blocked_softmax_loss_keeps_bf16_gradients_as_precise_as_one_cross_entropy():
+    """Under bf16 autocast each block casts W afresh, so the blocks' gradients are summed in float32, not bf16."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig.of(name="lstm", emb_size=64, hidden_size=64), 4000, OutputConfig("softmax"))
+    batch = torch.randint(0, 4000, (32, 41))              # 1,280 positions: ten blocks
+
+    def gradients(blocked: bool, bf16: bool):
+        model.zero_grad()
+        model.output.blocked_loss = blocked
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            nll, _ = model.loss(model(batch[:, :-1]), batch[:, 1:])
+        nll.backward()
+        return model.output.weight.grad.clone(), model.output.bias.grad.clone()
+
+    exact = gradients(False, False)
+    error = {blocked: [float((g - e).norm() / e.norm()) for g, e in zip(gradients(blocked, True), exact)]
+             for blocked in (False, True)}
+    for blocked_error, one_error in zip(error[True], error[False]):
+        assert blocked_error < 1.5 * one_error + 1e-4
+
+
 def test_nce_loss_is_the_logistic_objective_of_spec_1_20():
     """Eqs 2.37–2.40 (with REC 45): p̃(w) = exp(o_w − ln Z), P(y=1 | w) = p̃ / (p̃ + k Q(w))."""
     out = layer("nce", noise_samples=5, log_z=2.0)

@@ -28,7 +28,7 @@ from ..checks import at_least, one_of, setting
 from ..data.batching import IGNORE
 from ..data.vocab import read_names
 from ..errors import CtxlmError
-from ..layers.output import CPU_BLOCK_ROWS, SoftmaxOutput
+from ..layers.output import CPU_BLOCK_ROWS, SoftmaxOutput, cast_per_block
 from .base import LanguageModel, ModelOutput, register
 from .recurrent import _CELLS, RecurrentLM, RecurrentOptions
 
@@ -126,7 +126,8 @@ class NamesMixtureLM(LanguageModel):
     def loss(self, out, targets):
         """Eq 5.8 with the sign fixed (REC 51): −Σ log p(y) + λ Σ BCE(P(name), y is a name)."""
         keep = targets != IGNORE
-        nll = -self.target_log_probs(out, targets)[keep].sum()
+        with cast_per_block():
+            nll = -self.target_log_probs(out, targets)[keep].sum()
         is_name = self.is_name[targets.clamp_min(0)].to(out.hidden.dtype)
         gate = F.binary_cross_entropy_with_logits(self.gate(out.hidden).squeeze(-1), is_name, reduction="none")
         return nll + self.supervision * gate[keep].sum(), int(keep.sum())
