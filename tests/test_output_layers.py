@@ -8,10 +8,11 @@ from torch import nn
 from conftest import DATA_DIR, needs_data
 from ctxlm.config import ModelConfig, OutputConfig
 from ctxlm.data.batching import IGNORE, StreamBatches
+from ctxlm.errors import CtxlmError
 from ctxlm.evaluation import evaluate_stream
 from ctxlm.layers.output import NCEOutput, build_output, frequency_classes, parse_cutoffs
 from ctxlm.models import build_model
-from ctxlm.models.base import LanguageModel, ModelOutput
+from ctxlm.models.base import LanguageModel, ModelOutput, families
 from ctxlm.training import checkpoint
 from ctxlm.training.optim import build_optimizer
 from ctxlm.training.trainer import train_step
@@ -92,6 +93,9 @@ def test_blocked_softmax_loss_is_the_one_cross_entropy_and_its_gradients():
         assert torch.allclose(grads[True][part], grads[False][part], rtol=1e-12, atol=1e-12)
     model = build_model(ModelConfig.of(name="lstm", emb_size=8, hidden_size=8), 30, OutputConfig("softmax", blocked_loss=True))
     assert model.output.blocked_loss and not build_model(ModelConfig.of(name="lstm", emb_size=8, hidden_size=8), 30).output.blocked_loss
+    for family in families(lambda cls: not cls.softmax_loss):         # their own loss: the setting would be ignored
+        with pytest.raises(CtxlmError, match="output.blocked_loss = true is not read"):
+            build_model(ModelConfig.of(name=family, emb_size=8, hidden_size=8), 30, OutputConfig("softmax", blocked_loss=True))
 
 
 def test_blocked_softmax_loss_keeps_bf16_gradients_as_precise_as_one_cross_entropy():

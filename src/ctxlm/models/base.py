@@ -38,6 +38,9 @@ def build_model(config, vocab_size: int, output=None, counts: torch.Tensor | Non
         if output is not None and output.layer != "softmax":
             model.use_output(output, vocab_size, counts, config.tie_weights)
         if output is not None and output.blocked_loss:
+            if not model.softmax_loss:
+                raise ValueError("output.blocked_loss = true is not read: this model's training loss is its own, "
+                                 "not its softmax's; leave it out")
             for part in model.modules():
                 if isinstance(part, SoftmaxOutput):
                     part.blocked_loss = True
@@ -149,6 +152,7 @@ class LanguageModel(nn.Module):
     count_based = False           # estimated from counts (`estimate`, stored by `tensors`), not trained by gradient
     left_to_right = True          # a next-word distribution from the words before; False: whole sentences only
     any_output_layer = True       # False: it reads its softmax beyond the interface, so [output] stays softmax
+    softmax_loss = True           # its training loss is its output layer's `loss` (so output.blocked_loss applies)
     fixed_window = False          # reads a fixed window of `context_size` previous words (data.batching = window)
     exposes_attention = False     # fills ModelOutput.attention, placed by `attention_distances`
     memory_block = False          # that attention is a Memory Block's over the recent input words (analyze memory)

@@ -47,6 +47,7 @@ class NamesMixtureLM(LanguageModel):
 
     Options = NamesOptions
     any_output_layer = False        # both softmaxes are masked full softmaxes
+    softmax_loss = False            # eq 5.8, in blocks of rows of its own
     mixes_distributions = rnn_state_first = True
 
     def __init__(self, base: RecurrentLM, names_file: str = "", supervision: float = 100.0):

@@ -135,6 +135,7 @@ class KneserNeyLM(LanguageModel):
     """
 
     count_based = True
+    softmax_loss = False
     scores_at_once = True
     Options = KneserNeyOptions
     unread_keys = ("emb_size", "hidden_size", "layers", "dropout", "tie_weights", "init_range")

@@ -44,6 +44,7 @@ class PointerSentinelLM(LanguageModel):
 
     Options = PointerOptions
     exposes_attention = mixes_distributions = rnn_state_first = True
+    softmax_loss = False            # eq 5.7
 
     def __init__(self, base: RecurrentLM, window: int = 100, init_range: float = 0.1):
         super().__init__()
