@@ -155,6 +155,17 @@ def test_the_fast_paths_equal_the_full_mixture(tmp_path):
     expected = torch.where(targets == IGNORE, 0.0, full.gather(-1, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1))
     assert torch.allclose(picked, expected, atol=1e-12)
     fast = torch.autograd.grad(picked.sum(), list(model.parameters()), allow_unused=True, retain_graph=True)
-    slow = torch.autograd.grad(expected.sum(), list(model.parameters()), allow_unused=True)
+    slow = torch.autograd.grad(expected.sum(), list(model.parameters()), allow_unused=True, retain_graph=True)
     for a, b in zip(fast, slow):
         assert (a is None and b is None) or torch.allclose(a, b, atol=1e-12)
+    # training's loss (its softmaxes' gradients made in the forward pass) is eq 5.8 over the full mixture
+    keep = targets != IGNORE
+    is_name = model.is_name[targets.clamp_min(0)].to(out.hidden.dtype)
+    gate = torch.nn.functional.binary_cross_entropy_with_logits(model.gate(out.hidden).squeeze(-1), is_name, reduction="none")
+    reference = -expected[keep].sum() + model.supervision * gate[keep].sum()
+    loss, count = model.loss(out, targets)
+    assert count == int(keep.sum()) and torch.allclose(loss, reference, rtol=1e-12, atol=0)
+    fast = torch.autograd.grad(3 * loss, list(model.parameters()), allow_unused=True, retain_graph=True)
+    slow = torch.autograd.grad(3 * reference, list(model.parameters()), allow_unused=True)
+    for a, b in zip(fast, slow):
+        assert (a is None and b is None) or torch.allclose(a, b, atol=1e-11)
