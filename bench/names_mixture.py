@@ -8,7 +8,10 @@ model as it is (the names softmax over the name words only, two cross-entropies 
 rows); "softmax": the baseline, its loss one cross-entropy over the batch; "softmax, blocked loss": the
 baseline as configs/holmes/lambada-lstm-softmax.toml trains it (output.blocked_loss: blocks of 128 positions).
 Random token ids (speed does not depend on the text); V and the number of names default to the Holmes
-recipe's (55,553 words, 5,721 of them names). Medians of interleaved rounds.
+recipe's (55,553 words, 5,721 of them names). Medians of interleaved rounds. malloc keeps freed memory as
+`ctxlm` sets it for every command (src/ctxlm/allocator.py); `--allocator default` measures glibc's own
+settings, under which the blocked losses' gains seen earlier were mostly page faults avoided
+(docs/benchmarks.md).
 
     python bench/names_mixture.py --threads 1 --precision bf16
 """
@@ -21,6 +24,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
+from ctxlm.allocator import keep_freed_memory
 from ctxlm.config import ModelConfig, OutputConfig
 from ctxlm.models import build_model
 from ctxlm.models.names import NamesMixtureLM
@@ -64,7 +68,11 @@ def main() -> None:
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--allocator", choices=["kept", "default"], default="kept",
+                        help="kept: malloc keeps freed memory, as every ctxlm command sets it; default: glibc's own")
     args = parser.parse_args()
+    if args.allocator == "kept" and not keep_freed_memory():
+        parser.error("could not keep freed memory (not glibc, or CTXLM_ALLOCATOR / MALLOC_* set): use --allocator default")
     torch.set_num_threads(args.threads)
     batch = torch.randint(0, args.vocab, (64, 21))
 
@@ -80,7 +88,7 @@ def main() -> None:
 
     rates = interleaved({kind: runner(kind) for kind in ("full mixture", "names-mixture", "softmax", "softmax, blocked loss")}, args.rounds)
     print(f"{platform.processor() or platform.machine()}, {args.threads} thread(s), {args.precision}, "
-          f"V {args.vocab:,}, {args.names:,} names, torch {torch.__version__}")
+          f"V {args.vocab:,}, {args.names:,} names, malloc {args.allocator}, torch {torch.__version__}")
     for kind, rate in rates.items():
         print(f"| {kind} | {rate:,.0f} tokens/s | {rate / rates['full mixture']:.2f}× the full mixture |")
 

@@ -102,7 +102,7 @@ class OutputConfig:
     div_value: float = setting(4.0, above(1))  # adaptive: each tail cluster's projection shrinks by this factor
     noise_samples: int = setting(100, at_least(1))  # nce: k noise words per batch from the unigram distribution (SPEC §1.20: 10)
     log_z: float = 9.0              # nce: the fixed ln Z of the self-normalised model (SPEC §1.20)
-    blocked_loss: bool = setting(False)  # softmax: training's loss in blocks of 128 positions on a CPU (same loss, faster at a large V)
+    blocked_loss: bool = setting(False)  # softmax: training's loss in blocks of 128 positions on a CPU (same loss, memory bounded by the block)
 
 
 @dataclass

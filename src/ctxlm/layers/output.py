@@ -107,8 +107,9 @@ class SoftmaxOutput(nn.Module):
         """(summed NLL over non-padding targets, their count).
 
         One cross-entropy over all positions, or with `blocked_loss` the blocks of `target_log_probs`: the same
-        loss, faster on a CPU at a large V (the [rows, V] logits stay in cache), but the weight gradient's float
-        sums run in another order, so a row trained without it would not train the same (docs/benchmarks.md).
+        loss with memory bounded by the block (at one cross-entropy's speed under ctxlm's allocator), but the
+        weight gradient's float sums run in another order, so a row trained without it would not train the same
+        (docs/benchmarks.md).
         """
         if self.blocked_loss:
             with cast_per_block():

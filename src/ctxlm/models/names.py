@@ -13,7 +13,7 @@ training starts and kept in the run's weights.
 
 Only the name words' rows of the names softmax are computed (the others would be masked to −∞), and training
 reads each target's log-probability from two cross-entropies, in blocks of rows, without forming the [.., V]
-mixture: 3.1× the steps/s of the mixture written out in full at the Holmes recipe's sizes
+mixture: 1.9× the steps/s of the mixture written out in full at the Holmes recipe's sizes
 (bench/names_mixture.py, docs/benchmarks.md), with the same values (tests/test_names_mixture.py).
 """
 from __future__ import annotations
