@@ -10,8 +10,7 @@ baseline as configs/holmes/lambada-lstm-softmax.toml trains it (output.blocked_l
 Random token ids (speed does not depend on the text); V and the number of names default to the Holmes
 recipe's (55,553 words, 5,721 of them names). Medians of interleaved rounds. malloc keeps freed memory as
 `ctxlm` sets it for every command (src/ctxlm/allocator.py); `--allocator default` measures glibc's own
-settings, under which the blocked losses' gains seen earlier were mostly page faults avoided
-(docs/benchmarks.md).
+settings, under which most of the blocked losses' gains are page faults avoided (docs/benchmarks.md).
 
     python bench/names_mixture.py --threads 1 --precision bf16
 """
@@ -24,7 +23,6 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from ctxlm.allocator import keep_freed_memory
 from ctxlm.config import ModelConfig, OutputConfig
 from ctxlm.models import build_model
 from ctxlm.models.names import NamesMixtureLM
@@ -32,7 +30,7 @@ from ctxlm.training.optim import build_optimizer
 from ctxlm.training.step import train_step
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from throughput import interleaved, timed  # noqa: E402
+from throughput import add_allocator_option, interleaved, set_allocator, timed  # noqa: E402
 
 
 class FullMixture(NamesMixtureLM):
@@ -68,11 +66,9 @@ def main() -> None:
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--allocator", choices=["kept", "default"], default="kept",
-                        help="kept: malloc keeps freed memory, as every ctxlm command sets it; default: glibc's own")
+    add_allocator_option(parser)
     args = parser.parse_args()
-    if args.allocator == "kept" and not keep_freed_memory():
-        parser.error("could not keep freed memory (not glibc, or CTXLM_ALLOCATOR / MALLOC_* set): use --allocator default")
+    set_allocator(parser, args)
     torch.set_num_threads(args.threads)
     batch = torch.randint(0, args.vocab, (64, 21))
 

@@ -13,6 +13,8 @@ Section `compile`: training with `train.compile = true` against eager.
     python bench/throughput.py --section attention --rounds 3 --steps 10
     python bench/throughput.py --section precision      # bf16 autocast vs float32 training, every family
     python bench/throughput.py --device cuda            # the same on a GPU, with the share of its bf16 peak
+
+malloc keeps freed memory, as every ctxlm command sets it (src/ctxlm/allocator.py), unless `--allocator default`.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ctxlm.allocator import keep_freed_memory
 from ctxlm.config import ModelConfig
 from ctxlm.evaluation import evaluate_stream
 from ctxlm.layers.history import empty_memory, masked_softmax
@@ -276,6 +279,17 @@ def compile_section(args, V, B, T) -> dict:
     return results
 
 
+def add_allocator_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--allocator", choices=["kept", "default"], default="kept",
+                        help="kept: malloc keeps freed memory, as every ctxlm command sets it, so the rates are "
+                             "training's; default: glibc's own (docs/benchmarks.md, \"Allocator\")")
+
+
+def set_allocator(parser: argparse.ArgumentParser, args) -> None:
+    if args.allocator == "kept" and not keep_freed_memory():
+        parser.error("cannot keep freed memory here (not glibc, or CTXLM_ALLOCATOR / MALLOC_* set): use --allocator default")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--section", choices=["lstm", "attention", "precision", "compile", "all"], default="all")
@@ -287,7 +301,9 @@ def main():
     parser.add_argument("--eval-tokens", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--device", default="cpu", help="cpu or cuda (everything is built on it)")
+    add_allocator_option(parser)
     args = parser.parse_args()
+    set_allocator(parser, args)
     torch.set_default_device(args.device)
     on_gpu = torch.device(args.device).type == "cuda"
     if on_gpu:                  # full float32 everywhere: TF32 in cuDNN's LSTM fails the 1e-5 vectorised == stepped check
@@ -298,7 +314,7 @@ def main():
               "device": torch.cuda.get_device_name() if on_gpu else "cpu",
               "tf32": torch.backends.cudnn.allow_tf32 or torch.backends.cuda.matmul.allow_tf32 if on_gpu else None,
               "cpu_bf16_units": cpu_bf16_units(),
-              "torch": torch.__version__, "vocab": V, "batch": B, "bptt": T}
+              "torch": torch.__version__, "malloc": args.allocator, "vocab": V, "batch": B, "bptt": T}
     if args.section in ("lstm", "all"):
         report["lstm_vs_reference"] = lstm_section(args, V, args.size, B, T)
     if args.section in ("attention", "all"):

@@ -10,7 +10,7 @@ from ctxlm.config import ModelConfig, OutputConfig
 from ctxlm.data.batching import IGNORE, StreamBatches
 from ctxlm.errors import CtxlmError
 from ctxlm.evaluation import evaluate_stream
-from ctxlm.layers.output import NCEOutput, build_output, frequency_classes, parse_cutoffs
+from ctxlm.layers.output import NCEOutput, block_rows, build_output, frequency_classes, parse_cutoffs
 from ctxlm.models import build_model
 from ctxlm.models.base import LanguageModel, ModelOutput, families
 from ctxlm.training import checkpoint
@@ -72,6 +72,22 @@ def test_class_loss_is_exactly_minus_the_summed_target_log_probs():
     out = layer("class")
     hidden, targets = with_padding((8, 30))
     assert out.loss(hidden, targets)[0] == -out.target_log_probs(hidden, targets).sum()
+
+
+def test_cpu_blocks_bound_memory_in_training_and_grow_to_the_budget_in_evaluation():
+    """Training's blocked losses keep 128 positions a block; evaluation takes as many as fit CPU_EVAL_BLOCK_FLOATS
+    logits (at least 128), and its values do not depend on the block."""
+    cpu = torch.device("cpu")
+    assert block_rows(5000, 55_553, cpu) == 128
+    with torch.no_grad():
+        assert block_rows(5000, 55_553, cpu) == (1 << 25) // 55_553 == 604
+        assert block_rows(5000, 10_000, cpu) == 3355 and block_rows(5000, 10 ** 7, cpu) == 128
+    assert block_rows(5000, 55_553, torch.device("meta")) == 5000          # not a CPU: one block
+    out = layer("softmax")
+    hidden, targets = with_padding((10, 30))
+    with torch.no_grad():
+        one_block = out.target_log_probs(hidden, targets)
+    assert torch.allclose(out.target_log_probs(hidden, targets).detach(), one_block, rtol=1e-6, atol=1e-6)  # 128-row blocks
 
 
 def test_blocked_softmax_loss_is_the_one_cross_entropy_and_its_gradients():

@@ -17,7 +17,21 @@ from torch import nn
 
 from ..data.batching import IGNORE
 
-CPU_BLOCK_ROWS = 128
+CPU_BLOCK_ROWS = 128                    # positions per block of a training loss through the vocabulary layer
+CPU_EVAL_BLOCK_FLOATS = 1 << 25         # an evaluation block's logits, at most (128 MB in float32)
+
+
+def block_rows(positions: int, vocab_size: int, device: torch.device) -> int:
+    """Positions per block through a vocabulary layer of `vocab_size` words. On a CPU, while gradients flow (a
+    blocked training loss), CPU_BLOCK_ROWS: memory bounded by the block. Evaluating, as many as keep a block's
+    logits within CPU_EVAL_BLOCK_FLOATS, at least CPU_BLOCK_ROWS: with freed memory kept (allocator.py) larger
+    products run faster (PTB sizes, one chunk of 1,280 positions: 1.3x the 128-row blocks; docs/benchmarks.md).
+    Elsewhere one block."""
+    if device.type != "cpu":
+        return max(1, positions)
+    if torch.is_grad_enabled():
+        return CPU_BLOCK_ROWS
+    return max(CPU_BLOCK_ROWS, CPU_EVAL_BLOCK_FLOATS // max(1, vocab_size))
 LAYERS = ("softmax", "class", "adaptive", "nce")
 
 
@@ -93,12 +107,11 @@ class SoftmaxOutput(nn.Module):
     def target_log_probs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """log p(target) at every position; 0 where the target is padding (cross_entropy's ignore_index).
 
-        On CPU the positions go through the vocabulary layer in blocks of CPU_BLOCK_ROWS, so each block's
-        [rows, V] logits are still in cache when the softmax reads them and memory is bounded by the block,
-        not the chunk (PTB LSTM evaluation: ~1.4× the unblocked loop, docs/benchmarks.md).
+        On a CPU the positions go through the vocabulary layer in blocks (`block_rows`), so memory is bounded
+        by the block, not the chunk.
         """
         flat_hidden, flat_targets = hidden.flatten(0, -2), targets.flatten()
-        rows = CPU_BLOCK_ROWS if hidden.device.type == "cpu" else max(1, flat_targets.numel())
+        rows = block_rows(flat_targets.numel(), self.weight.shape[0], hidden.device)
         nll = [F.cross_entropy(self.logits(flat_hidden[i:i + rows]), flat_targets[i:i + rows], ignore_index=IGNORE,
                                reduction="none") for i in range(0, flat_targets.numel(), rows)]
         return -torch.cat(nll).view(targets.shape) if nll else hidden.new_zeros(targets.shape)

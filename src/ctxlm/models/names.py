@@ -28,7 +28,7 @@ from ..checks import at_least, one_of, setting
 from ..data.batching import IGNORE
 from ..data.vocab import read_names
 from ..errors import CtxlmError
-from ..layers.output import CPU_BLOCK_ROWS, SoftmaxOutput, cast_per_block
+from ..layers.output import SoftmaxOutput, block_rows, cast_per_block
 from .base import LanguageModel, ModelOutput, register
 from .recurrent import _CELLS, RecurrentLM, RecurrentOptions
 
@@ -109,7 +109,7 @@ class NamesMixtureLM(LanguageModel):
         names_target = torch.where(is_name, place[known], IGNORE)
         other_target = torch.where(is_name, IGNORE, flat)
         _, weight, bias = self._names_layer()
-        rows = CPU_BLOCK_ROWS if hidden.device.type == "cpu" else max(1, flat.numel())
+        rows = block_rows(flat.numel(), len(self.is_name), hidden.device)
         nll = []
         for i in range(0, flat.numel(), rows):                                    # one of the two is 0 at each row
             block = hidden[i:i + rows]
