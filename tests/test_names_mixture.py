@@ -158,7 +158,7 @@ def test_the_fast_paths_equal_the_full_mixture(tmp_path):
     slow = torch.autograd.grad(expected.sum(), list(model.parameters()), allow_unused=True, retain_graph=True)
     for a, b in zip(fast, slow):
         assert (a is None and b is None) or torch.allclose(a, b, atol=1e-12)
-    # training's loss (its softmaxes' gradients made in the forward pass) is eq 5.8 over the full mixture
+    # training's loss is eq 5.8 over the full mixture, in value and gradients
     keep = targets != IGNORE
     is_name = model.is_name[targets.clamp_min(0)].to(out.hidden.dtype)
     gate = torch.nn.functional.binary_cross_entropy_with_logits(model.gate(out.hidden).squeeze(-1), is_name, reduction="none")

@@ -19,6 +19,7 @@ from ..data.batching import IGNORE
 
 CPU_BLOCK_ROWS = 128                    # positions per block of a training loss through the vocabulary layer
 CPU_EVAL_BLOCK_FLOATS = 1 << 25         # an evaluation block's logits, at most (128 MB in float32)
+LAYERS = ("softmax", "class", "adaptive", "nce")
 
 
 def block_rows(positions: int, vocab_size: int, device: torch.device) -> int:
@@ -32,7 +33,6 @@ def block_rows(positions: int, vocab_size: int, device: torch.device) -> int:
     if torch.is_grad_enabled():
         return CPU_BLOCK_ROWS
     return max(CPU_BLOCK_ROWS, CPU_EVAL_BLOCK_FLOATS // max(1, vocab_size))
-LAYERS = ("softmax", "class", "adaptive", "nce")
 
 
 @contextmanager
