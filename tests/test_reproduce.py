@@ -246,6 +246,20 @@ def test_the_report_comes_from_the_records_alone(reference, tmp_path):
     assert page.startswith("4 rows in 1 tables: 3 runnable here, 3 measured")     # the measured figure stays on the page
 
 
+def test_a_table_of_validation_perplexities_shows_them(reference, tmp_path):
+    """metric = "valid_ppl" (a source with no test column, a stand-in with no test split): a finished row shows its
+    validation perplexity, not "unfinished"."""
+    project, records, _ = reference
+    shutil.copytree(project / "reproductions", tmp_path / "reproductions")
+    shutil.copytree(project / "ref-results", tmp_path / "results")
+    table = tmp_path / "reproductions" / "tiny-1.toml"
+    table.write_text(table.read_text().replace('metric = "test_ppl"', 'metric = "valid_ppl"'))
+    page = report.report_markdown(load_tables(tmp_path / "reproductions"), tmp_path / "results")
+    assert "| row | ours: validation perplexity | source: validation perplexity |" in page
+    lstm_line = next(line for line in page.splitlines() if line.startswith("| LSTM |"))
+    assert lstm_line.startswith(f"| LSTM | {records['lstm']['valid_ppl']:.2f} |") and "unfinished" not in lstm_line
+
+
 def test_the_check_finds_a_row_that_today_trains_differently(reference, tmp_path):
     project, _, _ = reference
     args = [*folders(project, "ref"), "--set", "train.threads=1"]

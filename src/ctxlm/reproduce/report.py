@@ -121,7 +121,7 @@ def verdict(table: Table, row, record: dict | None) -> str:
     if theirs is None:
         return "no source figure"
     gap = ours / theirs - 1
-    better = gap < 0 if table.metric == "test_ppl" else gap > 0
+    better = gap < 0 if table.metric != "accuracy" else gap > 0
     if abs(gap) <= table.band:
         return f"✓ within {table.band:.0%}"
     return f"✗ {gap:+.1%}" + (" (better)" if better else "")
@@ -143,15 +143,15 @@ def _heading(table: Table) -> list[str]:
 
 def table_markdown(table: Table, records_dir: Path) -> str:
     """One table: our figure, the source's, the verdict, and where ours comes from, row by row."""
-    metric = METRICS[table.metric]
+    metric = METRICS[table.metric] + (" (valid)" if table.metric == "test_ppl" else "")
     if not any(row.runnable for row in table.rows):
         reasons = sorted({row.unavailable for row in table.rows})
         lines = _heading(table) + [f"Not here: {'; '.join(reasons)}.", "",
-                                   f"| row | source: {metric} (valid) | params (source) |", "|---|---|---|"]
+                                   f"| row | source: {metric} | params (source) |", "|---|---|---|"]
         lines += [f"| {row.label} | {_source(row, table)} | {row.source.get('params', '–')} |" for row in table.rows]
         return "\n".join(lines) + "\n"
     lines = _heading(table) + [
-        f"| row | ours: {metric} (valid) | source: {metric} (valid) | verdict (band {table.band:.0%}) | params ours "
+        f"| row | ours: {metric} | source: {metric} | verdict (band {table.band:.0%}) | params ours "
         "(source) | best epoch | commit | hardware | training |", "|---|---|---|---|---|---|---|---|---|"]
     for row in table.rows:
         record, note = shown(records.load_record(records.record_path(records_dir, *table.record_key(row))))

@@ -10,7 +10,7 @@ import tomllib
 from .. import schemas
 from ..errors import CtxlmError
 
-METRICS = {"test_ppl": "test perplexity", "accuracy": "accuracy (%)"}
+METRICS = {"test_ppl": "test perplexity", "valid_ppl": "validation perplexity", "accuracy": "accuracy (%)"}
 _PPL, _TEXT = schemas.rule("table.perplexity"), schemas.text()
 _SOURCE = schemas.record({"train_ppl": _PPL, "valid_ppl": _PPL, "test_ppl": _PPL, "accuracy": schemas.rule("table.accuracy"),
                           "params": _TEXT, "params_without_embeddings": _TEXT}, closed=True,
