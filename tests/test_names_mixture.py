@@ -9,6 +9,7 @@ from ctxlm.data.vocab import Vocabulary
 from ctxlm.errors import CtxlmError
 from ctxlm.evaluation.names import names_perplexity
 from ctxlm.models import build_model
+from ctxlm.training.step import train_step
 
 WORDS = ["<eos>", "<unk>", "the", "said", "holmes", "watson", "a", "lestrade", "door", "was"]
 NAMES = ["holmes", "watson", "lestrade"]
@@ -43,15 +44,29 @@ def test_loss_is_equation_5_8_with_the_sign_fixed(tmp_path):
     model = make(tmp_path, supervision=100.0).eval()
     inputs, targets = torch.randint(0, len(WORDS), (1, 6)), torch.tensor([[4, 2, 5, 9, 7, 3]])
     out = model(inputs)
-    loss, count = model.loss(out, targets)
+    loss, nll, count = model.objective(out, targets)
     log_p = model.log_probs(out)[0].detach()
     gate = model.mixture_weight(out)[0].detach()
-    expected = 0.0
+    expected_nll = expected_gate = 0.0
     for t, y in enumerate(targets[0].tolist()):
         is_name = WORDS[y] in NAMES
-        expected -= float(log_p[t, y])
-        expected -= 100.0 * math.log(float(gate[t]) if is_name else 1 - float(gate[t]))   # + λ · BCE
-    assert count == 6 and loss.item() == pytest.approx(expected, rel=1e-10)
+        expected_nll -= float(log_p[t, y])
+        expected_gate -= 100.0 * math.log(float(gate[t]) if is_name else 1 - float(gate[t]))   # λ · BCE
+    assert count == 6 and loss.item() == pytest.approx(expected_nll + expected_gate, rel=1e-10)
+    assert nll.item() == pytest.approx(expected_nll, rel=1e-10)          # what train_ppl reports: no gate term
+    assert model.loss(out, targets)[0].item() == pytest.approx(expected_nll, rel=1e-10)
+
+
+def test_training_reports_the_nll_and_minimises_eq_5_8(tmp_path):
+    model = make(tmp_path, supervision=100.0).train()
+    stream = torch.tensor([[2, 3, 4, 9, 6, 8, 2, 3, 5]])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    reported, count, _ = train_step(model, optimizer, stream[:, :-1], stream[:, 1:], None, None, 0.0)
+    out = model(stream[:, :-1])
+    assert count == 8 and reported.item() == pytest.approx(-model.target_log_probs(out, stream[:, 1:]).sum().item(), rel=1e-10)
+    minimised = model.objective(out, stream[:, 1:])[0]
+    expected = torch.autograd.grad(minimised / 8, model.gate.weight)[0]
+    assert torch.allclose(model.gate.weight.grad, expected, atol=1e-12)       # the gate's gradient holds λ · BCE
 
 
 def test_supervised_gate_learns_when_a_name_comes(tmp_path):
@@ -59,7 +74,7 @@ def test_supervised_gate_learns_when_a_name_comes(tmp_path):
     stream = torch.tensor([[2, 3, 4, 9, 6, 8] * 6, [2, 3, 5, 9, 6, 8] * 6])       # "the said NAME was a door"
     optimizer = torch.optim.Adam(model.parameters(), 0.05)
     for _ in range(60):
-        loss, n = model.loss(model(stream[:, :-1]), stream[:, 1:])
+        loss, _, n = model.objective(model(stream[:, :-1]), stream[:, 1:])
         optimizer.zero_grad()
         (loss / n).backward()
         optimizer.step()
@@ -163,7 +178,7 @@ def test_the_fast_paths_equal_the_full_mixture(tmp_path):
     is_name = model.is_name[targets.clamp_min(0)].to(out.hidden.dtype)
     gate = torch.nn.functional.binary_cross_entropy_with_logits(model.gate(out.hidden).squeeze(-1), is_name, reduction="none")
     reference = -expected[keep].sum() + model.supervision * gate[keep].sum()
-    loss, count = model.loss(out, targets)
+    loss, _, count = model.objective(out, targets)
     assert count == int(keep.sum()) and torch.allclose(loss, reference, rtol=1e-12, atol=0)
     fast = torch.autograd.grad(3 * loss, list(model.parameters()), allow_unused=True, retain_graph=True)
     slow = torch.autograd.grad(3 * reference, list(model.parameters()), allow_unused=True)

@@ -210,6 +210,12 @@ class LanguageModel(nn.Module):
     def loss(self, out: ModelOutput, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
         return self.output.loss(out.hidden, targets)
 
+    def objective(self, out: ModelOutput, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """(what training minimises, summed; its NLL part, which the logs and train_ppl report; target count).
+        The same tensor twice unless a family adds a penalty to its loss (names mixture: eq 5.8's gate term)."""
+        nll, count = self.loss(out, targets)
+        return nll, nll, count
+
     def sentence_log_prob(self, tokens: torch.Tensor) -> torch.Tensor:
         """[B] float64 scores of sentences `tokens` [B, T] = `<eos>` w_1 … w_L `<eos>`, rows right-padded
         with IGNORE: log p(sentence), the sum of each word's log-probability given the words before it,

@@ -125,13 +125,18 @@ class NamesMixtureLM(LanguageModel):
         return torch.where(flat == IGNORE, torch.zeros_like(picked), picked).view(targets.shape)
 
     def loss(self, out, targets):
-        """Eq 5.8 with the sign fixed (REC 51): −Σ log p(y) + λ Σ BCE(P(name), y is a name)."""
+        """−Σ log p(y) over non-padding targets: eq 5.8's first term, the mixture's NLL."""
         keep = targets != IGNORE
         with cast_per_block():
-            nll = -self.target_log_probs(out, targets)[keep].sum()
+            return -self.target_log_probs(out, targets)[keep].sum(), int(keep.sum())
+
+    def objective(self, out, targets):
+        """Eq 5.8 with the sign fixed (REC 51): −Σ log p(y) + λ Σ BCE(P(name), y is a name); the NLL part apart."""
+        nll, count = self.loss(out, targets)
+        keep = targets != IGNORE
         is_name = self.is_name[targets.clamp_min(0)].to(out.hidden.dtype)
         gate = F.binary_cross_entropy_with_logits(self.gate(out.hidden).squeeze(-1), is_name, reduction="none")
-        return nll + self.supervision * gate[keep].sum(), int(keep.sum())
+        return nll + self.supervision * gate[keep].sum(), nll, count
 
     def mixture_weight(self, out: ModelOutput) -> torch.Tensor:
         """[B, T]: P(name | h_t), the names softmax's share."""

@@ -97,8 +97,8 @@ class LossStep(nn.Module):
 
     def forward(self, inputs, targets, reset, carry):
         out = self.model(inputs, carry, reset)
-        nll, count = self.model.loss(out, targets)
-        return nll, count, out.state
+        minimised, nll, count = self.model.objective(out, targets)
+        return minimised, nll, count, out.state
 
 
 def wrap(model: nn.Module, world: World, device: torch.device) -> nn.Module | None:

@@ -25,7 +25,8 @@ def loss_denominator(normalization: str, rows: int, count: int) -> float:
 
 def train_step(model, optimizer, inputs, targets, reset, carry, clip: float, normalization: str = "token",
                precision: str = "fp32", step=None, denominator: float | None = None):
-    """One truncated-BPTT update; returns (summed NLL, target count, detached state).
+    """One truncated-BPTT update; returns (summed NLL, target count, detached state). The update minimises the
+    model's `objective`, which is the NLL but for a family's penalty term (names mixture); the NLL is returned.
 
     The gradient is that of the mean NLL per target ("token"), of the summed NLL divided by the batch
     size ("sequence": Zaremba / Salton, "gradients normalised by mini-batch size", SPEC §6.3 REC 23), or
@@ -38,14 +39,14 @@ def train_step(model, optimizer, inputs, targets, reset, carry, clip: float, nor
     with autocast(inputs.device, precision):
         if step is None:
             out = model(inputs, carry, reset)
-            nll, count = model.loss(out, targets)
+            minimised, nll, count = model.objective(out, targets)
             state = out.state
         else:
-            nll, count, state = step(inputs, targets, reset, carry)
+            minimised, nll, count, state = step(inputs, targets, reset, carry)
     if denominator is None:
         denominator = loss_denominator(normalization, inputs.size(0), count)
     optimizer.zero_grad(set_to_none=True)
-    (nll / denominator).backward()
+    (minimised / denominator).backward()
     if clip > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
     optimizer.step()
