@@ -3,6 +3,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from conftest import DATA_DIR, needs_data
@@ -10,7 +11,8 @@ from ctxlm.config import ModelConfig, OutputConfig
 from ctxlm.data.batching import IGNORE, StreamBatches
 from ctxlm.errors import CtxlmError
 from ctxlm.evaluation import evaluate_stream
-from ctxlm.layers.output import NCEOutput, block_rows, build_output, frequency_classes, parse_cutoffs
+from ctxlm.layers.output import (NCEOutput, block_linear, block_rows, block_weights, build_output, frequency_classes,
+                                 parse_cutoffs)
 from ctxlm.models import build_model
 from ctxlm.models.base import LanguageModel, ModelOutput, families
 from ctxlm.training import checkpoint
@@ -98,7 +100,7 @@ def test_blocked_softmax_loss_is_the_one_cross_entropy_and_its_gradients():
     for blocked in (False, True):
         out = layer("softmax")
         out.blocked_loss, calls, logits = blocked, [], out.logits
-        out.logits = lambda h: calls.append(h.shape[:-1].numel()) or logits(h)
+        out.logits = lambda h, *low: calls.append(h.shape[:-1].numel()) or logits(h, *low)
         h = hidden.clone().requires_grad_()
         loss, count = out.loss(h, targets)
         loss.backward()
@@ -115,7 +117,7 @@ def test_blocked_softmax_loss_is_the_one_cross_entropy_and_its_gradients():
 
 
 def test_blocked_softmax_loss_keeps_bf16_gradients_as_precise_as_one_cross_entropy():
-    """Under bf16 autocast each block casts W afresh, so the blocks' gradients are summed in float32, not bf16."""
+    """Under bf16 autocast each block's gradient leaves widened, so the blocks' gradients are summed in float32."""
     torch.manual_seed(0)
     model = build_model(ModelConfig.of(name="lstm", emb_size=64, hidden_size=64), 4000, OutputConfig("softmax"))
     batch = torch.randint(0, 4000, (32, 41))              # 1,280 positions: ten blocks
@@ -133,6 +135,25 @@ def test_blocked_softmax_loss_keeps_bf16_gradients_as_precise_as_one_cross_entro
              for blocked in (False, True)}
     for blocked_error, one_error in zip(error[True], error[False]):
         assert blocked_error < 1.5 * one_error + 1e-4
+
+
+def test_a_block_from_the_weights_cast_once_is_autocasts_linear_in_values_and_gradients():
+    """block_linear with block_weights' one bf16 copy of W = F.linear under autocast casting W for that block."""
+    torch.manual_seed(0)
+    weight, bias = torch.randn(300, 16, requires_grad=True), torch.randn(300, requires_grad=True)
+    hidden = torch.randn(2, 5, 16).bfloat16().requires_grad_()        # an LSTM under autocast hands over bf16
+    upstream = torch.randn(2, 5, 300)
+    results = []
+    for cast_once in (False, True):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = block_weights(weight) if cast_once else None
+            logits = block_linear(hidden, weight, bias, low) if cast_once else F.linear(hidden, weight, bias)
+        grads = torch.autograd.grad((logits.float() * upstream).sum(), (hidden, weight, bias))
+        results.append((logits, *grads))
+    assert block_weights(weight) is None                                 # outside autocast: plain float32
+    for ours, autocasts in zip(*results):
+        assert ours.dtype == autocasts.dtype and torch.equal(ours, autocasts)
+    assert results[1][2].dtype == results[1][3].dtype == torch.float32   # W's and b's gradients leave in float32
 
 
 def test_nce_loss_is_the_logistic_objective_of_spec_1_20():

@@ -9,7 +9,6 @@ and adaptive softmax rely on.
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -35,18 +34,44 @@ def block_rows(positions: int, vocab_size: int, device: torch.device) -> int:
     return max(CPU_BLOCK_ROWS, CPU_EVAL_BLOCK_FLOATS // max(1, vocab_size))
 
 
-@contextmanager
-def cast_per_block():
-    """Autocast without its cast cache, around a training loss computed over blocks of positions: each block
-    casts the weights afresh, so each block's bf16 weight gradient is widened to float32 before the blocks are
-    summed. With the cache, one bf16 copy of W would sum them in bf16 (at V = 55k, 1.1% / 1.0% error in the
-    weight / bias gradient against 0.4% / 0.1% for one cross-entropy; docs/benchmarks.md)."""
-    cached = torch.is_autocast_cache_enabled()
-    torch.set_autocast_cache_enabled(False)
-    try:
-        yield
-    finally:
-        torch.set_autocast_cache_enabled(cached)
+class _CastOnceLinear(torch.autograd.Function):
+    """F.linear(h, W, b) in autocast's dtype with W's low-precision copy made once by the caller for all blocks;
+    each block's weight and bias gradients leave widened to W's dtype, so autograd sums the blocks in float32."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, weight_low):
+        hidden_low = hidden.to(weight_low.dtype)
+        ctx.save_for_backward(hidden_low, weight_low)
+        ctx.hidden_dtype, ctx.weight_dtype = hidden.dtype, weight.dtype
+        return F.linear(hidden_low, weight_low, bias.to(weight_low.dtype))
+
+    @staticmethod
+    def backward(ctx, grad):
+        hidden_low, weight_low = ctx.saved_tensors
+        grad = grad.to(weight_low.dtype)
+        rows, hidden_rows = grad.flatten(0, -2), hidden_low.flatten(0, -2)
+        return ((grad @ weight_low).to(ctx.hidden_dtype), (rows.T @ hidden_rows).to(ctx.weight_dtype),
+                rows.sum(0).to(ctx.weight_dtype), None)
+
+
+def block_weights(weight: torch.Tensor) -> torch.Tensor | None:
+    """W in autocast's dtype, cast once for a loss over blocks of positions (`block_linear`); None outside
+    autocast. Autocast's own cache would hand every block one low-precision copy and sum the blocks' weight
+    gradients in bf16 (at V = 55k, 1.1% / 1.0% error in the weight / bias gradient against 0.4% / 0.1% for one
+    cross-entropy; docs/benchmarks.md); casting W afresh per block gives the numbers below, 1.4× slower."""
+    device = weight.device.type
+    if not torch.is_autocast_enabled(device):
+        return None
+    with torch.autocast(device, enabled=False):
+        return weight.detach().to(torch.get_autocast_dtype(device))
+
+
+def block_linear(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                 weight_low: torch.Tensor | None) -> torch.Tensor:
+    """A block's logits h Wᵀ + b: under autocast from `block_weights`' copy, with float32 gradients for W and b."""
+    if weight_low is None:
+        return F.linear(hidden, weight, bias)
+    return _CastOnceLinear.apply(hidden, weight, bias, weight_low)
 
 
 def widen(x: torch.Tensor) -> torch.Tensor:
@@ -97,8 +122,9 @@ class SoftmaxOutput(nn.Module):
         self.bias = nn.Parameter(torch.zeros(vocab_size))
         self.tied = tied is not None
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden, self.weight, self.bias)
+    def logits(self, hidden: torch.Tensor, weight_low: torch.Tensor | None = None) -> torch.Tensor:
+        """o = W h + b; `weight_low`: W cast once for blocks of positions under autocast (`block_weights`)."""
+        return block_linear(hidden, self.weight, self.bias, weight_low)
 
     def log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
         """[..., V] log-probabilities."""
@@ -112,8 +138,9 @@ class SoftmaxOutput(nn.Module):
         """
         flat_hidden, flat_targets = hidden.flatten(0, -2), targets.flatten()
         rows = block_rows(flat_targets.numel(), self.weight.shape[0], hidden.device)
-        nll = [F.cross_entropy(self.logits(flat_hidden[i:i + rows]), flat_targets[i:i + rows], ignore_index=IGNORE,
-                               reduction="none") for i in range(0, flat_targets.numel(), rows)]
+        weight_low = block_weights(self.weight)
+        nll = [F.cross_entropy(self.logits(flat_hidden[i:i + rows], weight_low), flat_targets[i:i + rows],
+                               ignore_index=IGNORE, reduction="none") for i in range(0, flat_targets.numel(), rows)]
         return -torch.cat(nll).view(targets.shape) if nll else hidden.new_zeros(targets.shape)
 
     def loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -125,8 +152,7 @@ class SoftmaxOutput(nn.Module):
         (docs/benchmarks.md).
         """
         if self.blocked_loss:
-            with cast_per_block():
-                return -self.target_log_probs(hidden, targets).sum(), int((targets != IGNORE).sum())
+            return -self.target_log_probs(hidden, targets).sum(), int((targets != IGNORE).sum())
         nll = F.cross_entropy(self.logits(hidden).flatten(0, -2), targets.flatten(), ignore_index=IGNORE, reduction="sum")
         return nll, int((targets != IGNORE).sum())
 

@@ -28,7 +28,7 @@ from ..checks import at_least, one_of, setting
 from ..data.batching import IGNORE
 from ..data.vocab import read_names
 from ..errors import CtxlmError
-from ..layers.output import SoftmaxOutput, block_rows, cast_per_block
+from ..layers.output import SoftmaxOutput, block_linear, block_rows, block_weights
 from .base import LanguageModel, ModelOutput, register
 from .recurrent import _CELLS, RecurrentLM, RecurrentOptions
 
@@ -109,15 +109,18 @@ class NamesMixtureLM(LanguageModel):
         names_target = torch.where(is_name, place[known], IGNORE)
         other_target = torch.where(is_name, IGNORE, flat)
         _, weight, bias = self._names_layer()
+        other_bias = self.output.bias.masked_fill(self.is_name, float("-inf"))      # p_other leaves the names out
+        other_low, names_low = block_weights(self.output.weight), block_weights(weight)
         rows = block_rows(flat.numel(), len(self.is_name), hidden.device)
         nll = []
         for i in range(0, flat.numel(), rows):                                    # one of the two is 0 at each row
             block = hidden[i:i + rows]
-            other = self.output.logits(block).masked_fill(self.is_name, float("-inf"))
+            other = block_linear(block, self.output.weight, other_bias, other_low)
             nll.append(F.cross_entropy(other, other_target[i:i + rows], ignore_index=IGNORE, reduction="none"))
             if len(weight):                                                   # (no names before use_vocabulary)
-                nll[-1] = nll[-1] + F.cross_entropy(F.linear(block, weight, bias), names_target[i:i + rows],
-                                                    ignore_index=IGNORE, reduction="none")
+                names = block_linear(block, weight, bias, names_low)
+                nll[-1] = nll[-1] + F.cross_entropy(names, names_target[i:i + rows], ignore_index=IGNORE,
+                                                    reduction="none")
         if not nll:
             return hidden.new_zeros(targets.shape)
         gate = self.gate(hidden).squeeze(-1)
@@ -127,8 +130,7 @@ class NamesMixtureLM(LanguageModel):
     def loss(self, out, targets):
         """−Σ log p(y) over non-padding targets: eq 5.8's first term, the mixture's NLL."""
         keep = targets != IGNORE
-        with cast_per_block():
-            return -self.target_log_probs(out, targets)[keep].sum(), int(keep.sum())
+        return -self.target_log_probs(out, targets)[keep].sum(), int(keep.sum())
 
     def objective(self, out, targets):
         """Eq 5.8 with the sign fixed (REC 51): −Σ log p(y) + λ Σ BCE(P(name), y is a name); the NLL part apart."""
