@@ -151,6 +151,13 @@ def test_a_new_run_keeps_another_machines_record_of_the_row_as_earlier(reference
     assert "earlier" not in records["lstm"]
     retimed = dict(record, curve=[dict(point, elapsed_s=1.0) for point in record["curve"]])    # an epoch redone after a crash
     assert record_from_run("tiny-1", "lstm", project / "ref-runs" / "tiny-1" / "lstm", "ctxlm train ...", retimed)["earlier"] == record["earlier"]
+    begun_elsewhere = dict(records["lstm"], curve=[], hardware="AMD EPYC", commits=["0000000"])   # no epoch yet there
+    fresh = record_from_run("tiny-1", "lstm", project / "ref-runs" / "tiny-1" / "lstm", "ctxlm train ...", begun_elsewhere)
+    assert fresh["hardware"] == records["lstm"]["hardware"] and fresh["commits"] == records["lstm"]["commits"]
+    assert "earlier" not in fresh                               # nothing measured there to keep
+    resumed = dict(records["lstm"], curve=[], hardware="AMD EPYC")          # this run, before its first epoch ended
+    assert record_from_run("tiny-1", "lstm", project / "ref-runs" / "tiny-1" / "lstm", "ctxlm train ...",
+                           resumed)["hardware"] == f"AMD EPYC; then {records['lstm']['hardware']}"
 
 def test_again_retrains_a_finished_row_and_keeps_its_old_figures(reference):
     """A row whose record today's code no longer follows is trained anew with --again, only then."""

@@ -91,7 +91,8 @@ def _read_json(path: Path) -> dict | None:
 
 def record_from_run(table: str, row: str, run_dir: Path, command: str, previous: dict | None = None) -> dict | None:
     """The record of a run directory as it stands (finished when it has results.json); None before it has a config.
-    A `previous` record of another run of the row (another machine's, its curve not this run's) goes to "earlier"."""
+    A `previous` record of another run of the row (another machine's: its curve not this run's, or its first
+    commit not the one this run began at) goes to "earlier" if it has a curve, and is dropped if not."""
     files = RunDir(run_dir)
     config = files.saved_config()
     if config is None:
@@ -101,7 +102,9 @@ def record_from_run(table: str, row: str, run_dir: Path, command: str, previous:
     curve = [{k: point[k] for k in CURVE_KEYS if k in point} for point in curve]
     previous = previous or {}
     earlier = previous.get("earlier", [])
-    if _figures(previous.get("curve")) != _figures(curve[:len(previous.get("curve", []))]):
+    commits = (results or {}).get("commits") or _state_commits(run_dir)
+    if (_figures(previous.get("curve")) != _figures(curve[:len(previous.get("curve", []))])
+            or commits and commits[:1] != previous.get("commits", commits)[:1]):   # or begun at another commit
         if previous.get("curve"):   # a new run of the row: the old one (another machine's) is kept as it was
             earlier = earlier + [{k: v for k, v in previous.items() if k not in ("table", "row", "earlier")}]
         previous = {}
@@ -110,7 +113,7 @@ def record_from_run(table: str, row: str, run_dir: Path, command: str, previous:
         "table": table, "row": row, "finished": results is not None,
         "curve": curve,
         "best_epoch": max(curve, key=lambda p: -p["valid_ppl"])["epoch"] if curve else None,
-        "commits": (results or {}).get("commits") or _state_commits(run_dir) or previous.get("commits", []),
+        "commits": commits or previous.get("commits", []),
         "hardware": _machines(previous.get("hardware"), hardware(device)), "device": device,
         "precision": config.train.precision, "threads": config.train.threads or torch.get_num_threads(),
         "wall_s": (results or {}).get("train_wall_s", curve[-1]["elapsed_s"] if curve else None),
