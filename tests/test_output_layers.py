@@ -11,8 +11,7 @@ from ctxlm.config import ModelConfig, OutputConfig
 from ctxlm.data.batching import IGNORE, StreamBatches
 from ctxlm.errors import CtxlmError
 from ctxlm.evaluation import evaluate_stream
-from ctxlm.layers.output import (NCEOutput, block_linear, block_rows, block_weights, build_output, frequency_classes,
-                                 parse_cutoffs)
+from ctxlm.layers.output import NCEOutput, block_linear, block_rows, block_weights, build_output, frequency_classes, parse_cutoffs
 from ctxlm.models import build_model
 from ctxlm.models.base import LanguageModel, ModelOutput, families
 from ctxlm.training import checkpoint
@@ -147,6 +146,7 @@ def test_a_block_from_the_weights_cast_once_is_autocasts_linear_in_values_and_gr
     for cast_once in (False, True):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             low = block_weights(weight) if cast_once else None
+            assert (low is not None) == cast_once and (low is None or low.dtype == torch.bfloat16)
             logits = block_linear(hidden, weight, bias, low) if cast_once else F.linear(hidden, weight, bias)
         grads = torch.autograd.grad((logits.float() * upstream).sum(), (hidden, weight, bias))
         results.append((logits, *grads))

@@ -155,6 +155,8 @@ def test_a_new_run_keeps_another_machines_record_of_the_row_as_earlier(reference
     fresh = record_from_run("tiny-1", "lstm", project / "ref-runs" / "tiny-1" / "lstm", "ctxlm train ...", begun_elsewhere)
     assert fresh["hardware"] == records["lstm"]["hardware"] and fresh["commits"] == records["lstm"]["commits"]
     assert "earlier" not in fresh                               # nothing measured there to keep
+    unknown = dict(records["lstm"], commits=[])                             # a record whose commits were not read
+    assert "earlier" not in record_from_run("tiny-1", "lstm", project / "ref-runs" / "tiny-1" / "lstm", "ctxlm train ...", unknown)
     resumed = dict(records["lstm"], curve=[], hardware="AMD EPYC")          # this run, before its first epoch ended
     assert record_from_run("tiny-1", "lstm", project / "ref-runs" / "tiny-1" / "lstm", "ctxlm train ...",
                            resumed)["hardware"] == f"AMD EPYC; then {records['lstm']['hardware']}"

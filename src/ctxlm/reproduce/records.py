@@ -92,7 +92,8 @@ def _read_json(path: Path) -> dict | None:
 def record_from_run(table: str, row: str, run_dir: Path, command: str, previous: dict | None = None) -> dict | None:
     """The record of a run directory as it stands (finished when it has results.json); None before it has a config.
     A `previous` record of another run of the row (another machine's: its curve not this run's, or its first
-    commit not the one this run began at) goes to "earlier" if it has a curve, and is dropped if not."""
+    commit not the one this run began at) goes to "earlier" if it has a curve, and is dropped if not. Two machines
+    that began a row at the same commit and finished no epoch yet cannot be told apart."""
     files = RunDir(run_dir)
     config = files.saved_config()
     if config is None:
@@ -104,7 +105,7 @@ def record_from_run(table: str, row: str, run_dir: Path, command: str, previous:
     earlier = previous.get("earlier", [])
     commits = (results or {}).get("commits") or _state_commits(run_dir)
     if (_figures(previous.get("curve")) != _figures(curve[:len(previous.get("curve", []))])
-            or commits and commits[:1] != previous.get("commits", commits)[:1]):   # or begun at another commit
+            or commits and previous.get("commits") and commits[0] != previous["commits"][0]):   # or begun elsewhere
         if previous.get("curve"):   # a new run of the row: the old one (another machine's) is kept as it was
             earlier = earlier + [{k: v for k, v in previous.items() if k not in ("table", "row", "earlier")}]
         previous = {}
@@ -157,7 +158,8 @@ def first_batches(config, data_dir=None, batches: int = FINGERPRINT_BATCHES, dev
 
     The loss is the fingerprint of a row: it equals epoch 1's `train_loss` of `ctxlm train` with
     `--set train.epochs=1 --set train.max_batches=N --set train.threads=1`, at any commit, so a
-    record made before this function existed can be fingerprinted at its own commit.
+    record made before this function existed can be fingerprinted at its own commit (names-mixture runs
+    before commit 2568296 logged eq 5.8's gate term in that loss; none of them was recorded).
     """
     from ..training.trainer import Trainer
 
