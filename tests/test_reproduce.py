@@ -422,3 +422,13 @@ def test_a_record_names_the_commit_given_by_ctxlm_commit(monkeypatch):
     assert git_commit() == "abc1234"
     monkeypatch.delenv("CTXLM_COMMIT")
     assert git_commit() != "abc1234"
+
+
+def test_the_runner_holds_the_training_code_it_started_with():
+    """A runner's fingerprints train with its own commit's code: a module it imports late would be the working
+    tree's at that moment (a lane that outlived a commit once failed so, mixing two versions)."""
+    loaded = subprocess.run([sys.executable, "-c", "import sys, ctxlm.reproduce.runner; "
+                             "print(sorted(m for m in sys.modules if m.startswith('ctxlm.training.')))"],
+                            capture_output=True, text=True, check=True).stdout
+    for module in ("ctxlm.training.trainer", "ctxlm.training.step", "ctxlm.training.distributed"):
+        assert module in loaded

@@ -25,6 +25,7 @@ from ..io import atomic_write_text
 from ..jsonio import json_text
 from ..training import checkpoint
 from ..training.rundir import RunDir
+from ..training.trainer import Trainer    # imported with this module: a runner fingerprints with the code it started from
 
 _PPL = schemas.nullable(schemas.rule("table.perplexity"))
 _COUNT = schemas.nullable(schemas.integer(0))
@@ -161,8 +162,6 @@ def first_batches(config, data_dir=None, batches: int = FINGERPRINT_BATCHES, dev
     record made before this function existed can be fingerprinted at its own commit (names-mixture runs
     before commit 2568296 logged eq 5.8's gate term in that loss; none of them was recorded).
     """
-    from ..training.trainer import Trainer
-
     config = copy.deepcopy(config)       # the caller's config is left as it was
     config.train.device, config.train.precision, config.train.threads = device, precision, threads
     config.train.compile, config.train.epochs = False, 1
