@@ -25,7 +25,7 @@ from ..io import atomic_write_text
 from ..jsonio import json_text
 from ..training import checkpoint
 from ..training.rundir import RunDir
-from ..training.trainer import Trainer    # imported with this module: a runner fingerprints with the code it started from
+from ..training.trainer import Trainer  # imported with this module: a runner fingerprints with the code it started from
 
 _PPL = schemas.nullable(schemas.rule("table.perplexity"))
 _COUNT = schemas.nullable(schemas.integer(0))
