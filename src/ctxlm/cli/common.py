@@ -64,6 +64,22 @@ def pretokenized_option(p, what: str = "the text") -> None:
                    "instead of applying the run's text recipe (its corpus's tokeniser and normalisation, docs/prepare.md)")
 
 
+def names_option(p, help: str) -> None:
+    p.add_argument("--names", metavar="FILE|capitalised", help=help + "; or `capitalised`: the capitalised words of the "
+                   "Holmes books a Holmes run trains on (the rule of `ctxlm names` and of model.names = \"capitalised\")")
+
+
+def name_words(names: str, run, data_dir=None) -> list[str]:
+    """The words `--names` gives: a file's, or the capitalised words of the run's Holmes books."""
+    from ..data.vocab import read_name_words
+    from ..io import warn
+    from ..training.names_list import CAPITALISED, capitalised_names
+
+    if names == CAPITALISED:
+        return capitalised_names(run.config, data_dir, f"--names {CAPITALISED}", log=warn)
+    return read_name_words(names)
+
+
 def cache_options(p) -> None:
     p.add_argument("--cache", action="store_true", help="add the neural cache (Grave et al. 2017) with the settings "
                    "`ctxlm tune-cache` recorded in the run; --cache-window/--cache-theta/--cache-lambda override them")

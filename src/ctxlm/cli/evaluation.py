@@ -15,6 +15,8 @@ from .common import (
     data_dir_option,
     json_option,
     left_to_right,
+    name_words,
+    names_option,
     neural_only,
     out_file_option,
     pretokenized_option,
@@ -41,8 +43,8 @@ def add_eval(sub) -> None:
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                    help="fp32 (default, exact) or bf16 autocast (faster on bf16 hardware, approximate, reported as such)")
     cache_options(p)
-    p.add_argument("--names", help="also the perplexity of the name targets only (SPEC §1.19): a file of name words, "
-                   "one per line, e.g. from `ctxlm names`")
+    names_option(p, "also the perplexity of the name targets only (SPEC §1.19): a file of name words, one per line, "
+                 "e.g. from `ctxlm names`")
     p.add_argument("--mix", metavar="OTHER_RUN", help="also evaluate the mixture (1 - λ) p_RUN + λ p_OTHER (same dataset "
                    "and vocabulary, e.g. a feed-forward run with a Kneser-Ney trigram as Bengio et al. 2003 mix them)")
     p.add_argument("--mix-weight", type=option(float, in_range(0, 1)), help="λ in [0, 1] for --mix (default: chosen by "
@@ -55,7 +57,7 @@ def add_eval(sub) -> None:
 
 
 def cmd_eval(args) -> int:
-    from ..data.vocab import read_names
+    from ..data.vocab import names_mask
     from ..evaluation import evaluate_file
     from ..evaluation.names import names_perplexity
     from ..evaluation.perplexity import evaluate_split, unknown_targets
@@ -70,7 +72,7 @@ def cmd_eval(args) -> int:
         raise CtxlmError("--pretokenized says how to read --file; the splits are tokens already: add --file FILE or drop it")
     run = load(args.run, start=False)
     left_to_right(run, "ctxlm eval")
-    names = read_names(args.names, run.vocab) if args.names else None     # up front: a bad file fails at once
+    names = names_mask(name_words(args.names, run, args.data_dir), run.vocab) if args.names else None   # up front: fails at once
     if args.mix:
         return _eval_mixture(run, args)
     if args.dynamic:
@@ -217,8 +219,9 @@ def add_lambada(sub) -> None:
                                    "last word): last-word accuracy, target-word and whole-passage perplexity, the "
                                    "trivial baselines, and with --names the names subset. Conventions: docs/lambada.md.")
     run_argument(p)
-    p.add_argument("file", help="passages, e.g. $CTXLM_DATA_DIR/lambada/lambada_development_plain_text.txt")
-    p.add_argument("--names", help="capitalised-in-training words, one per line (`ctxlm names` writes one)")
+    p.add_argument("file", nargs="?", help="passages (default: the LAMBADA development set of the data folder, "
+                   "lambada/lambada_development_plain_text.txt)")
+    names_option(p, "capitalised-in-training words, one per line (`ctxlm names` writes one)")
     p.add_argument("--top", type=option(int, at_least(1)), default=5, help="predictions kept per passage in the JSON (default 5)")
     out_file_option(p, "lambada.jsonl", "per-passage results, JSON lines")
     cache_options(p)
@@ -229,15 +232,17 @@ def add_lambada(sub) -> None:
 
 
 def cmd_lambada(args) -> int:
-    from ..data.corpus import read_lambada, read_text
+    from ..data.corpus import read_lambada
+    from ..data.registry import locate
     from ..evaluation.lambada import score_passages
     from ..io import Progress
     from ..run import load
 
+    args.file = args.file or str(locate("lambada", "test", args.data_dir))
     passages = read_lambada(args.file)
     run = with_dynamic(load(args.run, data_dir=args.data_dir), args)
     model, _ = with_cache(run, args)
-    names = frozenset(read_text(args.names).split()) if args.names else frozenset()
+    names = frozenset(name_words(args.names, run, args.data_dir)) if args.names else frozenset()
     bar = Progress(len(passages), "lambada", unit="passages")
     summary, records = score_passages(model, run.vocab, passages, names, args.top, bar, run.dynamic, run.config.data.eval_chunk)
     bar.close()
@@ -280,6 +285,7 @@ def add_complete(sub) -> None:
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu",
                    help="where the model scores (default cpu; auto: a GPU when there is one)")
     dynamic_options(p, "each candidate sentence from the trained weights")
+    json_option(p, "print the summary (accuracy, counts, files) as JSON")
     data_dir_option(p)
     p.set_defaults(func=cmd_complete)
 
@@ -308,6 +314,9 @@ def cmd_complete(args) -> int:
     if other is not None:
         summary["comparison"] = compare_answers(records, other, str(args.against))
     atomic_write_text(args.out, json_text({**summary, "records": records}, indent=1) + "\n")
+    if args.json:
+        print(json_text(summary, indent=2))
+        return 0
     print(f"{questions_file}: {summary['questions']:,} questions, {summary['unknown_candidates']:,} candidates outside "
           f"the vocabulary of {args.run} ({summary['seconds']:.0f} s)")
     if summary["answered"]:

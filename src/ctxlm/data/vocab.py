@@ -80,10 +80,19 @@ class Vocabulary:
 def read_names(path: str | Path, vocab, source: str = "--names") -> torch.Tensor:
     """[V] bool: the vocabulary's words listed in `path` (one per line, as `ctxlm names` writes);
     `source` names the option or key in errors."""
+    return names_mask(read_name_words(path, source), vocab)
+
+
+def read_name_words(path: str | Path, source: str = "--names") -> list[str]:
+    """The words of a names file (one per line); `source` names the option or key in errors."""
     try:
-        words = Path(path).read_text(encoding="utf-8").split()
+        return Path(path).read_text(encoding="utf-8").split()
     except (OSError, UnicodeDecodeError) as exc:
         raise CtxlmError(f"{source}: cannot read {path} ({getattr(exc, 'strerror', None) or exc})") from None
+
+
+def names_mask(words: list[str], vocab) -> torch.Tensor:
+    """[V] bool: the vocabulary's words among `words` (never <eos> or <unk>)."""
     mask = torch.zeros(len(vocab), dtype=torch.bool)
     mask[[vocab.index[w] for w in words if w in vocab.index]] = True
     mask[[vocab.eos, vocab.unk]] = False

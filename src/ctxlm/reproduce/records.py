@@ -39,6 +39,9 @@ RECORD = schemas.record({
     "parameters": schemas.record({"total": _COUNT, "without_embeddings": _COUNT}, description="{total, without_embeddings}"),
     "set": {"type": "array", "items": schemas.text(), "description": "a list of strings"},
     "earlier": {"type": "array", "items": {"type": "object", "description": "a record"}, "description": "a list of records"},
+    "scores": {"type": "object", "additionalProperties": schemas.record(
+        {"command": schemas.text(), "at": schemas.text(), "result": {"type": "object", "description": "the command's JSON"}},
+        ("command", "result"), description="{command, at, result}"), "description": "a table of scores"},
 }, ("table", "row", "finished"), description="a record")
 FINGERPRINT_BATCHES = 20
 CURVE_KEYS = ("epoch", "lr", "train_ppl", "valid_ppl", "tokens_per_s", "elapsed_s")
@@ -124,8 +127,9 @@ def record_from_run(table: str, row: str, run_dir: Path, command: str, previous:
     if results is not None:
         record.update(best_epoch=results["best_epoch"], parameters=results.get("parameters"),
                       valid_ppl=results.get("valid", {}).get("ppl"), test_ppl=results.get("test", {}).get("ppl"))
-    if "fingerprint" in previous:
-        record["fingerprint"] = previous["fingerprint"]
+    for kept in ("fingerprint", "scores"):
+        if kept in previous:
+            record[kept] = previous[kept]
     if earlier:
         record["earlier"] = earlier
     return record

@@ -11,6 +11,7 @@ from ..registry import MODELS
 from ..training.optim import next_lr
 from . import records
 from .runner import RowRun
+from .scores import scores_markdown
 from .tables import METRICS, Table
 
 MEASURED_BATCHES = 40   # timed by --plan --measure (the first two are not: they warm up)
@@ -153,8 +154,11 @@ def table_markdown(table: Table, records_dir: Path) -> str:
     lines = _heading(table) + [
         f"| row | ours: {metric} | source: {metric} | verdict (band {table.band:.0%}) | params ours "
         "(source) | best epoch | commit | hardware | training |", "|---|---|---|---|---|---|---|---|---|"]
+    scored = []
     for row in table.rows:
         record, note = shown(records.load_record(records.record_path(records_dir, *table.record_key(row))))
+        if row.runnable:
+            scored.append((row, record))
         r = record or {}
         valid = r.get("valid_ppl") if table.metric == "test_ppl" else None
         ours = _figure(r.get(table.metric)) + (f" ({_figure(valid)})" if valid else "")
@@ -164,7 +168,7 @@ def table_markdown(table: Table, records_dir: Path) -> str:
         label = row.label + (f" [{row.stand_in}]" if row.stand_in else "") + (f" (= {row.same_as})" if row.same_as else "")
         lines.append(f"| {label} | {ours} | {_source(row, table)} | {verdict(table, row, record)}{note} | {_params(record, row)} | "
                      f"{r.get('best_epoch') or '–'} | {commit} | {hardware} | {wall} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + scores_markdown(table, scored)) + "\n"
 
 
 def report_markdown(tables: list[Table], records_dir: Path) -> str:

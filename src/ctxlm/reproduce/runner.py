@@ -20,7 +20,7 @@ from ..checks import RULES
 from ..errors import CtxlmError
 from ..registry import MODELS
 from ..training.rundir import RunDir, RunLock, git_commit
-from . import records
+from . import records, scores
 from .tables import Row, Table
 
 
@@ -193,6 +193,11 @@ def update_record(run: RowRun, extra: list[str], data_dir=None, log=print, commi
                                      "machine": records.hardware("cpu")}
         except KeyboardInterrupt:
             log(f"{run.name}: fingerprint interrupted; the next call computes it")
+    try:
+        scores.add_scores(run.table, record, run.run_dir, _shown(run.run_dir), data_dir, commit or git_commit(),
+                          run.config(extra).train.threads or None, log)
+    except KeyboardInterrupt:
+        log(f"{run.name}: scoring interrupted; the next call scores it")
     records.save_record(run.record_file, record)
     return record
 
@@ -216,8 +221,9 @@ class Runner:
     def run(self, runs: list[RowRun]) -> int:
         """Train every runnable row that is not done (or left to another process training it); 0 when all
         are done, 130 when stopped early."""
-        for run in runs:
-            if run.row.runnable and run.done() and not (run.record() or {}).get("finished"):
+        for run in runs:     # finished here after its record was written, or not yet scored
+            if run.row.runnable and run.done() and (not (run.record() or {}).get("finished")
+                                                    or scores.missing(run.table, run.record(), run.run_dir)):
                 update_record(run, self.extra, self.data_dir, self.log, self.commit)
         pending = sorted((r for r in runs if r.row.runnable and not r.done()), key=lambda r: not r.started())  # begun first
         for run in runs:

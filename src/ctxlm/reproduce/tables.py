@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,11 +22,20 @@ _ROW = schemas.record({
     "set": {"type": "array", "items": schemas.text('a "section.key=value" string'), "description": 'a list of "section.key=value" strings'},
     "below": _PPL, "same_as": schemas.text('"TABLE/ROW", e.g. "daniluk-4.8/lstm"', pattern="^[a-z0-9.-]+/[a-z0-9.-]+$"),
 }, ("id",), closed=True, description="a row")
+_SCORE = schemas.record({
+    "name": schemas.text("lowercase letters, digits and hyphens", pattern="^[a-z0-9][a-z0-9-]*$"),
+    "command": schemas.text('a ctxlm command line on the run, {run} for its folder, printing JSON (e.g. "lambada {run} --json")',
+                            pattern=r"\{run\}"),
+    "show": {"type": "array", "items": schemas.text('a key of the JSON, dotted for nested ones ("names.accuracy")'),
+             "description": "a list of the JSON's keys"},
+    "metric": {"enum": ["accuracy"], "description": '"accuracy": the row\'s figure is this JSON\'s accuracy, in percent'},
+}, ("name", "command"), closed=True, description="a score")
 # a reproduction table file (reproductions/README.md): what `load_table` checks before it reads a value
 TABLE = schemas.record({
     "title": _TEXT, "spec": _TEXT, "note": _TEXT, "band": schemas.rule("table.band"),
     "metric": {"enum": list(METRICS), "description": " or ".join(METRICS)},
     "row": {"type": "array", "items": _ROW, "description": "a list of [[row]] tables"},
+    "score": {"type": "array", "items": _SCORE, "description": "a list of [[score]] tables"},
 }, closed=True, description="a reproduction table")
 
 
@@ -47,6 +57,18 @@ class Row:
 
 
 @dataclass
+class Score:
+    """A ctxlm command run on each finished row's run directory, its JSON kept in the record (reproduce/scores.py)."""
+    name: str
+    command: str                        # "{run}" stands for the run directory
+    show: list[str] = field(default_factory=list)
+    metric: str | None = None           # "accuracy": the row's figure is the JSON's accuracy, as a percentage
+
+    def argv(self, run_dir: Path | str) -> list[str]:
+        return [part.replace("{run}", str(run_dir)) for part in shlex.split(self.command)]
+
+
+@dataclass
 class Table:
     id: str
     title: str
@@ -56,6 +78,7 @@ class Table:
     note: str
     rows: list[Row]
     path: Path
+    scores: list[Score] = field(default_factory=list)
 
     def record_key(self, row: Row) -> tuple[str, str]:
         """(table, row) of the record that holds `row`'s run: its own, or the row it is the same run as."""
@@ -91,8 +114,15 @@ def load_table(path: str | Path) -> Table:
     ids = [r.id for r in rows]
     if len(set(ids)) != len(ids):
         raise CtxlmError(f"{path}: row {next(i for i in ids if ids.count(i) > 1)!r} appears twice")
+    scores = [Score(raw["name"], raw["command"], raw.get("show", []), raw.get("metric")) for raw in data.get("score", [])]
+    names = [score.name for score in scores]
+    if len(set(names)) != len(names):
+        raise CtxlmError(f"{path}: score {next(n for n in names if names.count(n) > 1)!r} appears twice")
+    for score in scores:
+        if score.metric and score.metric != metric:
+            raise CtxlmError(f"{path}: score {score.name!r} gives the row's {score.metric}, but the table's metric is {metric}")
     return Table(path.stem, data.get("title", path.stem), data.get("spec", ""), metric, float(data.get("band", 0.03)),
-                 data.get("note", ""), rows, path)
+                 data.get("note", ""), rows, path, scores)
 
 
 def table_paths(folder: str | Path) -> list[Path]:
