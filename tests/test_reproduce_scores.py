@@ -61,7 +61,7 @@ def test_a_finished_row_keeps_its_scores_json_with_the_command(scored):
     record = record_of(project)
     kept = record["scores"]["valid"]
     assert kept["result"]["valid"]["ppl"] == pytest.approx(record["valid_ppl"], rel=1e-9)   # eval agrees with training
-    assert kept["command"].startswith("ctxlm eval ") and "runs/scored-1/lstm" in kept["command"] and kept["at"]
+    assert kept["command"] == "ctxlm eval runs/reproduce/scored-1/lstm --split valid --json" and kept["at"]   # as from the project
     assert "broken" not in record["scores"]                          # a failed score is said, not kept
     assert "scoring broken" in output and "the next call tries again" in output
 
@@ -130,3 +130,12 @@ def test_names_capitalised_reads_the_holmes_books_and_refuses_other_runs(runs, t
                    "--names capitalised reads the capitalised words of the Holmes novels")
     with pytest.raises(CtxlmError, match="--names: cannot read"):
         name_words(str(tmp_path / "nope.txt"), None)
+
+
+def test_a_scores_json_names_no_folder_of_this_machine(tmp_path):
+    prefixes = {str(tmp_path / "runs" / "t" / "a"): "runs/reproduce/t/a", str(tmp_path / "data"): "$CTXLM_DATA_DIR"}
+    result = {"run": str(tmp_path / "runs" / "t" / "a"), "file": str(tmp_path / "data" / "lambada" / "dev.txt"),
+              "names": {"file": str(tmp_path / "data2" / "x")}, "n": [1, str(tmp_path / "runs" / "t" / "a.jsonl")]}
+    assert scores.portable(result, prefixes) == {
+        "run": "runs/reproduce/t/a", "file": "$CTXLM_DATA_DIR/lambada/dev.txt",
+        "names": {"file": str(tmp_path / "data2" / "x")}, "n": [1, str(tmp_path / "runs" / "t" / "a.jsonl")]}

@@ -3,6 +3,7 @@ every runnable row has a valid preset, every record belongs to a row, and docs/r
 what `ctxlm reproduce --report` prints from the records."""
 import json
 import re
+import shlex
 from pathlib import Path
 
 from ctxlm.config import apply_overrides, load_toml, validate
@@ -53,3 +54,12 @@ def test_the_report_and_the_plan_count_the_same_runnable_rows(tmp_path):
     summary = report.report_markdown(tables, ROOT / "results").splitlines()[0]
     assert re.search(r"tables: (\d+) runnable here", summary).group(1) == str(planned)
     assert any(row.same_as for table in tables for row in table.rows)       # the case that once counted twice
+
+
+def test_no_score_writes_inside_the_run_it_reads():
+    """`ctxlm lambada`/`complete` refuse an --out inside the run they read: a table's score must write beside it."""
+    for table in load_tables(ROOT / "reproductions"):
+        for score in table.scores:
+            argv = shlex.split(score.command)
+            outs = [argv[i + 1] for i, part in enumerate(argv[:-1]) if part == "--out"]
+            assert all(not out.startswith("{run}/") for out in outs), (table.id, score.name)

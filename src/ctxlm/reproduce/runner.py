@@ -75,11 +75,15 @@ class RowRun:
             argv += [a for o in self.row.overrides + extra for a in ("--set", o)]
         return argv + (["--data-dir", str(data_dir)] if data_dir else [])
 
+    @property
+    def shown_run_dir(self) -> str:
+        """The run directory as a record names it: the default runs folder's, from the project folder."""
+        return f"runs/reproduce/{'/'.join(self.table.record_key(self.row))}"
+
     def command(self, extra: list[str]) -> str:
         """The command that trains this row, as a record keeps it: paths as from the project folder."""
         project = self.table.path.resolve().parent.parent
-        argv = ["train", "--config", str(self.row.preset.relative_to(project)),
-                "--run-dir", f"runs/reproduce/{'/'.join(self.table.record_key(self.row))}"]
+        argv = ["train", "--config", str(self.row.preset.relative_to(project)), "--run-dir", self.shown_run_dir]
         return "ctxlm " + shlex.join(argv + [a for o in self.row.overrides + extra for a in ("--set", o)])
 
     def curve(self) -> list[dict]:
@@ -194,7 +198,7 @@ def update_record(run: RowRun, extra: list[str], data_dir=None, log=print, commi
         except KeyboardInterrupt:
             log(f"{run.name}: fingerprint interrupted; the next call computes it")
     try:
-        scores.add_scores(run.table, record, run.run_dir, _shown(run.run_dir), data_dir, commit or git_commit(),
+        scores.add_scores(run.table, record, run.run_dir, run.shown_run_dir, data_dir, commit or git_commit(),
                           run.config(extra).train.threads or None, log)
     except KeyboardInterrupt:
         log(f"{run.name}: scoring interrupted; the next call scores it")

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..data.registry import search_roots
 from ..errors import CtxlmError
 from .tables import Score, Table
 
@@ -56,10 +57,30 @@ def add_scores(table: Table, record: dict, run_dir: Path, shown_dir: str, data_d
         except CtxlmError as exc:
             log(f"{table.id}/{record['row']}: {exc}; the next call tries again")
             continue
+        result = portable(result, {str(run_dir): shown_dir, str(data_root(data_dir)): "$CTXLM_DATA_DIR"})
         record.setdefault("scores", {})[score.name] = {"command": "ctxlm " + shlex.join(score.argv(shown_dir)),
                                                        "at": commit, "result": result}
         if score.metric:
             record[score.metric] = 100 * result[score.metric]
+
+
+def data_root(data_dir=None) -> Path:
+    """The folder the commands read the corpora from (--data-dir, else $CTXLM_DATA_DIR, else the user cache)."""
+    return search_roots(data_dir)[0]
+
+
+def portable(value, prefixes: dict[str, str]):
+    """`value` (a command's JSON) with this machine's folders, at the start of its strings, named as a record names
+    them (the run directory as from the project folder, the data folder as $CTXLM_DATA_DIR)."""
+    if isinstance(value, dict):
+        return {k: portable(v, prefixes) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v, prefixes) for v in value]
+    if isinstance(value, str):
+        for real, shown in prefixes.items():
+            if value == real or value.startswith(real.rstrip("/") + "/"):
+                return shown + value[len(real.rstrip("/")):]
+    return value
 
 
 def lookup(result: dict, key: str):
