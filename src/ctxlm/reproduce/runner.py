@@ -226,8 +226,9 @@ class Runner:
         """Train every runnable row that is not done (or left to another process training it); 0 when all
         are done, 130 when stopped early."""
         for run in runs:     # finished here after its record was written, or not yet scored
-            if run.row.runnable and run.done() and (not (run.record() or {}).get("finished")
-                                                    or scores.missing(run.table, run.record(), run.run_dir)):
+            record = run.record() if run.row.runnable and run.done() else None
+            if run.row.runnable and run.done() and (not (record or {}).get("finished")
+                                                    or scores.missing(run.table, record, run.run_dir)):
                 update_record(run, self.extra, self.data_dir, self.log, self.commit)
         pending = sorted((r for r in runs if r.row.runnable and not r.done()), key=lambda r: not r.started())  # begun first
         for run in runs:
