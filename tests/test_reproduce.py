@@ -180,6 +180,33 @@ def test_again_retrains_a_finished_row_and_keeps_its_old_figures(reference):
     one_line_error(ctxlm("reproduce", "tiny-1", "--again", *folders(project, "again")), "name the rows")
 
 
+def test_a_record_trained_without_a_setting_the_table_now_sets_is_outdated(reference):
+    """A table that changes a row's `set` after the row was trained: the plan, the report and the runner stop
+    counting the old record as the row's figure, and the next call trains the row anew, keeping the old run."""
+    project, records, _ = reference
+    target = project / "outdated-results" / "tiny-1"
+    shutil.copytree(project / "ref-results" / "tiny-1", target)
+    old = dict(records["rnn"], set=[s for s in records["rnn"]["set"] if s != "train.epochs=12"])
+    (target / "rnn.json").write_text(json.dumps(old))
+    plan = ctxlm("reproduce", "tiny-1", "--plan", *folders(project, "outdated")).stdout
+    assert "tiny-1/rnn: outdated: its record was trained without train.epochs=12, which the table now sets" in plan
+    assert plan.splitlines()[-1] == "3 runnable rows: 2 done, 0 training now, 0 stopped, 0 not started, 1 outdated; 1 unavailable"
+    page = ctxlm("reproduce", "--report", "--tables", project / "reproductions", "--records", project / "outdated-results").stdout
+    assert page.startswith("4 rows in 1 tables: 3 runnable here, 2 measured")
+    assert "| outdated: trained without train.epochs=12, which the table now sets |" in page
+    result = ctxlm("reproduce", "tiny-1", "rnn", *folders(project, "outdated"), "--set", "train.threads=1")
+    assert result.returncode == 0 and "tiny-1/rnn: finished" in result.stdout, result.stdout + result.stderr
+    record = records_of(project, "outdated")["rnn"]
+    same_figures(record, records["rnn"])
+    assert record["earlier"] == [{k: v for k, v in old.items() if k not in ("table", "row")}]
+    shutil.copytree(project / "ref-runs", project / "kept-runs")        # the old settings' run folder is here
+    shutil.copytree(project / "ref-results", project / "kept-results")
+    (project / "kept-results" / "tiny-1" / "rnn.json").write_text(json.dumps(old))
+    result = ctxlm("reproduce", "tiny-1", "rnn", *folders(project, "kept"), "--set", "train.threads=1")
+    assert result.returncode == 0 and f"move {project / 'kept-runs' / 'tiny-1' / 'rnn'} aside" in result.stdout
+    assert json.loads((project / "kept-results" / "tiny-1" / "rnn.json").read_text()) == old     # never continued
+
+
 def test_sigterm_mid_row_resumes_without_retraining_the_finished_row(reference):
     project, expected, _ = reference
     process = reproduce_process(project, "cut", "--jobs", "1")

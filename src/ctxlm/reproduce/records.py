@@ -82,6 +82,13 @@ def load_record(path: str | Path) -> dict | None:
     return schemas.check(record, RECORD, path, "restore it with git or delete it")
 
 
+def unset_settings(record: dict | None, overrides: list[str]) -> list[str]:
+    """The row's `set` settings that its finished record was trained without: the table changed since the run."""
+    if not record or not record["finished"] or "set" not in record:
+        return []
+    return [setting for setting in overrides if setting not in record["set"]]
+
+
 def save_record(path: str | Path, record: dict) -> None:
     atomic_write_text(path, json_text(record, indent=2) + "\n")
 

@@ -77,8 +77,9 @@ def plan_text(runs: list[RowRun], extra: list[str], measure: bool, data_dir=None
             lines.append("    ctxlm " + shlex.join(run.train_argv(extra, data_dir)))
     for (table, reason), rows in unavailable.items():
         lines.append(f"{table}: {len(rows)} row{'s' * (len(rows) > 1)} unavailable ({reason}): {', '.join(rows)}")
+    outdated = f", {states.count('outdated:')} outdated" if "outdated:" in states else ""
     lines.append(f"{len(states)} runnable rows: {states.count('done')} done, {states.count('training')} training now, "
-                 f"{states.count('stopped')} stopped, {states.count('not')} not started; "
+                 f"{states.count('stopped')} stopped, {states.count('not')} not started{outdated}; "
                  f"{sum(map(len, unavailable.values()))} unavailable")
     return "\n".join(lines)
 
@@ -110,6 +111,8 @@ def verdict(table: Table, row, record: dict | None) -> str:
         return f"not here: {row.unavailable}"
     if not record:
         return "not run yet"
+    if records.unset_settings(record, row.overrides):
+        return f"outdated: trained without {', '.join(records.unset_settings(record, row.overrides))}, which the table now sets"
     ours = record.get(table.metric)
     if not record["finished"] or ours is None:
         epochs = len(record.get("curve", []))
@@ -179,7 +182,7 @@ def report_markdown(tables: list[Table], records_dir: Path) -> str:
         if r.runnable and (t.record_key(r) not in runs or not r.same_as):
             runs[t.record_key(r)] = (t, r)
     found = {key: shown(records.load_record(records.record_path(records_dir, *key)))[0] for key in runs}
-    measured = [key for key in runs if (found[key] or {}).get("finished")]
+    measured = [key for key in runs if (found[key] or {}).get("finished") and not records.unset_settings(found[key], runs[key][1].overrides)]
     held = [key for key in measured if verdict(*runs[key], found[key]).startswith("✓")]
     repeated = sum(r.runnable for _, r in rows) - len(runs)
     summary = (f"{len(rows)} rows in {len(tables)} tables: {len(runs)} runnable here"
@@ -204,7 +207,8 @@ def compared_rows(tables: list[Table], records_dir: Path) -> list[dict]:
             theirs = row.source.get("test_ppl")
             record = shown(records.load_record(records.record_path(records_dir, *key)))[0] if row.runnable else None
             if key in seen or table.metric != "test_ppl" or row.stand_in or not isinstance(theirs, (int, float)) \
-                    or not (record or {}).get("finished") or record.get("test_ppl") is None:
+                    or not (record or {}).get("finished") or record.get("test_ppl") is None \
+                    or records.unset_settings(record, row.overrides):
                 continue
             seen.add(key)
             found.append({"table": table.id, "row": row.label, "source": float(theirs), "ours": record["test_ppl"],

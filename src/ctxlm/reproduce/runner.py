@@ -44,8 +44,15 @@ class RowRun:
         files = RunDir(self.run_dir)
         return files.state.exists() or files.previous_state.exists() or files.config.exists()
 
+    def outdated(self) -> list[str]:
+        """The table's settings for this row that its finished record was trained without."""
+        return records.unset_settings(self.record(), self.row.overrides)
+
     def done(self) -> bool:
-        """Finished here, or a finished record (from any machine) unless the row is to train --again."""
+        """Finished here, or a finished record (from any machine) unless the row is to train --again or its
+        record is outdated."""
+        if self.outdated():
+            return False
         if RunDir(self.run_dir).results.exists():
             return True
         record = self.record()
@@ -58,6 +65,9 @@ class RowRun:
             return "unavailable"
         if self.done():
             return "done"
+        if self.outdated():
+            aside = f"; move {self.run_dir} aside to train it again" if self.started() else ""
+            return f"outdated: its record was trained without {', '.join(self.outdated())}, which the table now sets{aside}"
         epochs = len(self.curve()) if self.started() else len((self.record() or {}).get("curve", []))
         writer = RowLock(self.run_dir).held_by_another() or RunLock(self.run_dir).held_by_another()
         if writer:
@@ -234,6 +244,9 @@ class Runner:
         for run in runs:
             if run.row.runnable and run.done():
                 self.log(f"{run.name}: done (record {run.record_file})")
+            elif run.row.runnable and run.outdated() and run.started():   # the old settings' folder: never continued
+                pending.remove(run)
+                self.log(f"{run.name}: {run.status()}")
         handlers = {s: signal.signal(s, self._signal) for s in (signal.SIGINT, signal.SIGTERM)}
         failed = []
         try:
