@@ -372,6 +372,10 @@ def test_the_plan_tells_a_row_in_training_from_a_stopped_one(reference):
         assert lines[0].startswith(f"tiny-1/lstm: training now, 2 epochs finished (process {holder.pid} on ")
         assert lines[1].startswith("1 runnable rows: 0 done, 1 training now,")
     assert plan()[0].startswith("tiny-1/lstm: stopped after epoch 2;")
+    for name in ("metrics.jsonl", "trainer_state.pt"):     # stopped before its first epoch ended
+        (run / name).unlink(missing_ok=True)
+    assert plan()[0].startswith("tiny-1/lstm: started (no epoch finished);")
+    assert plan()[-1].startswith("1 runnable rows: 0 done, 0 training now, 1 stopped,")
 
 
 def test_a_second_reproduce_leaves_a_row_another_process_trains_to_it(reference):

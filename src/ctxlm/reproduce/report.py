@@ -70,7 +70,7 @@ def plan_text(runs: list[RowRun], extra: list[str], measure: bool, data_dir=None
             unavailable.setdefault((run.table.id, run.row.unavailable), []).append(run.row.id)
             continue
         status = run.status()
-        states.append(status.split(" ")[0])
+        states.append("stopped" if status.startswith("started") else status.split(" ")[0])   # started: stopped before an epoch
         cost = "" if status == "done" else f"; {estimate(run, extra, measure, data_dir)}"
         lines.append(f"{run.name}: {status}{cost}")
         if status != "done" and not status.startswith("training now"):
