@@ -111,8 +111,8 @@ def verdict(table: Table, row, record: dict | None) -> str:
         return f"not here: {row.unavailable}"
     if not record:
         return "not run yet"
-    if records.unset_settings(record, row.overrides):
-        return f"outdated: trained without {', '.join(records.unset_settings(record, row.overrides))}, which the table now sets"
+    if unset := records.unset_settings(record, row.overrides):
+        return f"outdated: trained without {', '.join(unset)}, which the table now sets"
     ours = record.get(table.metric)
     if not record["finished"] or ours is None:
         epochs = len(record.get("curve", []))

@@ -65,9 +65,9 @@ class RowRun:
             return "unavailable"
         if self.done():
             return "done"
-        if self.outdated():
+        if unset := self.outdated():
             aside = f"; move {self.run_dir} aside to train it again" if self.started() else ""
-            return f"outdated: its record was trained without {', '.join(self.outdated())}, which the table now sets{aside}"
+            return f"outdated: its record was trained without {', '.join(unset)}, which the table now sets{aside}"
         epochs = len(self.curve()) if self.started() else len((self.record() or {}).get("curve", []))
         writer = RowLock(self.run_dir).held_by_another() or RunLock(self.run_dir).held_by_another()
         if writer:
