@@ -112,6 +112,19 @@ def test_models_command_says_which_families_always_tie():
     assert "tie_weights = false" in lstm and "always ties" not in lstm
 
 
+def test_models_command_tells_apart_the_names_that_share_a_class():
+    lines = dict(line.split(None, 1) for line in ctxlm("models").stdout.splitlines()[:-2] if line.strip())
+    for names in (("attention", "key-value", "key-value-predict"), ("rm", "rmr"), ("lstm", "gru", "rnn-tanh", "rnn-relu")):
+        assert len({lines[name] for name in names}) == len(names), [lines[name] for name in names]
+    assert "Key-Value-Predict" in ctxlm("models", "key-value-predict").stdout.splitlines()[0]
+
+
+def test_info_refuses_preset_options_on_a_trained_run(runs):
+    one_line_error(ctxlm("info", runs["lstm"], "--set", "model.hidden_size=64"), "--set", "for a preset only")
+    one_line_error(ctxlm("info", runs["lstm"], "--vocab-size", "50", "--match-params", "lstm:300x300"),
+                   "--vocab-size, --match-params", "trained run")
+
+
 def allowed_value(key, value, toml: bool = False):
     """The value a TOML value (or, as a string, a --set value) should give, or None where it must be refused.
     In a TOML file (`toml`) a quoted string is never a number or a truth value."""

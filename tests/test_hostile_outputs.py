@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ctxlm as run_ctxlm
-from conftest import digests, one_line_error
+from conftest import digests, one_line_error, tiny_config, toml
 from ctxlm.errors import CtxlmError
 from ctxlm.io import atomic_write, atomic_write_text
 
@@ -126,6 +126,38 @@ def test_a_folder_output_is_refused_before_any_work(world):
     assert (world / "folder").is_dir() and not list((world / "folder").iterdir())
 
 
+FOLDER_COMMANDS = {
+    "curves": lambda w, out: ["curves", w / "lstm", "--out", out],
+    "lambada-task": lambda w, out: ["lambada-task", w / "passages.txt", "--out", out],
+    "import-arpa": lambda w, out: ["import-arpa", w / "m.arpa", out],
+    "train": lambda w, out: ["train", "--config", toml(tiny_config(corpus_paths(w)), w / "c.toml"), "--run-dir", out],
+}
+
+
+def corpus_paths(world) -> dict[str, str]:
+    return {split: str(world / "corpus" / f"{split}.txt") for split in ("train", "valid", "test")}
+
+
+@pytest.mark.parametrize("case", FOLDER_COMMANDS)
+def test_a_folder_output_that_is_a_file_is_refused_and_the_file_kept(world, case):
+    assert run_ctxlm("export-arpa", world / "ngram", world / "m.arpa").returncode == 0
+    (world / "mine.txt").write_text("my notes\n")
+    option = {"import-arpa": "RUN_DIR", "train": "--run-dir"}.get(case, "--out")
+    one_line_error(run_ctxlm(*[str(a) for a in FOLDER_COMMANDS[case](world, world / "mine.txt")]), option,
+                   "mine.txt", "is a file")
+    assert (world / "mine.txt").read_text() == "my notes\n"
+
+
+def test_the_one_best_goes_beside_the_reranked_lists_by_default(world, tmp_path, monkeypatch):
+    (world / "nbest.txt").write_text(NBEST)
+    (world / "out").mkdir()
+    monkeypatch.chdir(tmp_path)
+    result = run_ctxlm("rescore", world / "ngram", world / "nbest.txt", "--lm-weight", "1", "--out", world / "out" / "r.jsonl")
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (world / "out").iterdir()) == ["one_best.txt", "r.jsonl"]
+    assert not (tmp_path / "one_best.txt").exists()
+
+
 def test_a_full_device_is_one_line_saying_disk_full(world):
     full = device(world / "full", FULL)
     line = one_line_error(run_ctxlm(*command(world, "export-arpa", full)), str(full), "disk full")
@@ -186,7 +218,14 @@ sys.exit(main(sys.argv[3:]))
 def ctxlm_process(*args, code=None, **options) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
     command = [sys.executable, "-c", code, *map(str, args)] if code else [sys.executable, "-m", "ctxlm", *map(str, args)]
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **options)
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_sigint, **options)
+
+
+def _default_sigint():
+    """Ctrl-C as a terminal's command gets it: a suite started in the background (`pytest &` in a script)
+    ignores SIGINT, and a child inherits that (Python then installs no handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.mark.parametrize("sent, line, status", [("SIGINT", "ctxlm: interrupted", 130), ("SIGTERM", "ctxlm: terminated", 143)])

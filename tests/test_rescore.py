@@ -45,6 +45,15 @@ def world(tmp_path):
     return tmp_path
 
 
+def test_import_arpa_names_the_corpus_eval_scores_and_refuses_files_without_training_text(tmp_path):
+    run = unigram_run(tmp_path / "a")
+    result = ctxlm("import-arpa", tmp_path / "a" / "u.arpa", tmp_path / "b")
+    assert "scores ptb's valid and test text" in result.stdout and "--file TEXT" in result.stdout
+    one_line_error(ctxlm("import-arpa", tmp_path / "a" / "u.arpa", tmp_path / "c", "--set", "data.dataset=files",
+                         "--set", f"data.valid={run / 'config.toml'}"), "data.dataset=files", "data.train")
+    assert not (tmp_path / "c").exists()
+
+
 def test_word_errors():
     cases = [("a b c", "a x c", 1), ("a b c", "a c", 1), ("a b", "a b c d", 2), ("", "a b", 2), ("a b", "", 2),
              ("a b c d", "b a c d", 2), ("the cat sat", "the cat sat", 0), ("a b c", "x y z", 3),

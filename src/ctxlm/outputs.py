@@ -29,10 +29,12 @@ OUTPUTS = {
     "attention": ("out", ("run",)),
     "analyze": ("out", ("run", "runs")),
     "curves": ("out", ("runs",)),
+    "train": ("run_dir", ("config",)),
 }
-# the commands whose output is one file (the others write a folder), with any second output file
-FILES = {"export-arpa": (), "export-onnx": (), "complete": (), "lambada": (), "harness": (), "names": (),
-         "rescore": ("one_best",)}
+# the commands whose output is one file (the others write a folder), with any second output file and the name
+# it takes in the first one's folder when not given
+FILES = {"export-arpa": {}, "export-onnx": {}, "complete": {}, "lambada": {}, "harness": {}, "names": {},
+         "rescore": {"one_best": "one_best.txt"}}
 
 
 def check_outputs(args) -> None:
@@ -52,17 +54,20 @@ def check_outputs(args) -> None:
     for name in reads:
         value = getattr(args, name, None)
         inputs += value if isinstance(value, list) else [value]
-    option = "--out" if attribute == "out" else attribute.upper()
+    option = "--run-dir" if args.command == "train" else "--out" if attribute == "out" else attribute.upper()
     check_output(output, option, [p for p in inputs if p is not None and str(p) != "-"])
-    if args.command in FILES:
-        check_writable_file(output, option)
-        for other in FILES[args.command]:
-            if getattr(args, other, None) is not None:
-                second = "--" + other.replace("_", "-")
-                if _resolved(Path(getattr(args, other))) == _resolved(Path(output)):
-                    raise CtxlmError(f"{second} {getattr(args, other)}: the same file as {option}; the second would "
-                                     f"overwrite the first: give them different names")
-                check_writable_file(getattr(args, other), second)
+    if args.command not in FILES:
+        check_writable_folder(output, option)
+        return
+    check_writable_file(output, option)
+    for other, default_name in FILES[args.command].items():
+        if getattr(args, other, None) is None:
+            setattr(args, other, str(Path(output).parent / default_name))
+        second = "--" + other.replace("_", "-")
+        if _resolved(Path(getattr(args, other))) == _resolved(Path(output)):
+            raise CtxlmError(f"{second} {getattr(args, other)}: the same file as {option}; the second would "
+                             f"overwrite the first: give them different names")
+        check_writable_file(getattr(args, other), second)
 
 
 def check_output(output, option: str, inputs) -> Path:
@@ -98,6 +103,16 @@ def check_writable_file(output, option: str) -> None:
         raise CtxlmError(f"{option} {output}: {folder} is a file, not a folder; choose another {option}")
     if not os.access(folder, os.W_OK):
         raise CtxlmError(f"{option} {output}: the folder {folder} cannot be written; choose another {option}")
+
+
+def check_writable_folder(output, option: str) -> None:
+    """Before any work: refuse an output folder that is an existing file, or whose nearest existing parent is one."""
+    out = Path(output)
+    if out.exists() and not out.is_dir():
+        raise CtxlmError(f"{option} {output}: is a file; this command writes a folder of files there: give a folder name")
+    folder = next(parent for parent in out.absolute().parents if parent.exists())
+    if not folder.is_dir():
+        raise CtxlmError(f"{option} {output}: {folder} is a file, not a folder; choose another {option}")
 
 
 def _resolved(path: Path) -> Path:

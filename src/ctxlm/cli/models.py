@@ -12,7 +12,7 @@ from .common import config_from_args, data_dir_option, match_params_option, run_
 def add_info(sub) -> None:
     p = sub.add_parser("info", help="configuration, vocabulary size and parameter counts of a run or preset")
     p.add_argument("target", help="run directory or TOML preset")
-    set_option(p)
+    set_option(p, "for a preset: override one setting, e.g. --set model.hidden_size=650 (a run keeps its own)")
     p.add_argument("--vocab-size", type=option(int, at_least(2)), help="for a preset: use this vocabulary size instead of reading the data")
     match_params_option(p)
     data_dir_option(p)
@@ -27,6 +27,12 @@ def cmd_info(args) -> int:
     target = Path(args.target)
     if target.is_dir():
         from ..run import load
+
+        given = [name for name, value in (("--set", args.set), ("--vocab-size", args.vocab_size),
+                                          ("--match-params", args.match_params)) if value]
+        if given:
+            raise CtxlmError(f"{', '.join(given)}: for a preset only; {target} is a trained run, whose configuration "
+                             "and sizes are its own: give its preset to see the sizes another setting gives")
 
         run = load(target)
         config, vocab_size, model = run.config, len(run.vocab), run.model
@@ -142,15 +148,17 @@ def add_import_arpa(sub) -> None:
     p = sub.add_parser("import-arpa", help="make a run directory from an ARPA file, to eval and score it like any model")
     p.add_argument("arpa", help="ARPA file")
     p.add_argument("run_dir", help="new run directory")
-    set_option(p, "e.g. --set data.dataset=wikitext-2 for `ctxlm eval`")
+    set_option(p, "the corpus `ctxlm eval RUN_DIR` scores, e.g. --set data.dataset=wikitext-2 (default ptb; "
+               "any text: `ctxlm eval RUN_DIR --file TEXT`)")
     p.set_defaults(func=cmd_import_arpa)
 
 
 def cmd_import_arpa(args) -> int:
     from ..training.count import import_arpa
 
-    model, vocab = import_arpa(args.arpa, args.run_dir, args.set or [])
-    print(f"imported a {model.order}-gram model with {len(vocab):,} words into {Path(args.run_dir)}")
+    model, vocab, dataset = import_arpa(args.arpa, args.run_dir, args.set or [])
+    print(f"imported a {model.order}-gram model with {len(vocab):,} words into {Path(args.run_dir)}; "
+          f"`ctxlm eval {args.run_dir}` scores {dataset}'s valid and test text, `--file TEXT` any other")
     return 0
 
 
@@ -166,12 +174,12 @@ def cmd_models(args) -> int:
     from ..models.base import softmax_ties
 
     if not args.name:
-        for name, cls in sorted(MODELS.items()):
-            print(f"{name:<20}{(cls.__doc__ or '').strip().splitlines()[0]}")
+        for name in sorted(MODELS):
+            print(f"{name:<20}{_summary(name)}")
         print("\n`ctxlm models NAME` lists a model's [model] keys with their defaults.")
         return 0
     options = family_options(args.name)
-    print(f"{args.name}: {(MODELS[args.name].__doc__ or '').strip().splitlines()[0]}\n")
+    print(f"{args.name}: {_summary(args.name)}\n")
     print("[model]  # keys every model shares")
     for key, default, comment in described(ModelConfig, shared_fields(ModelConfig)):
         if key in MODELS[args.name].unread_keys:
@@ -186,3 +194,11 @@ def cmd_models(args) -> int:
     for key, default, comment in rows:
         print(f"{key} = {_toml_value(default)}".ljust(28) + f"# {comment}")
     return 0
+
+
+def _summary(name: str) -> str:
+    """One line on a registered model: its own where names share a class, else the class's first docstring line."""
+    from ..models import MODELS
+
+    cls = MODELS[name]
+    return cls.summaries.get(name) or (cls.__doc__ or "").strip().splitlines()[0]

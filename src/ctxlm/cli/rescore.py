@@ -32,8 +32,8 @@ def add_rescore(sub) -> None:
                    "writes them): they are negated")
     p.add_argument("--out", default="rescored.jsonl", help="the reranked lists, one JSON line per hypothesis, best first "
                    "(default ./rescored.jsonl)")
-    p.add_argument("--one-best", default="one_best.txt", help="each utterance's chosen hypothesis, 'UTTERANCE-ID WORD ...' "
-                   "(default ./one_best.txt)")
+    p.add_argument("--one-best", help="each utterance's chosen hypothesis, 'UTTERANCE-ID WORD ...' "
+                   "(default one_best.txt in --out's folder)")
     p.add_argument("--batch-size", type=option(int, at_least(1)), default=50, help="hypotheses per forward pass (default 50)")
     pretokenized_option(p, "each hypothesis")
     data_dir_option(p)

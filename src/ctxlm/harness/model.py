@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -148,6 +149,21 @@ def bars_off_in_logs():
         std.tqdm.__init__ = own
 
 
+@contextlib.contextmanager
+def bootstrap_in_process():
+    """The harness's bootstrap of standard errors in this process (its DISABLE_MULTIPROC), unless the user set it:
+    its pool is fork()ed from a process whose PyTorch (or caller's) threads may hold a lock at that moment, and
+    then hangs in "bootstrapping for stddev" (seen in the tests); both ways draw the same samples (chunk i seeded
+    with i), and the default 1,000 are one chunk, which the pool gives to one worker anyway."""
+    given = "DISABLE_MULTIPROC" in os.environ
+    os.environ.setdefault("DISABLE_MULTIPROC", "1")
+    try:
+        yield
+    finally:
+        if not given:
+            del os.environ["DISABLE_MULTIPROC"]
+
+
 def evaluate(run: str | Path | Run, tasks: list[str], include_path: str | None = None, limit: int | None = None,
              num_fewshot: int | None = None, bootstrap_iters: int = 1000, harness_tasks: bool = True, **model_args) -> dict:
     """The harness's results (its `evaluate`) of the run on `tasks`, found among the harness's own (unless not
@@ -181,7 +197,7 @@ def evaluate(run: str | Path | Run, tasks: list[str], include_path: str | None =
         elif task.get_config("num_fewshot") is None:
             task.set_config(key="num_fewshot", value=0)
         task.set_fewshot_seed(seed=1234)
-    with contextlib.redirect_stdout(sys.stderr), bars_off_in_logs():     # the harness prints its progress: keep stdout for results
+    with contextlib.redirect_stdout(sys.stderr), bars_off_in_logs(), bootstrap_in_process():   # its progress to stderr: stdout holds the results
         try:
             results = harness_evaluate(lm=model, task_dict=loaded, limit=limit, bootstrap_iters=bootstrap_iters,
                                        log_samples=False, verbosity="WARNING")

@@ -43,6 +43,11 @@ class DanilukAttentionLM(LanguageModel):
     Options = DanilukOptions
     unread_keys = ("layers", "dropout")
     exposes_attention = rnn_state_first = True
+    summaries = {"attention": "LSTM LM attending over its previous `window` outputs, h_t as key, value and predictor "
+                              "(Daniluk 2016 §3.3).",
+                 "key-value": "Daniluk's Key-Value attention: h_t split into key and value parts (§3.4).",
+                 "key-value-predict": "Daniluk's Key-Value-Predict attention: h_t split into key, value and predict "
+                                      "parts (§3.5)."}
 
     def __init__(self, vocab_size: int, variant: str = "attention", emb_size: int = 300, hidden_size: int = 300,
                  window: int = 4, init_range: float = 0.1, forget_bias: float = 1.0):

@@ -149,6 +149,7 @@ class LanguageModel(nn.Module):
     output: nn.Module
     Options: type = NoOptions     # the family's own [model] options (ARCHITECTURE.md "Model options")
     unread_keys: tuple[str, ...] = ()  # shared [model] keys the family does not read: set, they are an error
+    summaries: dict[str, str] = {}  # one line per registered name where names share the class (`ctxlm models`)
     count_based = False           # estimated from counts (`estimate`, stored by `tensors`), not trained by gradient
     left_to_right = True          # a next-word distribution from the words before; False: whole sentences only
     any_output_layer = True       # False: it reads its softmax beyond the interface, so [output] stays softmax

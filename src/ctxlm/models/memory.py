@@ -199,6 +199,8 @@ class RecurrentMemoryLM(LanguageModel):
 
     Options = MemoryOptions
     exposes_attention = memory_block = True
+    summaries = {"rm": "Recurrent Memory network RM: LSTM → Memory Block over the last n words ([002] §3.2).",
+                 "rmr": "Recurrent Memory network RMR: LSTM → Memory Block → LSTM ([002] §3.2)."}
 
     def __init__(self, vocab_size: int, architecture: str = "rm", emb_size: int = 128, hidden_size: int = 128,
                  layers: int = 1, dropout: float = 0.0, tie_weights: bool = False, init_range: float = 0.05,

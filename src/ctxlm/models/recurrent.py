@@ -46,6 +46,10 @@ class RecurrentLM(LanguageModel):
 
     Options = RecurrentOptions
     rnn_state_first = True
+    summaries = {"lstm": "LSTM LM (SPEC §1.6a): embedding → stacked LSTM layers → softmax.",
+                 "gru": "GRU LM: embedding → stacked GRU layers → softmax.",
+                 "rnn-tanh": "Elman RNN LM, tanh units: embedding → stacked recurrent layers → softmax.",
+                 "rnn-relu": "Elman RNN LM, ReLU units: embedding → stacked recurrent layers → softmax."}
 
     def __init__(self, vocab_size: int, cell: str = "lstm", emb_size: int = 300, hidden_size: int = 300,
                  layers: int = 1, dropout: float = 0.0, tie_weights: bool = False, init_range: float = 0.1,

@@ -58,7 +58,8 @@ def _estimate(config: Config, run_dir: RunDir, data_dir, log) -> dict:
 
 
 def import_arpa(arpa: str | Path, run_dir: str | Path, overrides: list[str], warn=warn):
-    """Make a new run directory from an ARPA file (`overrides` e.g. data.dataset=...); return its model and vocabulary."""
+    """Make a new run directory from an ARPA file (`overrides` e.g. data.dataset=...); return its model, vocabulary
+    and the dataset `ctxlm eval` scores it on."""
     from ..models.arpa import read_arpa
 
     run_dir = RunDir(run_dir)
@@ -67,6 +68,9 @@ def import_arpa(arpa: str | Path, run_dir: str | Path, overrides: list[str], war
     model, vocab = read_arpa(arpa)
     config = apply_overrides(Config(), [*overrides, "model.name=kneser-ney", f"model.order={model.order}"])
     check_config(config)
+    if config.data.dataset == "files" and not config.data.train:
+        raise CtxlmError('--set data.dataset=files: `ctxlm eval` needs data.train for that corpus (with data.valid and '
+                         'data.test): give it, or leave data.dataset out and score any text with `ctxlm eval RUN_DIR --file TEXT`')
     if "<unk>" not in model.arpa_words:
         warn(f"warning: {arpa} has no <unk> unigram: a word outside its {len(vocab):,} words gets probability 0 "
              "(perplexity inf); estimate it with <unk> (KenLM does by default)")
@@ -74,4 +78,4 @@ def import_arpa(arpa: str | Path, run_dir: str | Path, overrides: list[str], war
     if not any(o.split("=", 1)[0].strip() in ("data.dataset", "data.prepared") for o in overrides):
         WHITESPACE.save(run_dir.text)           # an ARPA file says nothing of its corpus's tokeniser
     run_dir.save_weights(model, identity("kneser-ney", vocab))
-    return model, vocab
+    return model, vocab, config.data.prepared or config.data.dataset
