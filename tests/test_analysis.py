@@ -73,3 +73,29 @@ def test_attention_command_refuses_models_without_attention(tmp_path, corpus):
     done = subprocess.run([sys.executable, "-m", "ctxlm", "attention", str(tmp_path / "run"), "--text", "a b"],
                           capture_output=True, text=True)
     assert done.returncode == 2 and "has no attention" in done.stderr
+
+
+def test_attention_on_a_long_text_explains_a_span_and_plots_its_band(runs, tmp_path):
+    """300 words: 50 predictions by default, --start/--words choose others; the plot stays small (the band of the
+    window-3 model), whatever the length of the text."""
+    import struct
+
+    from conftest import ctxlm, one_line_error
+
+    words = ("the cat sat on a mat while dog ran " * 34).split()[:300]
+    done = ctxlm("attention", runs["attention"], "--text", " ".join(words), "--out", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    assert "explained predictions 1-50 of 301" in done.stderr and "--start and --words" in done.stderr
+    assert len(json.loads((tmp_path / "out" / "attention.json").read_text())["attention"]) == 50
+    done = ctxlm("attention", runs["attention"], "--text", " ".join(words), "--start", 250, "--words", 20,
+                 "--out", tmp_path / "span")
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "span" / "attention.json").read_text())
+    assert result["first"] == 250 and result["targets"] == words[249:269] and result["inputs"] == words[248:268]
+    assert len(result["attention_columns"]) == 1 + 269          # <h0>, <eos> and the 268 words read
+    for t, row in enumerate(result["attention"], 249):          # row: the prediction made after input t
+        assert sum(row) == pytest.approx(1.0, abs=1e-5) and all(w == 0 for w in row[1 + t:])
+        assert all(w == 0 for w in row[1:1 + t - 3])           # window 3: nothing further back
+    width, height = struct.unpack(">II", (tmp_path / "span" / "attention.png").read_bytes()[16:24])
+    assert width < 1500 and height < 1500, (width, height)
+    one_line_error(ctxlm("attention", runs["attention"], "--text", " ".join(words), "--start", 400), "--start 400", "301")

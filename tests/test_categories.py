@@ -95,3 +95,38 @@ def test_a_plot_with_every_perplexity_infinite_is_still_written(tmp_path):
             {"group": "special", "category": "<unk>", "tokens": 2, "ppl": math.inf}]
     plot_categories({"cache": rows}, tmp_path / "categories.png")
     assert (tmp_path / "categories.png").stat().st_size > 1000
+
+
+def test_categories_refuses_runs_on_other_data_before_scoring(runs, tmp_path, monkeypatch):
+    """Side by side only on the same data: another corpus's files, or the same files with another vocabulary."""
+    from conftest import ctxlm, one_line_error, tiny_config
+    from ctxlm.evaluation import scoring
+    from ctxlm.training.count import estimate_run
+
+    real = scoring.stream_log_probs
+    monkeypatch.setattr(scoring, "stream_log_probs", lambda *a, **k: pytest.fail("scored runs on different datasets"))
+    one_line_error(ctxlm("analyze", "categories", runs["lstm"], runs["other"], "--out", tmp_path / "out"),
+                   "analyze categories", str(runs["lstm"]), str(runs["other"]), "other_corpus", "same dataset")
+    monkeypatch.setattr(scoring, "stream_log_probs", real)
+    corpus = {s: str(runs["corpus"] / f"{s}.txt") for s in ("train", "valid", "test")}
+    small = tiny_config(corpus, name="kneser-ney", order=3)
+    small.data.max_vocab = 8
+    estimate_run(small, tmp_path / "small", log=lambda *a: None)
+    one_line_error(ctxlm("analyze", "categories", runs["ngram"], tmp_path / "small", "--out", tmp_path / "out"),
+                   "targets of the test split", "ngram", "small", "same data and vocabulary")
+    done = ctxlm("analyze", "categories", runs["ngram"], runs["lstm"], "--out", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+
+
+def test_categories_names_its_split_and_a_missing_default_one(tmp_path, corpus):
+    from conftest import ctxlm, one_line_error, tiny_config
+    from ctxlm.training.count import estimate_run
+
+    config = tiny_config({**corpus, "test": ""}, name="kneser-ney", order=3)
+    estimate_run(config, tmp_path / "run", log=lambda *a: None)
+    one_line_error(ctxlm("analyze", "categories", tmp_path / "run"),
+                   "analyze categories reads the test split by default", "has splits train, valid", "give --split valid")
+    one_line_error(ctxlm("analyze", "categories", tmp_path / "run", "--split", "test"), "--split test:", "train, valid")
+    done = ctxlm("analyze", "categories", tmp_path / "run", "--split", "valid", "--out", tmp_path / "out")
+    assert done.returncode == 0 and "valid split" in done.stdout, done.stderr
+    assert "(default test)" in ctxlm("analyze", "categories", "--help").stdout

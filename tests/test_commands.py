@@ -122,6 +122,21 @@ def test_curves_prints_each_epoch_stars_the_best_and_rejects_bad_records(tmp_pat
     one_line_error(ctxlm("curves", tmp_path / "run"), "metrics.jsonl line 2", "valid_ppl")
 
 
+def test_curves_skips_a_run_without_epochs_with_a_note(runs, tmp_path):
+    """A count-based run (no metrics.jsonl) beside a trained one: the trained one's curve, a note for the other."""
+    done = ctxlm("curves", runs["ngram"], runs["lstm"], "--out", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    note = done.stderr.strip().splitlines()
+    assert len(note) == 1 and note[0].startswith("note: skipped") and f"{runs['ngram']}: no metrics.jsonl" in note[0]
+    assert "lstm: 1 epochs" in done.stdout and "ngram" not in done.stdout.split("wrote")[0]
+    assert list(json.loads((tmp_path / "out" / "curves.json").read_text())) == ["lstm"]
+    (tmp_path / "started").mkdir()
+    (tmp_path / "started" / "config.toml").write_text((runs["lstm"] / "config.toml").read_text())
+    one_line_error(ctxlm("curves", runs["ngram"], tmp_path / "started"), "no run has a curve",
+                   str(runs["ngram"]), str(tmp_path / "started"))
+    one_line_error(ctxlm("curves", runs["lstm"], tmp_path / "missing"), "missing", "not a run directory")
+
+
 def test_a_reader_that_stops_early_ends_the_command_quietly(runs, tmp_path):
     """`ctxlm score RUN | head -1`: once the reader has gone, no error line, the status of a writer stopped by the pipe."""
     text = tmp_path / "long.txt"

@@ -95,6 +95,8 @@ OPTIONS = [
     ("info", "--vocab-size", int, lambda v: v >= 2),
     ("attention", "--line", int, lambda v: v >= 1),
     ("attention", "--top", int, lambda v: v >= 1),
+    ("attention", "--start", int, lambda v: v >= 1),
+    ("attention", "--words", int, lambda v: v >= 1),
     ("analyze attention-by-position", "--max-tokens", int, lambda v: v >= 0),
     ("analyze memory", "--max-tokens", int, lambda v: v >= 0),
     ("analyze memory", "--samples", int, lambda v: v >= 1),
@@ -155,7 +157,7 @@ def test_size_options_are_checked(text, size):
 
 def _command(command, option, runs, out, holmes=None):
     """The arguments of a working `command`; `holmes`: the data folder of the two-novel sample (conftest)."""
-    text = ["--text", "the cat sat on a mat"] if command == "attention" and option == "--top" else []
+    text = ["--text", "the cat sat on a mat"] if command == "attention" and option in ("--top", "--start", "--words") else []
     cache = ["--cache", "--cache-window=100", "--cache-theta=0.3", "--cache-lambda=0.1"] if option.startswith("--cache") else []
     cache += ["--dynamic"] if option.startswith("--dynamic") else []
     if command == "analyze categories":
@@ -232,6 +234,10 @@ def test_every_numeric_option_is_checked(runs, tmp_path, holmes_data, command, o
         one_line_error(result, f"argument {option}: must be ", f"got {value!r}")
     elif option == "--line" and want > 12:      # the valid split has 12 lines
         one_line_error(result, f"--line {want}: the valid split has 12 non-empty lines")
+    elif option == "--start" and want > 7:      # six words and the <eos> after them
+        one_line_error(result, f"--start {want}: the text has 6 words", "from 1 to 7")
+    elif option == "--words" and want < 7:      # fewer predictions than the text has: a note says which
+        assert result.returncode == 0 and f"note: explained predictions 1-{want} of 7" in result.stderr, result.stderr
     elif option == "--dynamic-lr" and result.returncode:        # steps this large may diverge: a clear stop
         one_line_error(result, "dynamic evaluation diverged", "--dynamic-lr")
     elif command == "start-state" and option == "--tokens" and result.returncode:   # too few for two sentences

@@ -19,27 +19,38 @@ def _require_attention(model, name):
 
 
 @torch.no_grad()
-def explain(run, words: list[str], top: int = 5) -> dict:
-    """Attention of each predicted word over the input words, and the top predictions, for one text."""
+def explain(run, words: list[str], top: int = 5, first: int = 1, count: int | None = None) -> dict:
+    """Attention over the input words, and the top predictions, of predictions first … first + count − 1 of one
+    text (1-based; prediction len(words) + 1 is the <eos> after it; count None: to the end), the model reading
+    the text from the zero state only up to the last of them: the work grows with the text up to there, the
+    rows with `count` alone.
+
+    Rows: those predictions ("inputs" the word read, "targets" the word to predict, "first" the number of the
+    first, "words" the text's length); columns: the zero slot h_0 (attentive-lm only) and every input read, <eos> first."""
     model, vocab = run.model, run.vocab
     _require_attention(model, run.config.model.name)
     inputs = [EOS] + words
     targets = words + [EOS]
-    ids = vocab.encode(inputs).unsqueeze(0)
-    out = model(ids)
-    log_probs = model.log_probs(out)[0]
-    target_ids = vocab.encode(targets)
+    if not 1 <= first <= len(targets):
+        raise CtxlmError(f"--start {first}: the text has {len(words)} words; give --start from 1 to {len(targets)} "
+                         f"({len(targets)}: the <eos> after them)")
+    begin = first - 1
+    end = len(inputs) if count is None else min(begin + count, len(inputs))
+    out = model(vocab.encode(inputs[:end]).unsqueeze(0))
+    log_probs = model.log_probs(out)[0, begin:end]
+    target_ids = vocab.encode(targets[begin:end])
     distances = model.attention_distances(out)[0]
-    length = len(inputs)
-    matrix = torch.zeros(length, length + 1)        # column 0: the zero slot h_0 (attentive-lm only)
-    for t in range(length):    # distance d ≥ 0: the slot of input t − d (its word, or the output after it); −1: zero slot
+    matrix = torch.zeros(end - begin, end + 1)      # column 0: the zero slot h_0 (attentive-lm only)
+    # distance d ≥ 0: the slot of input t − d (its word, or the output after it); −1: zero slot
+    for row, t in enumerate(range(begin, end)):
         for weight, distance in zip(out.attention[0, t].tolist(), distances[t].tolist()):
             if weight > 0 and t - distance >= 0:
-                matrix[t, 0 if distance < 0 else 1 + t - distance] += weight
+                matrix[row, 0 if distance < 0 else 1 + t - distance] += weight
     best = log_probs.topk(min(top, log_probs.size(-1)), -1)
     return {
-        "model": run.config.model.name, "inputs": inputs, "targets": targets,
-        "attention_columns": ["<h0>"] + inputs, "attention": matrix.tolist(),
+        "model": run.config.model.name, "first": first, "words": len(words),
+        "inputs": inputs[begin:end], "targets": targets[begin:end],
+        "attention_columns": ["<h0>"] + inputs[:end], "attention": matrix.tolist(),
         "target_log_probs": log_probs.gather(-1, target_ids.view(-1, 1)).squeeze(-1).tolist(),
         "top": [[{"word": vocab.words[i], "log_prob": round(lp, 4)} for lp, i in zip(row_lp, row_i)]
                 for row_lp, row_i in zip(best.values.tolist(), best.indices.tolist())],
@@ -47,19 +58,25 @@ def explain(run, words: list[str], top: int = 5) -> dict:
 
 
 def plot_heatmap(result: dict, path: str | Path) -> None:
-    """Inputs (columns) × predicted words (rows), darker = more attention, as Salton's Figures 2–3."""
+    """Inputs (columns) × predicted words (rows), darker = more attention, as Salton's Figures 2–3: the band the
+    rows attend to, at most as many inputs before the first row's as there are rows (the rest: attention.json)."""
     plt = pyplot()
     matrix = torch.tensor(result["attention"])
-    columns = result["attention_columns"]
-    if not matrix[:, 0].any():                      # no zero slot in this model
-        matrix, columns = matrix[:, 1:], columns[1:]
-    rows = [f"{t}" for t in result["targets"]]
+    rows = len(result["targets"])
+    begin = result["first"] - 1                     # the input of the first row, as a column of matrix[:, 1:]
+    attended = matrix[:, 1:].any(0).nonzero()
+    lowest = max(int(attended[0]) if len(attended) else begin, begin - rows)
+    columns = result["attention_columns"][1 + lowest:]
+    band = matrix[:, 1 + lowest:]
+    cut = bool(matrix[:, 1:1 + lowest].any())
+    if matrix[:, 0].any():                          # the zero slot of an attentive LM
+        band, columns = torch.cat([matrix[:, :1], band], 1), ["<h0>"] + columns
     size = max(4.0, 0.32 * len(columns) + 2)
-    fig, ax = plt.subplots(figsize=(size, max(3.5, 0.3 * len(rows) + 2)))
-    image = ax.imshow(matrix.numpy(), cmap="Blues", vmin=0, vmax=1, aspect="auto")
+    fig, ax = plt.subplots(figsize=(size, max(3.5, 0.3 * rows + 2)))
+    image = ax.imshow(band.numpy(), cmap="Blues", vmin=0, vmax=1, aspect="auto")
     ax.set_xticks(range(len(columns)), columns, rotation=90, fontsize=8)
-    ax.set_yticks(range(len(rows)), rows, fontsize=8)
-    ax.set_xlabel("attended input word (memory)")
+    ax.set_yticks(range(rows), result["targets"], fontsize=8)
+    ax.set_xlabel("attended input word (memory)" + (f"; to the first {lowest} inputs: attention.json" if cut else ""))
     ax.set_ylabel("predicted word")
     ax.set_title(f"{result['model']}: attention over past outputs")
     fig.colorbar(image, ax=ax, fraction=0.03)

@@ -4,7 +4,38 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ..errors import CtxlmError
 from ..io import pyplot, save_figure
+
+
+def _dataset(run) -> str:
+    """What names a run's data: the dataset, with its files or prepared folder where it has them."""
+    d = run.config.data
+    if d.dataset == "files":
+        return f"'files' ({', '.join(str(Path(f).resolve()) for f in (d.train, d.valid, d.test) if f)})"
+    if d.dataset == "prepared":
+        return f"'prepared' ({Path(d.prepared).resolve()})"
+    return repr(d.dataset)
+
+
+def check_same_dataset(runs, what: str) -> None:
+    """Runs compared side by side were trained on the same data (the same files, for `files` and `prepared`)."""
+    first = runs[0]
+    for run in runs[1:]:
+        if _dataset(run) != _dataset(first):
+            raise CtxlmError(f"{what}: {first.path} is on {_dataset(first)}, {run.path} on {_dataset(run)}; "
+                             "compare runs trained on the same dataset")
+
+
+def check_same_targets(tables: dict[str, list[dict]], split: str, what: str) -> None:
+    """Every run's categories hold the same targets of `split` (else a row's token count would be wrong for some)."""
+    (first, rows), *others = tables.items()
+    for label, other in others:
+        for row, theirs in zip(rows, other):
+            if row["tokens"] != theirs["tokens"]:
+                raise CtxlmError(f"{what}: {row['category']!r} counts {row['tokens']:,} targets of the {split} split "
+                                 f"in {first} and {theirs['tokens']:,} in {label} (a different split or vocabulary); "
+                                 "compare runs with the same data and vocabulary")
 
 
 def plot_categories(tables: dict[str, list[dict]], path: str | Path) -> None:

@@ -12,6 +12,10 @@ from ..training.rundir import RunDir
 REQUIRED = ("epoch", "lr", "train_ppl", "valid_ppl", "elapsed_s")
 
 
+class NoCurve(CtxlmError):
+    """A run directory with no finished epoch to show (still starting, or a count-based model)."""
+
+
 def read_curve(run_dir: str | Path) -> list[dict]:
     """The epoch records the trainer wrote to RUN/metrics.jsonl, checked line by line."""
     files = RunDir(run_dir)
@@ -19,7 +23,7 @@ def read_curve(run_dir: str | Path) -> list[dict]:
     if not path.is_file():
         if not files.config.is_file():
             raise CtxlmError(f"{run_dir}: not a run directory (no config.toml, no metrics.jsonl); give a folder `ctxlm train` wrote")
-        raise CtxlmError(f"{run_dir}: no metrics.jsonl (no epoch has finished yet, or a count-based model, "
+        raise NoCurve(f"{run_dir}: no metrics.jsonl (no epoch has finished yet, or a count-based model, "
                          "which has no epochs)")
     rows = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -35,7 +39,7 @@ def read_curve(run_dir: str | Path) -> list[dict]:
         row.update({k: math.nan for k in ("train_ppl", "valid_ppl") if row[k] is None})      # null: not a number
         rows.append(row)
     if not rows:
-        raise CtxlmError(f"{path}: empty (no epoch has finished yet)")
+        raise NoCurve(f"{path}: empty (no epoch has finished yet)")
     return rows
 
 

@@ -1,6 +1,7 @@
 """Analysis commands: `attention` for one text, `analyze ANALYSIS` over a split, `curves` of runs."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from ..checks import SEED, at_least, option
@@ -9,6 +10,7 @@ from ..io import atomic_write_text
 from .common import (
     Parser,
     cache_options,
+    check_split,
     data_dir_option,
     left_to_right,
     out_folder_option,
@@ -16,7 +18,6 @@ from .common import (
     pretokenized_option,
     run_argument,
     split_data,
-    split_ids,
     split_option,
     with_cache,
 )
@@ -31,13 +32,20 @@ def _attending() -> str:
 def add_attention(sub) -> None:
     p = sub.add_parser("attention", help="attention heatmap and top predictions of an attention model for one text",
                        description="Writes attention.png (predicted words x attended inputs), predictions.png "
-                                   "(top-k next words with natural-log probabilities per position) and attention.json.")
+                                   "(top-k next words with natural-log probabilities per position) and attention.json "
+                                   "for at most --words predictions from --start; a longer text's others are left out, "
+                                   "with a note. The model reads the text only up to the last of them.")
     run_argument(p, _attending())
     p.add_argument("--text", help="the text to explain (tokenised by the run's text recipe; read from the zero state)")
     pretokenized_option(p, "--text")
-    split_option(p, "valid", "or take a line of this split")
-    p.add_argument("--line", type=option(int, at_least(1)), default=1, help="1-based line number in --split (default 1)")
-    p.add_argument("--top", type=option(int, at_least(1)), default=5, help="predictions shown per position")
+    split_option(p, "valid", "without --text, explain a line of this split")
+    p.add_argument("--line", type=option(int, at_least(1)), default=1, help="1-based line number in --split (default %(default)s)")
+    p.add_argument("--top", type=option(int, at_least(1)), default=5, help="predictions shown per position (default %(default)s)")
+    p.add_argument("--start", type=option(int, at_least(1)), default=1,
+                   help="1-based number of the first word whose prediction is explained (default %(default)s)")
+    p.add_argument("--words", type=option(int, at_least(1)), default=50,
+                   help="predictions explained and plotted, from --start (default %(default)s); the plot shows the inputs "
+                        "they attend to, at most as many before them")
     out_folder_option(p, "attention")
     data_dir_option(p)
     p.set_defaults(func=cmd_attention)
@@ -61,18 +69,22 @@ def cmd_attention(args) -> int:
         d = run.config.data
         splits = load_corpus(d.dataset, args.data_dir, {"train": d.train, "valid": d.valid, "test": d.test},
                              prepared=d.prepared).splits
-        if args.split not in splits:
-            raise CtxlmError(f"--split {args.split}: dataset {d.dataset!r} has splits {', '.join(splits)}")
+        check_split(run, args, list(splits), args.split)
         lines = [list(words) for end, words in itertools.groupby(splits[args.split], lambda t: t == EOS) if not end]
         if not 1 <= args.line <= len(lines):
             raise CtxlmError(f"--line {args.line}: the {args.split} split has {len(lines)} non-empty lines")
         words = lines[args.line - 1]
-    result = explain(run, words, args.top)
+    result = explain(run, words, args.top, args.start, args.words)
+    last = args.start + len(result["targets"]) - 1
+    if last < len(words) + 1:                       # the text goes on after the predictions explained
+        print(f"note: explained predictions {args.start}-{last} of {len(words) + 1} "
+              f"(the {len(words)} words and the <eos> after them); --start and --words choose others", file=sys.stderr)
     out = output_dir(args)
     write_json(result, out / "attention.json")
     plot_heatmap(result, out / "attention.png")
     plot_top_predictions(result, out / "predictions.png")
-    print(f"wrote {out / 'attention.png'}, {out / 'predictions.png'} and {out / 'attention.json'}")
+    print(f"wrote {out / 'attention.png'}, {out / 'predictions.png'} and {out / 'attention.json'}"
+          + ("" if args.text is not None else f" (line {args.line} of the {args.split} split)"))
     return 0
 
 
@@ -87,7 +99,7 @@ def add_analyze(sub) -> None:
     analyses = p.add_subparsers(dest="analysis", required=True, parser_class=Parser)
 
     def max_tokens(a, what="tokens"):
-        a.add_argument("--max-tokens", type=option(int, at_least(0)), default=0, help=f"only the first N {what} (0 = all)")
+        a.add_argument("--max-tokens", type=option(int, at_least(0)), default=0, help=f"only the first N {what} (default %(default)s: all)")
 
     a = analyses.add_parser("attention-by-position", help="mean attention weight per distance over a split (Daniluk "
                             "Fig. 4.1), and how peaked it is",
@@ -95,7 +107,7 @@ def add_analyze(sub) -> None:
                             "and its spread: the entropy of each prediction's weights over log(slots), 1 when "
                             "uniform (Salton et al.'s 'smoothing effect'), and the largest weight against 1/slots.")
     run_argument(a, _attending())
-    split_option(a, "valid")
+    split_option(a, "valid", "the split to read")
     max_tokens(a)
     out_folder_option(a, "analysis")
     data_dir_option(a)
@@ -107,10 +119,10 @@ def add_analyze(sub) -> None:
                                         "to predict) pairs by distance where the attention peaks 7 or more words back "
                                         "(memory_cooccurrence.md); JSON beside each. Details: docs/memory.md.")
     run_argument(a, f"run directory of a {with_memory_block} model")
-    split_option(a, "test")
+    split_option(a, "test", "the split to read")
     max_tokens(a)
-    a.add_argument("--samples", type=option(int, at_least(1)), default=100, help="predictions sampled for the heatmap (default 100)")
-    a.add_argument("--seed", type=option(int, SEED), default=0, help="seed of the sample")
+    a.add_argument("--samples", type=option(int, at_least(1)), default=100, help="predictions in the heatmap (default %(default)s)")
+    a.add_argument("--seed", type=option(int, SEED), default=0, help="seed of the sample (default %(default)s)")
     out_folder_option(a, "analysis")
     data_dir_option(a)
     a.set_defaults(func=cmd_memory)
@@ -119,8 +131,8 @@ def add_analyze(sub) -> None:
                             "response before batch norm and ReLU, n-grams with <eos> skipped); the top n-grams of "
                             "each kernel go to kernel_ngrams.json, the chosen kernels to the plot and the screen.")
     run_argument(a, f"run directory of a {spoken(convolutional_families())} model")
-    split_option(a, "valid")
-    a.add_argument("--top", type=option(int, at_least(1)), default=5, help="n-grams kept per kernel (default 5)")
+    split_option(a, "valid", "the split whose n-grams are read")
+    a.add_argument("--top", type=option(int, at_least(1)), default=5, help="n-grams kept per kernel (default %(default)s)")
     a.add_argument("--kernels", help="kernels to plot and print, 1-based, comma-separated (default the first 8)")
     out_folder_option(a, "analysis")
     data_dir_option(a)
@@ -137,7 +149,7 @@ def add_analyze(sub) -> None:
                             "m nearest are zeroed; perplexity on a split for each m; log PPL = log c + b log m fitted "
                             "by least squares.")
     run_argument(a, feedforward)
-    split_option(a, "valid")
+    split_option(a, "valid", "the split to score")
     max_tokens(a, "targets")
     out_folder_option(a, "analysis")
     data_dir_option(a)
@@ -146,7 +158,7 @@ def add_analyze(sub) -> None:
                             "Table 4.12)", description="Perplexity of the targets of each category; part-of-speech "
                             "categories from the corpus's gold tags (Brown), mapped as docs/categories.md says.")
     a.add_argument("runs", nargs="+", help="run directories (trained on the same dataset), compared side by side")
-    split_option(a, "test")
+    split_option(a, "test", "the split to score")
     out_folder_option(a, "analysis")
     cache_options(a)
     data_dir_option(a)
@@ -158,10 +170,12 @@ def cmd_attention_by_position(args) -> int:
     from ..run import load
 
     run = load(args.run, start=False)
-    found = attention_by_distance(run, split_ids(run, args), args.max_tokens)
+    ids = split_data(run, args, args.split).ids[args.split]
+    found = attention_by_distance(run, ids, args.max_tokens)
     out = output_dir(args)
     write_json(found, out / "attention_by_position.json")
     plot_by_distance(found["by_distance"], run.config.model.name, out / "attention_by_position.png")
+    print(f"{args.split} split")
     print(f"{'distance':>8}{'mean attention':>16}{'positions':>12}")
     for r in found["by_distance"]:
         print(f"{('h0' if r['distance'] < 0 else r['distance']):>8}{r['mean_attention']:>16.4f}{r['positions']:>12,}")
@@ -196,6 +210,7 @@ def cmd_memory(args) -> int:
     memory.plot_samples(sampled, name, out / "memory_samples.png")
     atomic_write_text(out / "memory_cooccurrence.md", memory.cooccurrence_markdown(
         table, f"{name}, {args.split} split: co-occurrence frequency against attention distance (Tran Table 3)"))
+    print(f"{args.split} split")
     print(f"{'position':>9}{'mean attention':>16}{'full memory':>13}{'predictions':>13}")
     for r in positions["positions"]:
         print(f"{r['position']:>9}{r['mean_attention']:>16.4f}{r['mean_attention_full_memory']:>13.4f}{r['predictions']:>13,}")
@@ -215,7 +230,7 @@ def cmd_kernel_ngrams(args) -> int:
 
     run = load(args.run, start=False)
     model = require_feedforward(run, "kernel-ngrams", convolutional=True)
-    rows = top_ngrams(model, run.vocab, split_ids(run, args), args.top)
+    rows = top_ngrams(model, run.vocab, split_data(run, args, args.split).ids[args.split], args.top)
     try:
         shown = [rows[int(k) - 1] for k in args.kernels.split(",")] if args.kernels else rows[:8]
     except (ValueError, IndexError):
@@ -225,7 +240,7 @@ def cmd_kernel_ngrams(args) -> int:
     plot_ngrams(shown, out / "kernel_ngrams.png")
     for row in shown:
         print(f"kernel {row['kernel'] + 1:>4} (w = {row['width']}): " + "; ".join(g["ngram"] for g in row["top"]))
-    print(f"wrote {out / 'kernel_ngrams.png'} and {out / 'kernel_ngrams.json'} (all {len(rows)} kernels)")
+    print(f"wrote {out / 'kernel_ngrams.png'} and {out / 'kernel_ngrams.json'} (all {len(rows)} kernels, {args.split} split)")
     return 0
 
 
@@ -253,7 +268,7 @@ def cmd_lesion(args) -> int:
 
     run = load(args.run, start=False)
     model = require_feedforward(run, "lesion", by_position=True)
-    ids = split_ids(run, args)
+    ids = split_data(run, args, args.split).ids[args.split]
     if args.max_tokens:
         ids = ids[:args.max_tokens + 1]
     result = lesion_curve(model, ids, run.config.data.eval_chunk)
@@ -264,34 +279,38 @@ def cmd_lesion(args) -> int:
     for r in result["rows"]:
         print(f"{r['positions']:>9}{r['ppl']:>12.2f}")
     print(f"power-law fit: perplexity ≈ {result['scale']:.2f} · m^{result['exponent']:.3f} "
-          f"({result['rows'][0]['tokens']:,} targets of {args.split})")
+          f"({result['rows'][0]['tokens']:,} targets of the {args.split} split)")
     print(f"wrote {out / 'lesion.png'} and {out / 'lesion.json'}")
     return 0
 
 
 def cmd_categories(args) -> int:
     from ..analysis.attention import write_json
-    from ..analysis.categories import plot_categories
+    from ..analysis.categories import check_same_dataset, check_same_targets, plot_categories
     from ..evaluation.categories import category_perplexities
     from ..evaluation.scoring import stream_log_probs
     from ..run import load
 
+    command = "analyze categories"
+    runs = [load(run_dir) for run_dir in args.runs]
+    check_same_dataset(runs, command)
     tables = {}
-    for run_dir in args.runs:
-        run = load(run_dir)
-        left_to_right(run, "analyze categories")
+    for run_dir, run in zip(args.runs, runs):
+        left_to_right(run, command)
         model, _ = with_cache(run, args)
         data = split_data(run, args, args.split)
         tags = data.tags[args.split] if data.tags else None
         log_probs = stream_log_probs(model, data.ids[args.split], run.config.data.eval_chunk)
         label = Path(run_dir).name + (" + cache" if args.cache else "")
         tables[label] = category_perplexities(log_probs, data.ids[args.split], run.vocab, tags)
+    check_same_targets(tables, args.split, command)
     out = output_dir(args)
     write_json(tables, out / "categories.json")
     plot_categories(tables, out / "categories.png")
     first = next(iter(tables.values()))
     if not any(r["group"] == "part of speech" for r in first):
         print("(this dataset has no part-of-speech tags: only frequency bands and <unk>/<eos>; Brown has gold tags)")
+    print(f"{args.split} split")
     print(f"{'category':<22}{'tokens':>9}" + "".join(f"{label[:18]:>20}" for label in tables))
     for i, row in enumerate(first):
         print(f"{row['category']:<22}{row['tokens']:>9,}" + "".join(f"{t[i]['ppl']:>20.1f}" for t in tables.values()))
@@ -303,7 +322,8 @@ def add_curves(sub) -> None:
     p = sub.add_parser("curves", help="per-epoch validation and training perplexity of runs, as a table and a plot",
                        description="Reads each run's metrics.jsonl (written after every epoch, also while a run is "
                                    "under way) and prints epoch, learning rate, training and validation perplexity "
-                                   "and hours of training, the best epoch starred; curves.png overlays the runs. "
+                                   "and hours of training, the best epoch starred; curves.png overlays the runs. A run with no "
+                                   "finished epoch (or a count-based one) is skipped with a note on stderr. "
                                    "Example: ctxlm curves runs/pham-ptb-baseline-ffnn runs/pham-ptb-cnn")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories to compare")
     out_folder_option(p, "analysis", " for curves.png and curves.json")
@@ -312,15 +332,25 @@ def add_curves(sub) -> None:
 
 def cmd_curves(args) -> int:
     from ..analysis.attention import write_json
-    from ..analysis.curves import best_epoch, plot_curves, read_curve, read_test_ppl
+    from ..analysis.curves import NoCurve, best_epoch, plot_curves, read_curve, read_test_ppl
 
     labels = [Path(run_dir).resolve().name for run_dir in args.runs]
     if len(set(labels)) < len(labels):              # folders of the same name: label them by the path given
         labels = [str(run_dir) for run_dir in args.runs]
     if len(set(labels)) < len(labels):
         raise CtxlmError("a run directory is given twice")
-    curves = {label: read_curve(run_dir) for label, run_dir in zip(labels, args.runs)}
+    curves, shown, skipped = {}, [], []
     for label, run_dir in zip(labels, args.runs):
+        try:
+            curves[label] = read_curve(run_dir)
+            shown.append((label, run_dir))
+        except NoCurve as exc:
+            skipped.append(str(exc))
+    if not curves:
+        raise CtxlmError(skipped[0] if len(skipped) == 1 else "no run has a curve to show: " + "; ".join(skipped))
+    for reason in skipped:
+        print(f"note: skipped {reason}", file=sys.stderr)
+    for label, run_dir in shown:
         rows, test = curves[label], read_test_ppl(run_dir)
         best = best_epoch(rows)
         print(f"{label}: {len(rows)} epochs in {rows[-1]['elapsed_s'] / 3600:.2f} h, "

@@ -42,8 +42,16 @@ def run_argument(p, help: str = "run directory") -> None:
     p.add_argument("run", help=help)
 
 
-def split_option(p, default: str, help: str | None = None) -> None:
-    p.add_argument("--split", default=default, choices=SPLITS, help=help)
+class _ChosenSplit(argparse.Action):
+    """Stores --split and notes that it was given, so that a default split the dataset lacks is said to be the default."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        namespace.split, namespace.split_chosen = values, True
+
+
+def split_option(p, default: str, help: str) -> None:
+    p.add_argument("--split", default=default, choices=SPLITS, action=_ChosenSplit, help=f"{help} (default %(default)s)")
+    p.set_defaults(split_chosen=False)
 
 
 def out_folder_option(p, default: str, holding: str = "") -> None:
@@ -119,14 +127,20 @@ def split_data(run, args, *splits):
 
     data = prepare_data(run.config, args.data_dir, run.vocab)
     for split in splits:
-        if split not in data.ids:
-            raise CtxlmError(f"--split {split}: dataset {run.config.data.dataset!r} has splits {', '.join(data.ids)}")
+        check_split(run, args, list(data.ids), split)
     return data
 
 
-def split_ids(run, args):
-    """The ids of --split."""
-    return split_data(run, args, args.split).ids[args.split]
+def check_split(run, args, splits: list[str], split: str) -> None:
+    """`split` is one of the run's dataset's `splits`; a default --split it lacks is named as the default."""
+    if split in splits:
+        return
+    has = f"{run.path}'s dataset {run.config.data.dataset!r} has splits {', '.join(splits)}"
+    if split == getattr(args, "split", None) and getattr(args, "split_chosen", None) is False:
+        command = " ".join(filter(None, (args.command, getattr(args, "analysis", None))))
+        other = next(s for s in ("valid", "test", "train") if s in splits)
+        raise CtxlmError(f"{command} reads the {split} split by default; {has}: give --split {other}")
+    raise CtxlmError(f"--split {split}: {has}")
 
 
 def left_to_right(run, what: str) -> None:
