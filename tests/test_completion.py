@@ -164,15 +164,22 @@ def test_bad_question_files_are_one_line(runs, tmp_path, name, text, needle):
 @pytest.mark.parametrize("text, needle", [
     ("id,answer\n7,a\n8,f\n", "line 3: expected `id,letter` with a letter a-e"),
     ("id,answer\n7,a\n8,ab\n", "line 3: expected `id,letter` with a letter a-e"),
-    ("7a) x\n9b) y\n", "line 2: question '9' is not in the questions file"),
     ("id,answer\n7,a\n", "no answer for question 8"),
-    ("id,answer\n7,a\n8,b\n9,c\n", "line 4: question '9' is not in the questions file"),
     ("7a) x\nbad line\n", "line 2: expected `NUMBERletter) sentence`"),
 ])
 def test_bad_answer_files_are_one_line(runs, tmp_path, text, needle):
     result = ctxlm("complete", runs["ngram"], "--questions", _write(tmp_path / "q.csv", CSV),
                    "--answers", _write(tmp_path / "a.csv", text), "--out", tmp_path / "o.json")
     one_line_error(result, needle)
+
+
+def test_answers_to_questions_not_asked_are_ignored(tmp_path):
+    """A subset of the questions against the full key: the other answers are passed over; a missing one is refused."""
+    questions = _write(tmp_path / "q.csv", CSV)
+    for name, key in (("a.csv", ANSWERS + "9,c\n"), ("a.txt", "6b) x [y]\n" + MACHINE_ANSWERS + "9c) x [z]\n")):
+        assert [(q.id, q.answer) for q in read_msr_completion(questions, _write(tmp_path / name, key))] == [("7", "a"), ("8", "a")]
+    with pytest.raises(CtxlmError, match="no answer for question 8"):
+        read_msr_completion(questions, _write(tmp_path / "short.csv", "id,answer\n7,a\n9,c\n"))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from conftest import FixedDistribution
+from conftest import FixedDistribution, ctxlm
 from ctxlm.data.vocab import Vocabulary
 from ctxlm.evaluation.lambada import capitalised_words, score_passages
 
@@ -68,6 +68,24 @@ def test_capitalised_words_skip_sentence_starts(tmp_path):
     assert capitalised_words([path], min_count=2, share=0.9) == ["holmes", "watson"]   # "dog": 1 of 2; "i": excluded
 
 
+@pytest.mark.parametrize("encoding", ["utf-8", "latin-1"])
+def test_names_are_words_of_letters_of_any_script(tmp_path, encoding):
+    path = tmp_path / "book.txt"
+    path.write_bytes(("He met Zoë and José and Smith there. " * 2).encode(encoding))
+    assert capitalised_words([path], min_count=2) == ["josé", "smith", "zoë"]
+
+
+def test_names_command_reads_folders_recursively(tmp_path):
+    (tmp_path / "books" / "sub").mkdir(parents=True)
+    (tmp_path / "books" / "a.txt").write_text("She saw Watson there. " * 2)
+    (tmp_path / "books" / "sub" / "b.txt.gz").write_bytes(gzip.compress(b"He met Holmes there. " * 2))
+    done = ctxlm("names", tmp_path / "books", "--out", tmp_path / "names.txt", "--min-count", "2")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "names.txt").read_text() == "holmes\nwatson\n" and "from 2 files" in done.stdout
+    usage = " ".join(ctxlm("names", "--help").stdout.split())
+    assert "(default 5)" in usage and "(default 0.9)" in usage
+
+
 def test_lambada_command_on_a_trained_run(tmp_path, corpus):
     from conftest import tiny_config
     from ctxlm.training.trainer import Trainer
@@ -87,6 +105,7 @@ def test_lambada_command_on_a_trained_run(tmp_path, corpus):
     assert summary["accuracy"] == sum(r["correct"] for r in records) / 2
     with_cache = subprocess.run(cli + ["--cache", "--cache-window", "50"], capture_output=True, text=True)
     assert with_cache.returncode == 0 and "last-word accuracy" in with_cache.stdout
+    assert "names subset: no passage's target is in the names list" in with_cache.stdout and "nan" not in with_cache.stdout
     passages.write_text("lonely\n")
     bad = subprocess.run(cli, capture_output=True, text=True)
     assert bad.returncode == 2 and "passage 1" in bad.stderr and "Traceback" not in bad.stderr

@@ -57,3 +57,12 @@ def test_the_command(runs):
     assert all(len(s.strip().splitlines()) == 1 and len(s.split()) < 201 for s in samples)
     special = ctxlm("generate", runs["lstm"], "--max-tokens", "60", "--special", "--seed", "3")
     assert special.returncode == 0 and len(special.stdout.strip().splitlines()) > 1   # each <eos> drawn ends a line
+
+
+def test_the_command_names_prompt_words_outside_the_vocabulary(fixed, monkeypatch):
+    monkeypatch.setattr("ctxlm.run.load", lambda *args, **kwargs: fixed)
+    done = ctxlm("generate", "fixed", "--prompt", "a xyzzy b plugh xyzzy", "--pretokenized", "--max-tokens", "2")
+    assert done.returncode == 0 and done.stdout.startswith("a xyzzy b plugh xyzzy ")
+    assert done.stderr.splitlines() == ["note: prompt word(s) outside the vocabulary of fixed, read as <unk>: xyzzy plugh"]
+    known = ctxlm("generate", "fixed", "--prompt", "a b", "--pretokenized", "--max-tokens", "2")
+    assert known.returncode == 0 and known.stderr == ""

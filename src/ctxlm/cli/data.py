@@ -124,19 +124,24 @@ def cmd_prepare_holmes(args) -> int:
 
 def add_names(sub) -> None:
     p = sub.add_parser("names", help="list the capitalised-in-training words of cased text (names, for LAMBADA)",
-                       description="A word type (lower-cased) is a name if it occurs at least --min-count times "
-                                   "after a sentence's first word and is capitalised in at least --share of those.")
-    p.add_argument("files", nargs="+", help="cased text files (.gz is fine) or folders of them, e.g. the Gutenberg novels")
+                       description="A word type (lower-cased; letters of any script) is a name if it occurs at least "
+                                   "--min-count times after a sentence's first word and is capitalised in at least "
+                                   "--share of those. Files are read as UTF-8, or as Latin-1 where not valid UTF-8.")
+    p.add_argument("files", nargs="+", metavar="FILE", help="cased text files (.gz is fine) or folders of them (read "
+                   "recursively, in path order), e.g. the Gutenberg novels")
     out_file_option(p, "names.txt", "output file, one word per line")
-    p.add_argument("--min-count", type=option(int, at_least(1)), default=5)
-    p.add_argument("--share", type=option(float, in_range(0, 1, low_open=True)), default=0.9)
+    p.add_argument("--min-count", type=option(int, at_least(1)), default=5,
+                   help="a name occurs at least this many times after a sentence's first word (default %(default)s)")
+    p.add_argument("--share", type=option(float, in_range(0, 1, low_open=True)), default=0.9,
+                   help="and is capitalised in at least this share of them, in (0, 1] (default %(default)s)")
     p.set_defaults(func=cmd_names)
 
 
 def cmd_names(args) -> int:
+    from ..data.text import input_files
     from ..evaluation.lambada import capitalised_words
 
-    paths = [p for given in args.files for p in (sorted(Path(given).glob("*")) if Path(given).is_dir() else [Path(given)])]
+    paths = input_files(args.files, "FILE")
     words = capitalised_words(paths, args.min_count, args.share)
     atomic_write_text(args.out, "".join(w + "\n" for w in words))
     print(f"{len(words):,} capitalised word types from {len(paths):,} files written to {args.out}")

@@ -114,7 +114,8 @@ def add_tune_dynamic(sub) -> None:
                                    "validation split (one full pass per setting); writes RUN/dynamic.json, which "
                                    "`ctxlm eval RUN --dynamic` then uses.")
     run_argument(p, "run directory of a neural model")
-    p.add_argument("--split", default="valid", choices=["valid", "train"], help="split to tune on (never test)")
+    p.add_argument("--split", default="valid", choices=["valid", "train"],
+                   help="split to tune on (never test; default %(default)s)")
     p.add_argument("--rules", default="rms", help="rules to try: rms, sgd or rms,sgd (default %(default)s)")
     p.add_argument("--lrs", default="0.00002,0.00004,0.00006", help="step sizes η to try (comma-separated; the defaults "
                    "bracket the best on the ptb-lstm preset, docs/results.md: %(default)s)")

@@ -160,7 +160,8 @@ def add_tune_cache(sub) -> None:
                                    "validation split; writes RUN/cache.json (used by `ctxlm eval RUN --cache`) and "
                                    "RUN/cache_grid.png.")
     run_argument(p, "run directory of a neural model")
-    p.add_argument("--split", default="valid", choices=["valid", "train"], help="split to tune on (never test)")
+    p.add_argument("--split", default="valid", choices=["valid", "train"],
+                   help="split to tune on (never test; default %(default)s)")
     p.add_argument("--windows", default="100,500,1000,2000", help="cache sizes to try (comma-separated; default %(default)s)")
     p.add_argument("--thetas", default="0.05,0.1,0.2,0.3,0.5,0.7,1.0", help="θ values to try (default %(default)s)")
     p.add_argument("--lambdas", default="0.05,0.1,0.15,0.2,0.25,0.3,0.4", help="λ values to try (default %(default)s)")
@@ -260,8 +261,9 @@ def cmd_lambada(args) -> int:
     print(f"baseline: random passage word        {100 * summary['baseline_random_word']:6.2f}%")
     if names:
         print(f"baseline: random capitalised word    {100 * summary['baseline_random_capitalised']:6.2f}%")
-        print(f"names subset ({summary['names']['passages']:,} passages): accuracy {100 * summary['names']['accuracy']:.2f}%, "
-              f"target perplexity {summary['names']['target_ppl']:.1f}")
+        named = summary["names"]
+        print(f"names subset ({named['passages']:,} passages): accuracy {100 * named['accuracy']:.2f}%, target perplexity "
+              f"{named['target_ppl']:.1f}" if named["passages"] else "names subset: no passage's target is in the names list")
     else:
         print("(give --names FILE, e.g. from `ctxlm names`, for the names subset and the capitalised-word baseline)")
     print(f"per-passage results: {out}")
@@ -276,7 +278,9 @@ def add_complete(sub) -> None:
     run_argument(p, "run directory (any model, Kneser-Ney included)")
     p.add_argument("--questions", help="Kaggle CSV (id,question,a)..e)) or Holmes.machine_format.questions.txt "
                    "(default: the msr-completion dataset's testing_data.csv, with its answers)")
-    p.add_argument("--answers", help="CSV id,answer or Holmes.machine_format.answers.txt; without it, choices only")
+    p.add_argument("--answers", help="CSV id,answer or Holmes.machine_format.answers.txt; every question needs its "
+                   "answer, and answers to questions not asked are ignored (score a subset against the full key); "
+                   "without it, choices only")
     out_file_option(p, "completion.json", "per-question results")
     p.add_argument("--against", metavar="JSON", help="another run's --out file: count the questions each run alone "
                    "gets right and give the exact McNemar p-value of the difference")

@@ -49,10 +49,13 @@ def add_generate(sub) -> None:
     pretokenized_option(p, "--prompt")
     p.add_argument("--max-tokens", type=option(*LIMITS["max_tokens"]), default=50, help="words to sample after the prompt "
                    "(default 50; with --special an `<eos>` counts, and ends a line of the output)")
-    p.add_argument("--temperature", type=option(*LIMITS["temperature"]), default=1.0, help="0 = greedy")
-    p.add_argument("--top-k", type=option(*LIMITS["top_k"]), default=0, help="sample among the k most likely words (0 = all)")
-    p.add_argument("--top-p", type=option(*LIMITS["top_p"]), default=1.0, help="nucleus sampling threshold in (0, 1]")
-    p.add_argument("--num", type=option(int, at_least(1)), default=1, help="number of samples")
+    p.add_argument("--temperature", type=option(*LIMITS["temperature"]), default=1.0,
+                   help="divides the log-probabilities: below 1 sharper, above 1 flatter, 0 = greedy (default %(default)s)")
+    p.add_argument("--top-k", type=option(*LIMITS["top_k"]), default=0,
+                   help="sample among the k most likely words (default %(default)s: all)")
+    p.add_argument("--top-p", type=option(*LIMITS["top_p"]), default=1.0,
+                   help="nucleus sampling threshold in (0, 1] (default %(default)s: all words)")
+    p.add_argument("--num", type=option(int, at_least(1)), default=1, help="number of samples (default %(default)s)")
     p.add_argument("--seed", type=option(int, SEED), default=0, help="seed of the sampling (default 0: the same "
                    "samples on every call; give another number for others)")
     p.add_argument("--stop-at-eos", action="store_true", help="end each sample at its first <eos> (a sentence)")
@@ -65,6 +68,7 @@ def add_generate(sub) -> None:
 def cmd_generate(args) -> int:
     import torch
 
+    from ..io import warn
     from ..run import load
 
     run = load(args.run, data_dir=args.data_dir)
@@ -72,8 +76,12 @@ def cmd_generate(args) -> int:
     for number in range(args.num):
         words = run.generate(args.prompt, args.max_tokens, args.temperature, args.top_k, args.top_p, generator,
                              args.special, args.stop_at_eos, pretokenized=args.pretokenized)
-        lines = " ".join(run.words(args.prompt, args.pretokenized) + words).split("<eos>")
+        prompt = run.words(args.prompt, args.pretokenized)
+        lines = " ".join(prompt + words).split("<eos>")
         print(("\n" if number else "") + "\n".join(line.strip() for line in lines if line.strip()))
+    unknown = [word for word in dict.fromkeys(prompt) if word not in run.vocab.index]
+    if unknown:         # after the samples: a run or prompt that generate refuses gets its one error line alone
+        warn(f"note: prompt word(s) outside the vocabulary of {args.run}, read as <unk>: {' '.join(unknown)}")
     return 0
 
 

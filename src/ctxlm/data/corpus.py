@@ -16,8 +16,10 @@ from ..errors import CtxlmError
 from .vocab import EOS
 
 
-def read_text(path: str | Path, encoding: str = "utf-8", needs: str = "a corpus needs at least one line of text") -> str:
-    """Read a text file, gunzipping `*.gz`; empty or binary files are clear errors (`needs`: what an empty one lacks)."""
+def read_text(path: str | Path, encoding: str | tuple[str, ...] = "utf-8",
+              needs: str = "a corpus needs at least one line of text") -> str:
+    """Read a text file, gunzipping `*.gz`, decoded with the first of `encoding` that fits; empty or binary files
+    are clear errors (`needs`: what an empty one lacks)."""
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -34,12 +36,21 @@ def read_text(path: str | Path, encoding: str = "utf-8", needs: str = "a corpus 
         raise CtxlmError(f"{path}: file is empty; {needs}")
     if b"\x00" in raw[:65536]:
         raise CtxlmError(f"{path}: looks binary (contains NUL bytes); expected plain text, one sentence per line")
+    *others, last = (encoding,) if isinstance(encoding, str) else encoding
+    for name in others:
+        try:
+            return _without_bom(raw.decode(name))
+        except UnicodeDecodeError:
+            pass
     try:
-        text = raw.decode(encoding)
-        return text[1:] if text.startswith("\ufeff") else text      # a byte-order mark is not part of the first word
+        return _without_bom(raw.decode(last))
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        raise CtxlmError(f"{path}, line {line}: not valid {encoding} text; convert the file to UTF-8") from None
+        raise CtxlmError(f"{path}, line {line}: not valid {last} text; convert the file to UTF-8") from None
+
+
+def _without_bom(text: str) -> str:
+    return text[1:] if text.startswith("\ufeff") else text      # a byte-order mark is not part of the first word
 
 
 def lines_to_tokens(text: str) -> list[str]:
@@ -194,7 +205,9 @@ def read_msr_completion(questions: str | Path, answers: str | Path | None = None
     Kaggle CSV (../shared/data/msr_sentence_completion): `id,question,a),b),c),d),e)` with a `_____`
     blank, and `id,answer` with a letter. Original `Holmes.machine_format.questions.txt`: five lines per
     question, `1a) ... [option] ...` to `1e) ...`; `Holmes.machine_format.answers.txt`: one such line per
-    question, the right one. A malformed line is an error naming the file and line.
+    question, the right one. A malformed line is an error naming the file and line; answers to questions that
+    are not in `questions` are ignored (a subset of questions scored against the full key), a question without
+    an answer is an error.
     """
     text = read_text(questions).lstrip("\ufeff")
     machine = bool(_MACHINE_LINE.match(text.split("\n", 1)[0]))
@@ -277,7 +290,7 @@ def _check_question(path, line: int, qid: str, seen: set, one_blank: bool, optio
 
 
 def _answers(path, ids: set[str]) -> dict[str, str]:
-    """Question id -> answer letter, from `id,answer` CSV or machine-format answer lines."""
+    """Question id -> answer letter for the questions `ids`, from `id,answer` CSV or machine-format answer lines."""
     text = read_text(path).lstrip("\ufeff")
     key = {}
     if _MACHINE_LINE.match(text.split("\n", 1)[0]):
@@ -285,8 +298,8 @@ def _answers(path, ids: set[str]) -> dict[str, str]:
             match = _MACHINE_LINE.match(raw)
             if raw.strip() and not match:
                 raise CtxlmError(f"{path}, line {line}: expected `NUMBERletter) sentence`, e.g. `1c) ... [residing] ...`")
-            if match:
-                key[_known(path, line, match.group(1), ids)] = match.group(2)
+            if match and match.group(1) in ids:
+                key[match.group(1)] = match.group(2)
         return key
     header, rows = _csv_rows(path, text)
     if [h.strip().lower() for h in header] != ["id", "answer"]:
@@ -294,14 +307,9 @@ def _answers(path, ids: set[str]) -> dict[str, str]:
     for line, row in rows:
         if len(row) != 2 or row[1].strip().lower() not in set(LETTERS):
             raise CtxlmError(f"{path}, line {line}: expected `id,letter` with a letter a-e, got {','.join(row)!r}")
-        key[_known(path, line, row[0].strip(), ids)] = row[1].strip().lower()
+        if row[0].strip() in ids:
+            key[row[0].strip()] = row[1].strip().lower()
     return key
-
-
-def _known(path, line: int, qid: str, ids: set[str]) -> str:
-    if qid not in ids:
-        raise CtxlmError(f"{path}, line {line}: question {qid!r} is not in the questions file")
-    return qid
 
 
 # Project Gutenberg licence text: the header ends with the "small print" (or a "*** START OF" line) in the
@@ -319,8 +327,9 @@ _FOOTER_SPAN, _HEADER_SPAN = 30_000, 20_000
 
 
 def gutenberg_body(path: str | Path) -> str:
-    """A Gutenberg book's text without its licence header, footer and transcribers' notes (docs/holmes.md)."""
-    text = read_text(path, encoding="latin-1").replace("\r\n", "\n").replace("\r", "\n")
+    """A Gutenberg book's text without its licence header, footer and transcribers' notes (docs/holmes.md), read
+    as UTF-8, or as Latin-1 where it is not valid UTF-8 (13 of the Holmes books: MANIFEST.md §6)."""
+    text = read_text(path, encoding=("utf-8", "latin-1")).replace("\r\n", "\n").replace("\r", "\n")
     start = _GUTENBERG_END_OF_HEADER.search(text)
     if start and start.start() < _HEADER_SPAN:
         text = text[start.end():]

@@ -88,14 +88,14 @@ def _figures(records: list[dict]) -> dict:
             "target_ppl": safe_exp(-_mean(r["target_log_prob"] for r in records)) if records else float("nan")}
 
 
-_CASED_WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")
+_CASED_WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")       # letters of any script, an inner apostrophe kept
 
 
 def capitalised_words(paths: list[str | Path], min_count: int = 5, share: float = 0.9) -> list[str]:
     """Names, reproducibly: lower-cased word types that, in cased text, appear at least `min_count`
     times after the first word of a line-joined sentence and are capitalised in at least `share`
     of those appearances ("I" excluded). Sentence-initial words are not counted either way; Project
-    Gutenberg licence headers and footers are skipped."""
+    Gutenberg licence headers and footers are skipped. A word is a run of letters (any script)."""
     upper, total = Counter(), Counter()
     for path in paths:
         for sentence in gutenberg_sentences(path):
