@@ -89,7 +89,7 @@ def test_attention_on_a_long_text_explains_a_span_and_plots_its_band(runs, tmp_p
     assert len(json.loads((tmp_path / "out" / "attention.json").read_text())["attention"]) == 50
     done = ctxlm("attention", runs["attention"], "--text", " ".join(words), "--start", 250, "--words", 20,
                  "--out", tmp_path / "span")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0 and "explained predictions 250-269 of 301" in done.stderr, done.stderr
     result = json.loads((tmp_path / "span" / "attention.json").read_text())
     assert result["first"] == 250 and result["targets"] == words[249:269] and result["inputs"] == words[248:268]
     assert len(result["attention_columns"]) == 1 + 269          # <h0>, <eos> and the 268 words read

@@ -156,6 +156,10 @@ def test_the_one_best_goes_beside_the_reranked_lists_by_default(world, tmp_path,
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in (world / "out").iterdir()) == ["one_best.txt", "r.jsonl"]
     assert not (tmp_path / "one_best.txt").exists()
+    null = device(world / "null")               # a device has no folder of its own: the current one, as before
+    result = run_ctxlm("rescore", world / "ngram", world / "nbest.txt", "--lm-weight", "1", "--out", null)
+    assert result.returncode == 0, result.stderr
+    assert is_device(null) and (tmp_path / "one_best.txt").is_file()
 
 
 def test_a_full_device_is_one_line_saying_disk_full(world):

@@ -32,14 +32,15 @@ OUTPUTS = {
     "train": ("run_dir", ("config",)),
 }
 # the commands whose output is one file (the others write a folder), with any second output file and the name
-# it takes in the first one's folder when not given
+# it takes when not given: in the first one's folder, or the current one when the first is a device or FIFO
 FILES = {"export-arpa": {}, "export-onnx": {}, "complete": {}, "lambada": {}, "harness": {}, "names": {},
          "rescore": {"one_best": "one_best.txt"}}
 
 
 def check_outputs(args) -> None:
-    """Refuse the output of `args.command` if it is, or lies inside, a path the command reads; and a
-    --data-dir that is no folder (it would silently fall back to $CTXLM_DATA_DIR)."""
+    """Before any work: refuse the output of `args.command` if it is, or lies inside, a path the command reads, or
+    cannot be written as the file or folder the command writes; fill in a second output file left at its default;
+    and refuse a --data-dir that is no folder (it would silently fall back to $CTXLM_DATA_DIR)."""
     data_dir = getattr(args, "data_dir", None)
     if data_dir and not Path(data_dir).is_dir():
         raise CtxlmError(f"--data-dir {data_dir}: no such folder; give the folder holding the corpora "
@@ -62,7 +63,8 @@ def check_outputs(args) -> None:
     check_writable_file(output, option)
     for other, default_name in FILES[args.command].items():
         if getattr(args, other, None) is None:
-            setattr(args, other, str(Path(output).parent / default_name))
+            beside = str(output) != "-" and output_kind(output) == "replace"
+            setattr(args, other, str(Path(output).parent / default_name) if beside else default_name)
         second = "--" + other.replace("_", "-")
         if _resolved(Path(getattr(args, other))) == _resolved(Path(output)):
             raise CtxlmError(f"{second} {getattr(args, other)}: the same file as {option}; the second would "
@@ -110,9 +112,13 @@ def check_writable_folder(output, option: str) -> None:
     out = Path(output)
     if out.exists() and not out.is_dir():
         raise CtxlmError(f"{option} {output}: is a file; this command writes a folder of files there: give a folder name")
-    folder = next(parent for parent in out.absolute().parents if parent.exists())
+    if out.is_symlink() and not out.exists():
+        raise CtxlmError(f"{option} {output}: a link to nothing ({os.readlink(out)}); give a folder name")
+    folder = out if out.is_dir() else next(parent for parent in out.absolute().parents if parent.exists())
     if not folder.is_dir():
         raise CtxlmError(f"{option} {output}: {folder} is a file, not a folder; choose another {option}")
+    if not os.access(folder, os.W_OK):
+        raise CtxlmError(f"{option} {output}: the folder {folder} cannot be written; choose another {option}")
 
 
 def _resolved(path: Path) -> Path:

@@ -8,9 +8,9 @@ from ..errors import CtxlmError
 from ..io import pyplot, save_figure
 
 
-def _dataset(run) -> str:
+def _dataset(config) -> str:
     """What names a run's data: the dataset, with its files or prepared folder where it has them."""
-    d = run.config.data
+    d = config.data
     if d.dataset == "files":
         return f"'files' ({', '.join(str(Path(f).resolve()) for f in (d.train, d.valid, d.test) if f)})"
     if d.dataset == "prepared":
@@ -18,12 +18,15 @@ def _dataset(run) -> str:
     return repr(d.dataset)
 
 
-def check_same_dataset(runs, what: str) -> None:
-    """Runs compared side by side were trained on the same data (the same files, for `files` and `prepared`)."""
-    first = runs[0]
-    for run in runs[1:]:
-        if _dataset(run) != _dataset(first):
-            raise CtxlmError(f"{what}: {first.path} is on {_dataset(first)}, {run.path} on {_dataset(run)}; "
+def check_same_dataset(run_dirs, what: str) -> None:
+    """Runs compared side by side were trained on the same data (the same files, for `files` and `prepared`), read
+    from their configs before any model is loaded (a folder without one is left to the loader's error)."""
+    from ..training.rundir import RunDir
+
+    named = [(run_dir, _dataset(config)) for run_dir in run_dirs if (config := RunDir(run_dir).saved_config())]
+    for run_dir, dataset in named[1:]:
+        if dataset != named[0][1]:
+            raise CtxlmError(f"{what}: {named[0][0]} is on {named[0][1]}, {run_dir} on {dataset}; "
                              "compare runs trained on the same dataset")
 
 

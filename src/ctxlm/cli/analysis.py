@@ -18,6 +18,7 @@ from .common import (
     pretokenized_option,
     run_argument,
     split_data,
+    split_ids,
     split_option,
     with_cache,
 )
@@ -76,7 +77,7 @@ def cmd_attention(args) -> int:
         words = lines[args.line - 1]
     result = explain(run, words, args.top, args.start, args.words)
     last = args.start + len(result["targets"]) - 1
-    if last < len(words) + 1:                       # the text goes on after the predictions explained
+    if args.start > 1 or last < len(words) + 1:     # predictions of the text left out, before or after
         print(f"note: explained predictions {args.start}-{last} of {len(words) + 1} "
               f"(the {len(words)} words and the <eos> after them); --start and --words choose others", file=sys.stderr)
     out = output_dir(args)
@@ -170,7 +171,7 @@ def cmd_attention_by_position(args) -> int:
     from ..run import load
 
     run = load(args.run, start=False)
-    ids = split_data(run, args, args.split).ids[args.split]
+    ids = split_ids(run, args)
     found = attention_by_distance(run, ids, args.max_tokens)
     out = output_dir(args)
     write_json(found, out / "attention_by_position.json")
@@ -230,7 +231,7 @@ def cmd_kernel_ngrams(args) -> int:
 
     run = load(args.run, start=False)
     model = require_feedforward(run, "kernel-ngrams", convolutional=True)
-    rows = top_ngrams(model, run.vocab, split_data(run, args, args.split).ids[args.split], args.top)
+    rows = top_ngrams(model, run.vocab, split_ids(run, args), args.top)
     try:
         shown = [rows[int(k) - 1] for k in args.kernels.split(",")] if args.kernels else rows[:8]
     except (ValueError, IndexError):
@@ -268,7 +269,7 @@ def cmd_lesion(args) -> int:
 
     run = load(args.run, start=False)
     model = require_feedforward(run, "lesion", by_position=True)
-    ids = split_data(run, args, args.split).ids[args.split]
+    ids = split_ids(run, args)
     if args.max_tokens:
         ids = ids[:args.max_tokens + 1]
     result = lesion_curve(model, ids, run.config.data.eval_chunk)
@@ -292,10 +293,10 @@ def cmd_categories(args) -> int:
     from ..run import load
 
     command = "analyze categories"
-    runs = [load(run_dir) for run_dir in args.runs]
-    check_same_dataset(runs, command)
+    check_same_dataset(args.runs, command)
     tables = {}
-    for run_dir, run in zip(args.runs, runs):
+    for run_dir in args.runs:
+        run = load(run_dir)
         left_to_right(run, command)
         model, _ = with_cache(run, args)
         data = split_data(run, args, args.split)

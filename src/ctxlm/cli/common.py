@@ -131,6 +131,11 @@ def split_data(run, args, *splits):
     return data
 
 
+def split_ids(run, args):
+    """The ids of --split."""
+    return split_data(run, args, args.split).ids[args.split]
+
+
 def check_split(run, args, splits: list[str], split: str) -> None:
     """`split` is one of the run's dataset's `splits`; a default --split it lacks is named as the default."""
     if split in splits:

@@ -141,7 +141,7 @@ def cmd_names(args) -> int:
     from ..data.text import input_files
     from ..evaluation.lambada import capitalised_words
 
-    paths = input_files(args.files, "FILE")
+    paths = [p for given in args.files for p in (input_files([given], "FILE") if Path(given).is_dir() else [Path(given)])]
     words = capitalised_words(paths, args.min_count, args.share)
     atomic_write_text(args.out, "".join(w + "\n" for w in words))
     print(f"{len(words):,} capitalised word types from {len(paths):,} files written to {args.out}")

@@ -65,12 +65,13 @@ def import_arpa(arpa: str | Path, run_dir: str | Path, overrides: list[str], war
     run_dir = RunDir(run_dir)
     if run_dir.path.exists() and any(run_dir.path.iterdir()):
         raise CtxlmError(f"run directory {run_dir} is not empty; pick another")
+    data = apply_overrides(Config(), overrides).data           # checked before the ARPA file is read
+    if data.dataset == "files" and not (data.train and data.valid):
+        raise CtxlmError('--set data.dataset=files: `ctxlm eval` needs data.train and data.valid for that corpus (and '
+                         'data.test): give them, or leave data.dataset out and score any text with `ctxlm eval RUN_DIR --file TEXT`')
     model, vocab = read_arpa(arpa)
     config = apply_overrides(Config(), [*overrides, "model.name=kneser-ney", f"model.order={model.order}"])
     check_config(config)
-    if config.data.dataset == "files" and not config.data.train:
-        raise CtxlmError('--set data.dataset=files: `ctxlm eval` needs data.train for that corpus (with data.valid and '
-                         'data.test): give it, or leave data.dataset out and score any text with `ctxlm eval RUN_DIR --file TEXT`')
     if "<unk>" not in model.arpa_words:
         warn(f"warning: {arpa} has no <unk> unigram: a word outside its {len(vocab):,} words gets probability 0 "
              "(perplexity inf); estimate it with <unk> (KenLM does by default)")
@@ -78,4 +79,4 @@ def import_arpa(arpa: str | Path, run_dir: str | Path, overrides: list[str], war
     if not any(o.split("=", 1)[0].strip() in ("data.dataset", "data.prepared") for o in overrides):
         WHITESPACE.save(run_dir.text)           # an ARPA file says nothing of its corpus's tokeniser
     run_dir.save_weights(model, identity("kneser-ney", vocab))
-    return model, vocab, config.data.prepared or config.data.dataset
+    return model, vocab, config.data.prepared if config.data.dataset == "prepared" else config.data.dataset
