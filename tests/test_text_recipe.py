@@ -30,12 +30,14 @@ LINES = [
     "It cost 1,000 pounds, Mr. Holmes, or so they said.",
 ]
 # Raw text to score: the corpus's words, cased and punctuated as raw text is, and one word it never saw.
-RAW = ['Holmes said, "I don\'t think so."', "Watson waited; the hound was on the table, Holmes!", "The zebra howled."]
+RAW = ['Holmes said, "I don\'t think so."', "Watson waited; the hound was on the table, Holmes!", "The zebra howled.",
+       "Watson waited. The hound howled."]
 
 
 def moses_lower(line: str) -> list[str]:
-    """The recipe of `prepare text --tokenize moses --lower`, written out with sacremoses itself."""
-    return MosesTokenizer("en").tokenize(MosesPunctNormalizer("en").normalize(line.lower()), escape=False)
+    """The recipe of `prepare text --tokenize moses --lower`, written out with sacremoses itself: the cased text
+    split, then lower-cased."""
+    return [w.lower() for w in MosesTokenizer("en").tokenize(MosesPunctNormalizer("en").normalize(line), escape=False)]
 
 
 TOKENISED = [" ".join(moses_lower(line)) for line in RAW]
@@ -59,11 +61,11 @@ def world(tmp_path_factory):
 
 
 def test_the_recipe_is_recorded_by_prepare_and_saved_with_the_run(world):
-    recorded = {"sentences": "lines", "tokenize": "moses", "lang": "en", "lower": True, "numbers": ""}
+    recorded = {"sentences": "lines", "tokenize": "moses", "lang": "en", "lower": True, "numbers": "", "split_cased": True}
     assert json.loads((world / "prepared" / "manifest.json").read_text())["recipe"]["text"] == recorded
     assert json.loads((world / "lstm" / "text.json").read_text()) == recorded
-    assert load(world / "lstm").recipe == TextRecipe(tokenize="moses", lower=True)
-    assert TextRecipe(tokenize="moses", lower=True).tokens(RAW[0]) == moses_lower(RAW[0])   # prepare's own function
+    assert load(world / "lstm").recipe == TextRecipe(tokenize="moses", lower=True, split_cased=True)
+    assert TextRecipe(tokenize="moses", lower=True, split_cased=True).tokens(RAW[3]) == moses_lower(RAW[3])   # prepare's own
     words = {line.split("\t")[0] for line in (world / "prepared" / "words.tsv").read_text().splitlines()}
     assert {"holmes", "don", "'t", '"', ","} <= words
 
@@ -75,7 +77,7 @@ def test_api_raw_text_scores_as_its_tokenised_form(world, name):
         raw, tokenised = run.score(RAW, document=document), run.score(TOKENISED, document=document, pretokenized=True)
         assert [s.tokens for s in raw] == [s.tokens for s in tokenised] == [t.split() + ["<eos>"] for t in TOKENISED]
         assert [s.log_probs for s in raw] == [s.log_probs for s in tokenised]
-    assert [s.unknown_count for s in run.score(RAW)] == [0, 0, 1]                      # zebra
+    assert [s.unknown_count for s in run.score(RAW)] == [0, 0, 1, 0]                   # zebra; "waited ." split
     split = run.score(RAW, pretokenized=True)                                        # "Holmes", "said," ... unknown
     assert split[0].unknown_count > 0 and split[0].log_probs != run.score(RAW)[0].log_probs
     assert run.perplexity(RAW) == run.perplexity(TOKENISED, pretokenized=True)
@@ -93,7 +95,7 @@ def test_score_command(world):
     assert raw.returncode == tokenised.returncode == 0, raw.stderr + tokenised.stderr
     a, b = ([json.loads(line) for line in r.stdout.splitlines()] for r in (raw, tokenised))
     assert [x["log_probs"] for x in a] == [x["log_probs"] for x in b] and [x["tokens"] for x in a] == [x["tokens"] for x in b]
-    assert [x["unknown_count"] for x in a] == [0, 0, 1]
+    assert [x["unknown_count"] for x in a] == [0, 0, 1, 0]
 
 
 def test_eval_file(world):
@@ -232,6 +234,16 @@ def test_eval_dynamic_file_reads_it_by_the_recipe_too(world):
 ])
 def test_text_already_in_the_corpus_form_reads_as_itself(recipe, line):
     assert recipe.tokens(line) == line.split()
+
+
+def test_lower_case_recipes_split_the_cased_text_so_a_sentence_end_inside_a_line_is_split():
+    text = "He went home. Then he slept."
+    assert TextRecipe(tokenize="moses", lower=True, split_cased=True).tokens(text) == \
+        ["he", "went", "home", ".", "then", "he", "slept", "."]
+    assert TextRecipe(tokenize="ptb", lower=True, numbers="N").tokens(text) == ["he", "went", "home", "then", "he", "slept"]
+    recorded = {"sentences": "lines", "tokenize": "moses", "lang": "en", "lower": True, "numbers": ""}   # prepared before
+    old = TextRecipe.of(recorded, "run/text.json")
+    assert old.recipe() == recorded and "home." in old.tokens(text)           # read as its corpus was read
 
 
 def test_the_corpus_forms_do_not_stop_raw_text_being_tokenised():

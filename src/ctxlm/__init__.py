@@ -8,7 +8,10 @@ from importlib import import_module
 # name: the module that defines it
 API = {"Config": "config", "load_toml": "config", "Vocabulary": "data.vocab", "CtxlmError": "errors",
        "evaluate_sentences": "evaluation", "evaluate_stream": "evaluation", "build_model": "models", "Run": "run",
-       "load": "run", "launch": "training", "Trainer": "training.trainer"}
+       "load": "run", "launch": "training", "Trainer": "training.trainer", "Scored": "run",
+       "Continued": "run", "TextRecipe": "data.text", "CacheSettings": "models.cache",
+       "DynamicSetting": "evaluation.dynamic"}
+NEEDS_FAMILIES = {"Config", "load_toml"}      # a config checks model names and options against the registered families
 
 
 def __getattr__(name: str):
@@ -24,6 +27,8 @@ def __getattr__(name: str):
     if name == "evaluate":
         return __getattr__("evaluate_stream")
     if name in API:
+        if name in NEEDS_FAMILIES:
+            import_module(f"{__name__}.models")         # registers every family (config sits below the models)
         value = getattr(import_module(f"{__name__}.{API[name]}"), name)
     else:
         try:
@@ -37,16 +42,25 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted([*globals(), *__all__])
+    return sorted({*globals(), *__all__})
 
 
 def train(config, run_dir, data_dir=None, resume: bool = False) -> dict:
     """Train (or resume) a run directory and return its results (valid/test perplexity of the best epoch);
-    a count-based family (Kneser-Ney) is estimated from counts instead, in seconds."""
+    a count-based family (Kneser-Ney) is estimated from counts instead, in seconds.
+
+    `config`: a `Config`, or the path of a TOML preset (`load_toml`); None with `resume` (the run's own)."""
+    from os import PathLike
+
+    from .errors import CtxlmError
     from .training import launch
 
+    if isinstance(config, (str, PathLike)):
+        config = __getattr__("load_toml")(config)
+    elif config is not None and not isinstance(config, __getattr__("Config")):
+        raise CtxlmError(f"train: config is of type {type(config).__name__}; give a ctxlm.Config or the path of a TOML preset")
     return launch.train(config, run_dir, data_dir, resume)
 
 
-__all__ = ["Config", "CtxlmError", "Run", "Trainer", "Vocabulary", "build_model", "evaluate", "evaluate_sentences",
-           "evaluate_stream", "load", "load_toml", "train"]
+__all__ = ["CacheSettings", "Config", "Continued", "CtxlmError", "DynamicSetting", "Run", "Scored", "TextRecipe", "Trainer",
+           "Vocabulary", "build_model", "evaluate", "evaluate_sentences", "evaluate_stream", "load", "load_toml", "train"]

@@ -88,7 +88,8 @@ def cmd_prepare_text(args) -> int:
     from ..data.rawbooks import raw_books_note
     from ..data.text import TextRecipe, input_files
 
-    text = TextRecipe(args.sentences, args.tokenize, args.lang, args.lower, args.numbers)
+    text = TextRecipe(args.sentences, args.tokenize, args.lang, args.lower, args.numbers,
+                      split_cased=args.lower and args.tokenize == "moses")
     recipe = Recipe(input_files(args.inputs), text,
                     valid=input_files(args.valid, "--valid") if args.valid else (args.valid_sentences or ""),
                     test=input_files(args.test, "--test") if args.test else (args.test_sentences or ""),

@@ -160,7 +160,7 @@ def locate(dataset: str, key: str, data_dir: str | Path | None = None, download:
                 verify(path, entry)
                 return path
         looked.append(str(root / entry.folder))
-    reason = "no public download is registered"
+    reason = "no public download is registered" if not entry.url else "this command does not download it"
     if os.environ.get("CTXLM_OFFLINE"):
         download, reason = False, "downloads are off ($CTXLM_OFFLINE is set)"
     if download and entry.url:

@@ -54,10 +54,12 @@ class TextRecipe:
     lang: str = "en"                # moses: the language of the text
     lower: bool = False             # lower-case every token
     numbers: str = ""               # replace every number token by this one ("" = keep numbers)
+    split_cased: bool = False       # with lower: split the cased text, then lower-case the tokens (False: lower-case first)
 
     def recipe(self) -> dict:
-        """The fields, as the prepared folder's manifest records them."""
-        return asdict(self)
+        """The fields, as the prepared folder's manifest records them (split_cased only where set, so a recipe
+        recorded before it existed reads, and compares, as it did)."""
+        return {k: v for k, v in asdict(self).items() if k != "split_cased" or v}
 
     def tokens(self, text: str) -> list[str]:
         """One sentence's raw text as the corpus's tokens (`<eos>` not included)."""
@@ -178,11 +180,15 @@ def tokenizer(options: TextRecipe) -> Callable[[str], list[str]]:
     lower, numbers = options.lower, options.numbers
     if options.tokenize == "whitespace" and not lower and not numbers:
         return split
+    # Moses splits a word's final period only before a capital ("home. Then" -> "home . Then", "home. then" stays),
+    # so it reads cased text; corpora prepared lower-case-first keep that order (split_cased false)
+    lower_first = lower and not (options.split_cased or options.tokenize in CORPUS_TOKENIZERS)
     full = (PTB_NUMBER if options.tokenize == "ptb" else NUMBER).fullmatch
     kept = SPECIAL_FORMS | CORPUS_FORMS.get(options.tokenize, frozenset()) | ({numbers} if numbers else frozenset())
 
     def converted(words: list[str]) -> list[str]:
-        found = split(" ".join(words).lower() if lower else " ".join(words)) if words else []
+        found = split(" ".join(words).lower() if lower_first else " ".join(words)) if words else []
+        found = [w.lower() for w in found] if lower and not lower_first else found
         return [numbers if numbers and full(w) else w for w in found] if numbers else found
 
     def tokens(text: str) -> list[str]:

@@ -41,7 +41,14 @@ class Vocabulary:
     def __len__(self) -> int:
         return len(self.words)
 
+    def __contains__(self, word: object) -> bool:
+        return word in self.index
+
     def encode(self, tokens: Iterable[str]) -> torch.Tensor:
+        """The ids of a list of tokens (`<unk>`'s for unknown words); a str is refused, not read letter by letter."""
+        if isinstance(tokens, str):
+            raise CtxlmError("Vocabulary.encode takes a list of tokens, not a str: give text.split(), or run.words(text) "
+                             "for raw text tokenised as the run's corpus was")
         get, unk = self.index.get, self.unk
         return torch.tensor([get(t, unk) for t in tokens], dtype=torch.long)
 

@@ -171,7 +171,12 @@ class LanguageModel(nn.Module):
             return None
         pieces = self.start if isinstance(self.start, tuple) else (self.start,)
         device = model_device(self)
-        grown = tuple(map_state(piece, lambda t, d=dim: t.to(device).repeat_interleave(batch, d))
+        dtype = next((p.dtype for p in self.parameters() if p.is_floating_point()), None)   # after .double(), .half()
+
+        def placed(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device, dtype) if dtype is not None and t.is_floating_point() else t.to(device)
+
+        grown = tuple(map_state(piece, lambda t, d=dim: placed(t).repeat_interleave(batch, d))
                       for piece, dim in zip(pieces, self.state_batch_dims(self.start)))
         return grown if isinstance(self.start, tuple) else grown[0]
 
