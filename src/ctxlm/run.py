@@ -1,8 +1,9 @@
 """A trained run from Python: `ctxlm.load(run_dir)` -> Run, which scores, predicts and generates (docs/python.md).
 
-Texts are lines of raw text, tokenised by the run's text recipe (its corpus's: data/text.py, docs/prepare.md) unless
-`pretokenized=True` (then split on whitespace); each ends in `<eos>`, and a word outside the vocabulary is scored
-as `<unk>` (flagged in `unknown`, counted in `unknown_count`). Log-probabilities are natural logs.
+Texts are lines of raw text (a str is cut as `ctxlm eval --file` cuts a file: evaluation/scoring.py `read_texts`),
+tokenised by the run's text recipe (its corpus's: data/text.py, docs/prepare.md) unless `pretokenized=True` (then
+split on whitespace); each ends in `<eos>`, and a word outside the vocabulary is scored as `<unk>` (flagged in
+`unknown`, counted in `unknown_count`). Log-probabilities are natural logs.
 """
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import copy
 import dataclasses
 import functools
 import itertools
+import numbers
+import os
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -17,14 +20,14 @@ from pathlib import Path
 
 import torch
 
-from .checks import at_least, safe_exp
+from .checks import SEED, at_least, safe_exp
 from .config import Config
 from .data.text import APPROXIMATE, WHITESPACE, TextRecipe, file_tokens, note_once
 from .data.vocab import EOS, Vocabulary
 from .errors import CtxlmError
 from .evaluation.dynamic import DynamicSetting, DynamicWeights, stored_mean_squares
 from .evaluation.lambada import not_answers
-from .evaluation.scoring import score_item, score_sentences, score_stream
+from .evaluation.scoring import check_text, read_texts, score_item, score_sentences, score_stream, shown
 from .evaluation.start import start_for
 from .generate import sample
 from .models.base import LanguageModel, build_model
@@ -84,8 +87,11 @@ def pair_words(*texts: str, split=str.split) -> list[list[str]]:
     return pieces
 
 
-@dataclass
+@dataclass(repr=False)
 class Run:
+    """A trained run (`ctxlm.load(run_dir)`): `score` / `iter_score` / `perplexity` texts, `sentence_log_probs`,
+    `continuation`, `next_word_log_probs` / `top_next_words`, `generate`; `with_cache` / `with_dynamic` give variants;
+    `words` shows a text's tokens. Its `config`, `vocab`, `model` and text `recipe` are attributes (docs/python.md)."""
     path: Path
     config: Config
     vocab: Vocabulary
@@ -93,6 +99,13 @@ class Run:
     dynamic: DynamicWeights | None = None      # set by with_dynamic: every text is scored with steps
     weights_sha256: str = ""                   # the loaded weights' content digest (their file's metadata)
     recipe: TextRecipe | None = WHITESPACE     # how raw text becomes tokens (text.json); None: the run recorded none
+
+    def __repr__(self) -> str:
+        cached, count = isinstance(self.model, NeuralCache), self.model.parameter_counts()["total"]
+        parts = [self.config.model.name, f"{count:,} {'stored n-grams' if self.model.count_based else 'parameters'}",
+                 f"vocabulary {len(self.vocab):,}", f"recipe {self.recipe.describe() if self.recipe else 'none recorded'}"]
+        parts += ["neural cache"] * cached + [f"dynamic {self.dynamic.setting.rule}" if self.dynamic else ""]
+        return f"<Run {self.path}: {'; '.join(p for p in parts if p)}>"
 
     def words(self, line: str, pretokenized: bool = False) -> list[str]:
         """One line of raw text as the run's tokens, by its corpus's recipe; split on whitespace if `pretokenized`
@@ -160,57 +173,71 @@ class Run:
                              "Run.sentence_log_probs)")
 
     # ------------------------------------------------------------ scoring
-    def score(self, texts: str | Iterable[str], document: bool = False, batch_size: int = 32,
+    def score(self, texts: str | os.PathLike | Iterable[str], document: bool = False, batch_size: int = 32,
               pretokenized: bool = False) -> list[Scored]:
-        """Per-token log-probabilities of each text (a line; a string of several lines is split). `document`:
-        the texts are one stream with the state carried (as `ctxlm eval` reads a file); else each is alone.
-        `pretokenized`: the texts are tokens already, split on whitespace (else the run's recipe tokenises them)."""
-        return list(self.iter_score(texts, document, batch_size, pretokenized))
+        """Per-token log-probabilities of each text: a list's items are lines; a str, or a file's Path, is cut as
+        `ctxlm eval --file` cuts a file. `document`: the texts are one stream with the state carried (as `ctxlm eval`
+        reads a file); else each is alone. `pretokenized`: tokens already, split on whitespace (else the run's recipe)."""
+        return list(self._iter_score(texts, document, batch_size, pretokenized, "score"))
 
-    def iter_score(self, texts: str | Iterable[str], document: bool = False, batch_size: int = 32,
+    def iter_score(self, texts: str | os.PathLike | Iterable[str], document: bool = False, batch_size: int = 32,
                    pretokenized: bool = False) -> Iterator[Scored]:
         """`score`, one text at a time as it is read (for long inputs)."""
-        self._left_to_right("score")
+        return self._iter_score(texts, document, batch_size, pretokenized, "score")
+
+    def _iter_score(self, texts, document: bool, batch_size: int, pretokenized: bool, name: str) -> Iterator[Scored]:
+        self._left_to_right(name)
         check_batch_size(batch_size)
-        lines = text_lines(texts, "score")
+        tokenised = self._texts(texts, pretokenized, name)
         if document:
-            read = deque()                      # lines read ahead of their scores (one or two)
+            read = deque()                      # texts read ahead of their scores (one or two)
 
             def blocks():
-                for line in lines:
-                    read.append((line, self.words(line, pretokenized) + [EOS]))
+                for text, words in tokenised:
+                    read.append((text, words + [EOS]))
                     yield self.vocab.encode(read[-1][1])
             for log_probs in self._stream(blocks()):
                 yield self._scored(*read.popleft(), log_probs)
             return
-        lines = iter(lines)
-        while group := list(itertools.islice(lines, GROUP)):
-            tokens = [self.words(line, pretokenized) + [EOS] for line in group]
+        while group := list(itertools.islice(tokenised, GROUP)):
+            tokens = [words + [EOS] for _, words in group]
             scores = self._sentences(self.vocab.encode_many(tokens), batch_size)
-            for line, words, log_probs in zip(group, tokens, scores):
-                yield self._scored(line, words, log_probs)
+            for (text, _), words, log_probs in zip(group, tokens, scores):
+                yield self._scored(text, words, log_probs)
 
-    def perplexity(self, texts: str | Iterable[str], document: bool = False, pretokenized: bool = False) -> float:
+    def perplexity(self, texts: str | os.PathLike | Iterable[str], document: bool = False, pretokenized: bool = False,
+                   batch_size: int = 32) -> float:
         """exp(−total log-probability / tokens) of the texts, every `<eos>` counted: each text alone, as `score`
-        reads them by default, or as one stream with `document` (`ctxlm eval --file`'s reading)."""
-        total, count = 0.0, 0
-        for scored in self.iter_score(texts, document, pretokenized=pretokenized):
+        reads them by default, or as one stream with `document` (`ctxlm eval --file`'s reading). At least one word."""
+        total, count, words = 0.0, 0, False
+        for scored in self._iter_score(texts, document, batch_size, pretokenized, "perplexity"):
             total += sum(scored.log_probs)
             count += len(scored.log_probs)
-        if not count:
-            raise CtxlmError("perplexity: no text to score")
+            words = words or len(scored.tokens) > 1
+        if not words:
+            raise CtxlmError(f"perplexity: no word to score ({'only empty lines' if count else 'no text'}); give at least one "
+                             "word (an empty line among others is a lone <eos>, as in `ctxlm eval --file`)")
         return safe_exp(-total / count)
 
-    def sentence_log_probs(self, texts: str | Iterable[str], batch_size: int = 50, pretokenized: bool = False,
+    def sentence_log_probs(self, texts: str | os.PathLike | Iterable[str], batch_size: int = 50, pretokenized: bool = False,
                            progress=None) -> list[float]:
-        """log p of each whole sentence (its words then `<eos>`; a string of several lines is split), for every
-        family — the bidirectional RM included, which scores whole sentences only (`ctxlm complete` chooses
-        candidates with this). `progress` (an io.Progress) counts the sentences scored."""
+        """log p of each whole sentence (its words then `<eos>`; texts as `score` takes them), for every family — the
+        bidirectional RM included, which scores whole sentences only (`ctxlm complete` chooses candidates with
+        this). `progress` (an io.Progress) counts the sentences scored."""
         from .evaluation.completion import sentence_scores
         check_batch_size(batch_size)
-        texts = list(text_lines(texts, "sentence_log_probs"))
-        return sentence_scores(self.model, self.vocab, [self.words(t, pretokenized) + [EOS] for t in texts], batch_size,
+        tokens = [words + [EOS] for _, words in self._texts(texts, pretokenized, "sentence_log_probs")]
+        return sentence_scores(self.model, self.vocab, tokens, batch_size,
                                (lambda rows: progress.update(len(rows))) if progress else None, self.dynamic).tolist()
+
+    def _texts(self, texts, pretokenized: bool, name: str) -> Iterator[tuple[str, list[str]]]:
+        """Each text (`read_texts`) with its tokens; one cut from a str or a file without any is dropped (as
+        `ctxlm eval --file` drops such a sentence), a line without any is a lone `<eos>`."""
+        recipe = None if pretokenized else self.text_recipe()
+        for text, cut in read_texts(texts, recipe.sentences if recipe else "lines", name):
+            words = self.words(text, pretokenized)
+            if words or not cut:
+                yield text, words
 
     def continuation(self, context: str, continuation: str, pretokenized: bool = False) -> Continued:
         """The words of `continuation` after those of `context` (`pair_words`), read as one stream after `<eos>` with
@@ -255,8 +282,8 @@ class Run:
     def top_next_words(self, context: str = "", k: int = 10, special: bool = False, pretokenized: bool = False) -> list[tuple[str, float]]:
         """The `k` likeliest next words after `context`, with their probabilities (the model's own, not renormalised);
         `<eos>` and `<unk>` are left out unless `special`."""
-        if k < 1:
-            raise CtxlmError(f"top_next_words: k is the number of words to return, at least 1; got {k}")
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+            raise CtxlmError(f"top_next_words: k is the number of words to return, an integer at least 1; got {shown(k)}")
         log_probs = self.next_word_log_probs(context, pretokenized)
         left_out = [] if special else [self.vocab.eos, self.vocab.unk]
         if left_out:
@@ -265,16 +292,16 @@ class Run:
         return [(self.vocab.words[i], safe_exp(lp)) for lp, i in zip(best.values.tolist(), best.indices.tolist())]
 
     def generate(self, prompt: str = "", max_tokens: int = 50, temperature: float = 1.0, top_k: int = 0,
-                 top_p: float = 1.0, seed: int | torch.Generator = 0, special: bool = False,
+                 top_p: float = 1.0, seed: int | torch.Generator | None = 0, special: bool = False,
                  stop_at_eos: bool = False, pretokenized: bool = False) -> list[str]:
         """Continue `prompt` by sampling (temperature 0: greedy); the sampled words. `<eos>` and `<unk>` are never drawn
         (the rest renormalised) unless `special`; `stop_at_eos`: `<eos>` may be drawn and ends the sample (not returned).
-        `seed`: a number, or a torch.Generator to draw several different samples from in turn."""
+        `seed`: a number, a torch.Generator to draw several different samples from in turn, or None (a random draw)."""
         self._left_to_right("generate")
         check_text(prompt, "generate: prompt")
         if self.dynamic is not None:
             raise CtxlmError("generate samples from the trained weights; drop with_dynamic")
-        generator = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(seed)
+        generator = seed if isinstance(seed, torch.Generator) else seeded(seed)
         words = pair_words(prompt, split=functools.partial(self.words, pretokenized=pretokenized))[0]    # a line break is <eos>
         return sample(self.model, self.vocab, words, max_tokens, temperature, top_k, top_p, generator,
                       special, stop_at_eos)
@@ -295,38 +322,26 @@ class Run:
         return Scored(line, tokens, log_probs.tolist(), [t not in self.vocab.index for t in tokens])
 
 
-def check_text(text, name: str) -> None:
-    """A CtxlmError unless `text` is a str (bytes would be read as one unknown word per line)."""
-    if not isinstance(text, str):
-        hint = "; decode bytes first (text.decode('utf-8'))" if isinstance(text, (bytes, bytearray)) else ""
-        raise CtxlmError(f"{name} must be a str, got {type(text).__name__} {_shown(text)}{hint}")
-
-
-def text_lines(texts, name: str) -> Iterator[str]:
-    """The lines of `texts`, a str (split at line breaks) or an iterable of str, each checked as it is read."""
-    if isinstance(texts, str):
-        yield from texts.splitlines()
-        return
-    if isinstance(texts, (bytes, bytearray, dict)) or not isinstance(texts, Iterable):
-        raise CtxlmError(f"{name}: texts must be a str or a list of str, got {type(texts).__name__} {_shown(texts)}")
-    for number, text in enumerate(texts, 1):
-        check_text(text, f"{name}: text {number}")
-        yield text
-
-
-def _shown(value) -> str:
-    shown = repr(value)
-    return shown if len(shown) <= 40 else shown[:37] + "..."
-
-
 def check_ids(ids, size: int, name: str) -> None:
     """A CtxlmError unless `ids` is a 1-D integer tensor of ids in [0, size)."""
     if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype == torch.bool \
             or ids.is_complex():
-        raise CtxlmError(f"{name} must be a 1-D integer tensor of token ids, got {_shown(ids)}")
+        raise CtxlmError(f"{name} must be a 1-D integer tensor of token ids, got {shown(ids)}")
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= size):
         raise CtxlmError(f"{name}: ids must be in [0, {size}) (the run's vocabulary), found {int(ids.min())} to "
                          f"{int(ids.max())}; encode the text with run.vocab.encode")
+
+
+def seeded(seed: int | None) -> torch.Generator:
+    """A generator seeded with `seed` (as `ctxlm generate --seed`), or from fresh randomness for None."""
+    generator = torch.Generator()
+    if seed is None:
+        generator.seed()
+        return generator
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not SEED.admits(int(seed)):
+        raise CtxlmError(f"generate: seed must be {SEED.describe(int)}, a torch.Generator, or None for a random draw; "
+                         f"got {shown(seed)}")
+    return generator.manual_seed(int(seed))
 
 
 def check_batch_size(batch_size: int) -> None:
@@ -340,9 +355,8 @@ def load(run_dir: str | Path, device: str = "cpu", data_dir=None, start: bool = 
     (count-based models, Kneser-Ney, always on the CPU: their tables are numpy arrays), with the state texts
     read alone start from (evaluation/start.py: the stored one, else estimated on the training text, found
     in `data_dir` or where the run's config says; `start=False`: the zero state)."""
-    if str(device).split(":")[0] == "cuda" and not torch.cuda.is_available():
-        raise CtxlmError(f"load: device {str(device)!r}, but no CUDA device is available here; use 'cpu'")
-    files = RunDir(run_dir)
+    check_device(device)
+    files = RunDir(run_folder(run_dir))
     config = files.read_config("train one with `ctxlm train`")
     vocab = files.read_vocab()
     model = build_model(config.model, len(vocab), config.output)
@@ -351,3 +365,30 @@ def load(run_dir: str | Path, device: str = "cpu", data_dir=None, start: bool = 
     if start:
         model.start = start_for(files.path, config, vocab, model, metadata.get("sha256", ""), data_dir)
     return Run(files.path, config, vocab, model, weights_sha256=metadata.get("sha256", ""), recipe=files.read_text_recipe())
+
+
+def run_folder(run_dir) -> Path:
+    """`run_dir` as a Path: a CtxlmError where it is not a path, does not exist or is a file (config.toml, say)."""
+    if not isinstance(run_dir, (str, os.PathLike)):
+        raise CtxlmError(f"load: run_dir must be a run's folder (a str or a Path), got {type(run_dir).__name__} {shown(run_dir)}")
+    path = Path(run_dir)
+    if not path.exists():
+        raise CtxlmError(f"{path}: not a run directory (no such folder); give the folder `ctxlm train` wrote")
+    if not path.is_dir():
+        raise CtxlmError(f"{path}: not a run directory (it is a file); give the run's folder, {path.parent}")
+    return path
+
+
+def check_device(device) -> None:
+    """A CtxlmError unless `device` is 'cpu', 'cuda' or 'cuda:N' (a str or a torch.device) that this machine has."""
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        parsed = None
+    if parsed is None or parsed.type not in ("cpu", "cuda"):
+        raise CtxlmError(f"load: device must be 'cpu', 'cuda' or 'cuda:N' (a str or a torch.device), got {shown(device)}")
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise CtxlmError(f"load: device {str(device)!r}, but no CUDA device is available here; use 'cpu'")
+    if parsed.type == "cuda" and (parsed.index or 0) >= torch.cuda.device_count():
+        raise CtxlmError(f"load: device {str(device)!r}, but this machine has {torch.cuda.device_count()} CUDA device(s), "
+                         "cuda:0 upwards; use one of those")
