@@ -74,9 +74,8 @@ class CtxlmLM(LM):
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         results = []
         for request in self._requests(requests, "ctxlm loglikelihood_rolling", disable_tqdm):
-            text = request.args[0]
-            lines = text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")     # as `ctxlm eval --file`
-            total = sum(scored.total for scored in self.run.iter_score(lines, document=True, pretokenized=self.pretokenized))
+            text = request.args[0]          # a str is cut as `ctxlm eval --file` cuts a file holding it (its recipe's rule)
+            total = sum(scored.total for scored in self.run.iter_score(text, document=True, pretokenized=self.pretokenized))
             self.cache_hook.add_partial("loglikelihood_rolling", (text,), total)
             results.append(total)
         return results
