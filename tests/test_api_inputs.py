@@ -174,3 +174,35 @@ def test_a_run_says_what_it_is_and_perplexity_takes_a_batch_size(lstm):
     assert lstm.perplexity(texts, batch_size=1) == pytest.approx(lstm.perplexity(texts), rel=1e-6)
     with pytest.raises(CtxlmError, match="batch_size"):
         lstm.perplexity(texts, batch_size=0)
+
+
+def test_a_blank_file_on_a_gutenberg_run_is_no_text(gutenberg_run, lstm, tmp_path):
+    blank = tmp_path / "blank.txt"
+    blank.write_text("")
+    assert load(gutenberg_run).score(blank) == [] and lstm.score(blank) == []
+    blank.write_text("  \n\n")
+    assert load(gutenberg_run).score(blank) == []                                   # no sentence in it
+    assert [s.tokens for s in lstm.score(blank)] == [["<eos>"], ["<eos>"]]          # a lines run: two empty lines
+
+
+def test_a_dynamic_variant_made_from_a_half_read_one_starts_from_the_trained_weights(runs, lstm):
+    lines = (Path(runs["corpus"]) / "valid.txt").read_text().splitlines()
+    setting = DynamicSetting("sgd", lr=0.5, decay=0, segment=10)
+    adapted = lstm.with_dynamic(setting)
+    half = adapted.iter_score(lines, document=True)
+    for _ in range(5):
+        next(half)                                                       # adapted.model now holds stepped weights
+    again = adapted.with_dynamic(setting)
+    trained = dict(lstm.model.named_parameters())
+    assert all(torch.equal(p, trained[name]) for name, p in again.model.named_parameters())
+    assert again.perplexity(lines[:4], document=True) == lstm.with_dynamic(setting).perplexity(lines[:4], document=True)
+    half.close()
+
+
+def test_batch_size_is_a_keyword_of_perplexity_and_any_integer_type(lstm):
+    import numpy as np
+
+    texts = ["the cat sat", "a dog ran"]
+    with pytest.raises(TypeError):
+        lstm.perplexity(texts, False, False, 2)
+    assert lstm.perplexity(texts, batch_size=np.int64(1)) == pytest.approx(lstm.perplexity(texts), rel=1e-6)

@@ -96,8 +96,10 @@ def test_lambada_task_files(runs, tmp_path):
 
 
 def test_harness_without_lm_eval_says_how_to_install(runs, monkeypatch):
-    monkeypatch.setitem(sys.modules, "lm_eval", None)            # as if it were not installed
+    for name in ["lm_eval", *(m for m in sys.modules if m.startswith("lm_eval."))]:
+        monkeypatch.setitem(sys.modules, name, None)               # as if it were not installed (imported or not)
     monkeypatch.delitem(sys.modules, "ctxlm.harness.model", raising=False)
+    monkeypatch.delattr(importlib.import_module("ctxlm.harness"), "model", raising=False)   # `from ..harness import model`
     one_line_error(ctxlm("harness", runs["lstm"], "--tasks", "lambada_local"), "lm-evaluation-harness", "pip install")
 
 

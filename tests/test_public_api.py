@@ -62,3 +62,13 @@ def test_train_takes_a_preset_path_and_refuses_anything_else(tmp_path):
 def test_a_float32_model_keeps_a_float32_start_state(runs):
     state = load(runs["lstm"]).model.start_state(2)
     assert all(isinstance(t, torch.Tensor) and t.dtype == torch.float32 for t in state)
+
+
+def test_train_trains_a_preset_given_by_its_path(tmp_path):
+    from conftest import tiny_config, toml, write_corpus
+
+    (tmp_path / "corpus").mkdir()
+    config = tiny_config(write_corpus(tmp_path / "corpus"))
+    config.train.epochs = 1
+    results = ctxlm.train(str(toml(config, tmp_path / "preset.toml")), tmp_path / "run")
+    assert results["valid"]["ppl"] > 1 and load(tmp_path / "run").config.model.hidden_size == config.model.hidden_size

@@ -268,3 +268,17 @@ def test_generate_reads_a_line_break_in_the_prompt_as_the_next_word_methods_do(w
     run = load(world / "lstm")
     prompt = RAW[0] + "\n"
     assert run.generate(prompt, 1, temperature=0) == [run.top_next_words(prompt, 1)[0][0]]
+
+
+def test_a_folder_prepared_lower_case_first_is_named_so_when_prepared_again(tmp_path):
+    (tmp_path / "raw.txt").write_text("\n".join(LINES * 4) + "\n")
+    args = ("prepare", "text", tmp_path / "raw.txt", "--tokenize", "moses", "--lower", "--valid-sentences", "4",
+            "--out", tmp_path / "prepared")
+    assert ctxlm(*args).returncode == 0
+    manifest = tmp_path / "prepared" / "manifest.json"
+    recorded = json.loads(manifest.read_text())
+    del recorded["recipe"]["text"]["split_cased"]                      # as a folder prepared before split_cased
+    manifest.write_text(json.dumps(recorded))
+    one_line_error(ctxlm(*args), "earlier ctxlm", "lower-cased the text before splitting", "--force")
+    assert ctxlm(*args, "--force").returncode == 0
+    assert json.loads(manifest.read_text())["recipe"]["text"]["split_cased"] is True

@@ -1,6 +1,6 @@
 """A trained run from Python: `ctxlm.load(run_dir)` -> Run, which scores, predicts and generates (docs/python.md).
 
-Texts are lines of raw text (a str is cut as `ctxlm eval --file` cuts a file: evaluation/scoring.py `read_texts`),
+Texts are lines of raw text (a str is cut as `ctxlm eval --file` cuts a file: evaluation/texts.py `read_texts`),
 tokenised by the run's text recipe (its corpus's: data/text.py, docs/prepare.md) unless `pretokenized=True` (then
 split on whitespace); each ends in `<eos>`, and a word outside the vocabulary is scored as `<unk>` (flagged in
 `unknown`, counted in `unknown_count`). Log-probabilities are natural logs.
@@ -27,8 +27,9 @@ from .data.vocab import EOS, Vocabulary
 from .errors import CtxlmError
 from .evaluation.dynamic import DynamicSetting, DynamicWeights, stored_mean_squares
 from .evaluation.lambada import not_answers
-from .evaluation.scoring import check_text, read_texts, score_item, score_sentences, score_stream, shown
+from .evaluation.scoring import score_item, score_sentences, score_stream
 from .evaluation.start import start_for
+from .evaluation.texts import check_text, read_texts, shown
 from .generate import sample
 from .models.base import LanguageModel, build_model
 from .models.cache import CacheSettings, NeuralCache
@@ -153,6 +154,10 @@ class Run:
             return plain.with_dynamic(setting, train_ids, data_dir).with_cache(self.model.settings)
         setting = setting or DynamicSetting.read(RunDir(self.path).dynamic) or DynamicSetting()
         model = copy.deepcopy(self.model)
+        if self.dynamic is not None:        # a dynamic variant, perhaps half-way through a document: from θ₀
+            with torch.no_grad():
+                for weight, trained in zip((p for p in model.parameters() if p.requires_grad), self.dynamic.trained):
+                    weight.copy_(trained)
         mean_square = None
         if setting.rule == "rms":
             if train_ids is None:
@@ -187,7 +192,7 @@ class Run:
 
     def _iter_score(self, texts, document: bool, batch_size: int, pretokenized: bool, name: str) -> Iterator[Scored]:
         self._left_to_right(name)
-        check_batch_size(batch_size)
+        batch_size = check_batch_size(batch_size)
         tokenised = self._texts(texts, pretokenized, name)
         if document:
             read = deque()                      # texts read ahead of their scores (one or two)
@@ -205,7 +210,7 @@ class Run:
             for (text, _), words, log_probs in zip(group, tokens, scores):
                 yield self._scored(text, words, log_probs)
 
-    def perplexity(self, texts: str | os.PathLike | Iterable[str], document: bool = False, pretokenized: bool = False,
+    def perplexity(self, texts: str | os.PathLike | Iterable[str], document: bool = False, pretokenized: bool = False, *,
                    batch_size: int = 32) -> float:
         """exp(−total log-probability / tokens) of the texts, every `<eos>` counted: each text alone, as `score`
         reads them by default, or as one stream with `document` (`ctxlm eval --file`'s reading). At least one word."""
@@ -225,7 +230,7 @@ class Run:
         bidirectional RM included, which scores whole sentences only (`ctxlm complete` chooses candidates with
         this). `progress` (an io.Progress) counts the sentences scored."""
         from .evaluation.completion import sentence_scores
-        check_batch_size(batch_size)
+        batch_size = check_batch_size(batch_size)
         tokens = [words + [EOS] for _, words in self._texts(texts, pretokenized, "sentence_log_probs")]
         return sentence_scores(self.model, self.vocab, tokens, batch_size,
                                (lambda rows: progress.update(len(rows))) if progress else None, self.dynamic).tolist()
@@ -344,10 +349,11 @@ def seeded(seed: int | None) -> torch.Generator:
     return generator.manual_seed(int(seed))
 
 
-def check_batch_size(batch_size: int) -> None:
-    """The texts scored together: as `--batch-size` allows (a CtxlmError otherwise)."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not at_least(1).admits(batch_size):
+def check_batch_size(batch_size: int) -> int:
+    """The texts scored together, as an int: as `--batch-size` allows (a CtxlmError otherwise)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or not at_least(1).admits(int(batch_size)):
         raise CtxlmError(f"batch_size must be {at_least(1).describe(int)}, got {batch_size!r}")
+    return int(batch_size)
 
 
 def load(run_dir: str | Path, device: str = "cpu", data_dir=None, start: bool = True) -> Run:

@@ -65,6 +65,15 @@ class Recipe:
                 "source": self.source or {"files": files(self.inputs)}}
 
 
+def _other_recipe(folder: Path, recorded, described: dict) -> str:
+    """Why a folder's corpus is not the one asked for (a folder prepared before `split_cased`: only that)."""
+    if isinstance(recorded, dict) and {**recorded, "text": {**recorded.get("text", {}), "split_cased": True}} == described:
+        return (f"{folder} holds a corpus prepared with these options by an earlier ctxlm, which lower-cased the text "
+                "before splitting it (its runs read raw text so, as they were trained); add --force to prepare it again "
+                "with the cased split (docs/prepare.md, split_cased), or use the folder as it is")
+    return f"{folder} holds a corpus prepared with another recipe (inputs or options); add --force to replace it, or choose another --out"
+
+
 def prepare(recipe: Recipe, folder: Path, force: bool = False, command: str = "", log=None) -> tuple[dict, bool]:
     """Prepare `recipe` into `folder`; returns (manifest, whether it was done now).
 
@@ -94,8 +103,7 @@ def prepare(recipe: Recipe, folder: Path, force: bool = False, command: str = ""
             manifest = read_manifest(folder)
             if manifest is not None and manifest.get("format") == FORMAT and not force:
                 if manifest.get("recipe") != described:
-                    raise CtxlmError(f"{folder} holds a corpus prepared with another recipe (inputs or options); "
-                                     "add --force to replace it, or choose another --out")
+                    raise CtxlmError(_other_recipe(folder, manifest.get("recipe"), described))
                 check(folder, manifest)
                 return manifest, False
             if manifest is not None:       # a complete preparation: the new one is built beside it, swapped in when whole

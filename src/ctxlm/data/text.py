@@ -54,7 +54,8 @@ class TextRecipe:
     lang: str = "en"                # moses: the language of the text
     lower: bool = False             # lower-case every token
     numbers: str = ""               # replace every number token by this one ("" = keep numbers)
-    split_cased: bool = False       # with lower: split the cased text, then lower-case the tokens (False: lower-case first)
+    split_cased: bool = False       # with lower: split the cased text, then lower-case the tokens (False, as in recipes
+                                    # recorded before it: lower-case first; `prepare text --lower` sets it for moses)
 
     def recipe(self) -> dict:
         """The fields, as the prepared folder's manifest records them (split_cased only where set, so a recipe
@@ -71,9 +72,10 @@ class TextRecipe:
         return self.tokenize == "whitespace" and not self.lower and not self.numbers
 
     def describe(self) -> str:
-        """A short phrase: "moses, lower-cased, numbers as N"."""
+        """A short phrase: "moses, lower-cased after splitting, numbers as N"."""
         parts = [self.tokenize + (f" ({self.lang})" if self.tokenize == "moses" and self.lang != "en" else "")]
-        parts += ["lower-cased"] * self.lower + [f"numbers as {self.numbers}"] * bool(self.numbers)
+        lowered = "lower-cased" + (" after splitting" if self.split_cased else " first" if self.tokenize == "moses" else "")
+        parts += [lowered] * self.lower + [f"numbers as {self.numbers}"] * bool(self.numbers)
         return ", ".join(parts + [f"{self.sentences} sentences"] * (self.sentences != "lines"))
 
     @classmethod

@@ -88,6 +88,7 @@ class DynamicWeights:
         if setting.rule == "rms" and mean_square is None:
             raise ValueError("the rms rule needs the mean squared training gradients (mean_squared_gradients)")
         self.setting, self.model, self.steps = setting, model, 0
+        self.holder = None          # the pass whose adapted weights these are (evaluation/scoring.py `_Reading`)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.embeddings = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)]
         self.trained = [p.detach().clone() for p in self.params]

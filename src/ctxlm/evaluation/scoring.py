@@ -7,28 +7,18 @@ Two ways to read texts, as SPEC §0.2 and §6.3 define them:
 - sentences: each text alone from the model's start state (evaluation/start.py: the zero state for a model
   trained on sentences alone), batched by length as `evaluate_sentences` batches them.
 With dynamic evaluation (evaluation/dynamic.py) a stream is read in segments, each scored, then a step.
-`read_texts` cuts the texts the API is given into the texts it scores, as `ctxlm eval --file` cuts a file.
 """
 from __future__ import annotations
 
-import os
-import re
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing, nullcontext
-from pathlib import Path
 
 import torch
 
 from ..data.batching import SentenceBatches
-from ..data.corpus import gutenberg_sentences, iter_lines, split_sentences_text
-from ..data.text import SENTENCES
-from ..errors import CtxlmError
 from ..models.base import detach_state, model_device
 from .dynamic import DynamicWeights
-
-_live: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()     # DynamicWeights -> the _Reading its weights hold
 
 
 class _Reading:
@@ -41,22 +31,22 @@ class _Reading:
     @torch.no_grad()
     def claim(self) -> None:
         """The weights are this pass's (no pass holding them: they are the trained ones)."""
-        holder = _live.get(self.dynamic)
+        holder = self.dynamic.holder
         if holder is self:
             return
         if holder is not None:
             holder.kept = [p.detach().clone() for p in self.dynamic.params], self.dynamic.steps
             self.dynamic.restore()
+        self.dynamic.holder = self          # before the copy back: what it leaves half done, release() restores
         if self.kept is not None:
             for p, q in zip(self.dynamic.params, self.kept[0]):
                 p.copy_(q)
             self.dynamic.steps, self.kept = self.kept[1], None
-        _live[self.dynamic] = self
 
     def release(self) -> None:
         """The pass ends: the trained weights are back (if it holds them), its set-aside copy dropped."""
-        if _live.get(self.dynamic) is self:
-            del _live[self.dynamic]
+        if self.dynamic.holder is self:
+            self.dynamic.holder = None
             self.dynamic.restore()
         self.kept = None
 
@@ -163,69 +153,3 @@ def score_sentences(model, sentences: list[torch.Tensor], eos: int, batch_size: 
         for row, sentence in zip(rows, range(len(rows))):
             scores[row] = log_probs[sentence, :sentences[row].numel()]
     return scores
-
-
-# ------------------------------------------------------------ the texts the API is given (docs/python.md, "Texts")
-def read_texts(texts, rule: str, name: str) -> Iterator[tuple[str, bool]]:
-    """The texts to score, each with whether it came from a cut (a text without tokens is then dropped, as
-    `ctxlm eval --file` drops a sentence without any): a str cut as a file's contents (`cut_text`), a file (a Path)
-    read as `ctxlm eval --file` reads it, or an iterable of str, each one line (`one_line`). `rule`: the run's
-    sentence rule (data/text.py SENTENCES), "lines" for text tokenised already."""
-    if isinstance(texts, (str, os.PathLike)) and rule not in SENTENCES:
-        raise CtxlmError(f"{name}: sentence rule {rule!r}: this ctxlm has {', '.join(SENTENCES)}; update ctxlm, or give "
-                         "the texts as a list, one sentence each")
-    cut = rule == "gutenberg"
-    if isinstance(texts, os.PathLike):
-        path = Path(texts)
-        yield from ((t, cut) for t in (gutenberg_sentences(path) if cut else iter_lines(path, allow_empty=True)))
-        return
-    if isinstance(texts, str):
-        yield from ((t, cut) for t in cut_text(texts, rule))
-        return
-    if isinstance(texts, (bytes, bytearray, dict)) or not isinstance(texts, Iterable):
-        raise CtxlmError(f"{name}: texts must be a str or a list of str, got {type(texts).__name__} {shown(texts)} (a file: "
-                         "give its pathlib.Path)")
-    for number, text in enumerate(texts, 1):
-        check_text(text, f"{name}: text {number}")
-        yield one_line(text, f"{name}: text {number}"), False
-
-
-def cut_text(text: str, rule: str = "lines") -> Iterator[str]:
-    """A str's sentences as `ctxlm eval --file` cuts a file holding it: its lines (cut at "\\n" only, a "\\r" before
-    it and a leading byte-order mark dropped, as data/corpus.py `iter_lines`), or with the gutenberg rule its
-    paragraphs (at blank lines) cut at sentence ends (`split_sentences_text`; a str is a passage: no licence is
-    looked for)."""
-    text = text[1:] if text.startswith("\ufeff") else text
-    if rule == "gutenberg":
-        for paragraph in re.split(r"\n\s*\n", text.replace("\r\n", "\n").replace("\r", "\n")):
-            yield from split_sentences_text(" ".join(paragraph.split()))
-        return
-    lines = text.split("\n")
-    ended = lines[-1] == ""                 # a final "\n" ends the last line; it starts none
-    if ended:
-        lines.pop()
-    for number, line in enumerate(lines, 1):
-        yield line[:-1] if line.endswith("\r") and (ended or number < len(lines)) else line
-
-
-def one_line(text: str, name: str) -> str:
-    """An item of a list of texts: one line, a line ending at its end dropped (lines read from `open(path)` keep
-    theirs); a CtxlmError where it holds a line break inside."""
-    line = text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
-    if "\n" in line:
-        raise CtxlmError(f"{name} holds a line break inside it ({shown(text)}): each text of a list is one line; give its "
-                         "lines as texts of their own, or the whole str (cut into lines)")
-    return line
-
-
-def check_text(text, name: str) -> None:
-    """A CtxlmError unless `text` is a str (bytes would be read as one unknown word per line)."""
-    if not isinstance(text, str):
-        hint = "; decode bytes first (text.decode('utf-8'))" if isinstance(text, (bytes, bytearray)) else ""
-        raise CtxlmError(f"{name} must be a str, got {type(text).__name__} {shown(text)}{hint}")
-
-
-def shown(value) -> str:
-    """A value's repr, cut to 40 characters (for messages)."""
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
