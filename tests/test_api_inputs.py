@@ -206,3 +206,12 @@ def test_batch_size_is_a_keyword_of_perplexity_and_any_integer_type(lstm):
     with pytest.raises(TypeError):
         lstm.perplexity(texts, False, False, 2)
     assert lstm.perplexity(texts, batch_size=np.int64(1)) == pytest.approx(lstm.perplexity(texts), rel=1e-6)
+
+
+def test_an_unk_written_in_the_text_counts_as_unknown_as_eval_counts_it(runs, lstm, tmp_path):
+    word = lstm.vocab.words[4]
+    scored = lstm.score([f"{word} <unk> no-such-word"], pretokenized=True)[0]
+    assert scored.unknown == [False, True, True, False] and scored.unknown_count == 2
+    text = tmp_path / "unk.txt"
+    text.write_text(f"{word} <unk> no-such-word\n")
+    assert eval_file(runs["lstm"], text)["unknown"] == scored.unknown_count

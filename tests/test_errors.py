@@ -45,7 +45,8 @@ def test_unknown_model_option_and_preset_key(tmp_path):
     one_line_error(run("train", "--set", "model.name=transformerxl", "--run-dir", tmp_path / "r"), "model.name must be one of", "lstm")
     one_line_error(run("train", "--set", "model.hiden_size=3"), "unknown key model.hiden_size", "hidden_size")
     one_line_error(run("train", "--set", "train.epochs=many"), "train.epochs must be an integer ≥ 1, got 'many'")
-    one_line_error(run("train", "--bogus"), "unrecognized arguments: --bogus")
+    one_line_error(run("train", "--bogus"), "ctxlm train: error: unrecognized arguments: --bogus (see ctxlm train --help)")
+    one_line_error(run("prepare", "text", "x", "--out", tmp_path / "o", "--bogus"), "(see ctxlm prepare text --help)")
     preset = tmp_path / "p.toml"
     preset.write_text("[model]\nname = 'lstm'\nlayer = 2\n")
     one_line_error(run("train", "--config", preset), str(preset), "unknown key model.layer")

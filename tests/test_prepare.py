@@ -308,3 +308,16 @@ def test_a_run_on_relative_paths_reads_its_own_data_from_any_folder(tmp_path, mo
     evaluated = run_ctxlm("eval", tmp_path / "here" / "run", "--json")
     assert evaluated.returncode == 0, evaluated.stderr
     assert json.loads(evaluated.stdout)["test"]["ppl"] == trained["test"]["ppl"]
+
+
+def test_an_empty_held_out_file_or_a_vocabulary_of_one_is_refused(text, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    one_line_error(run_ctxlm("prepare", "text", text["train"], "--valid", empty, "--out", tmp_path / "e"), "--valid", "no words")
+    one_line_error(run_ctxlm("prepare", "text", text["train"], "--valid", text["valid"], "--test", empty, "--out", tmp_path / "t"),
+                   "--test", "no words")
+    one_line_error(run_ctxlm("prepare", "text", text["train"], "--valid-sentences", "5", "--max-vocab", "1", "--out", tmp_path / "v"),
+                   "--max-vocab 1", "2 or more")
+    one_line_error(run_ctxlm("prepare", "text", text["train"], "--valid-sentences", "99.99%", "--out", tmp_path / "p"),
+                   "--valid-sentences 99.99% (", "hold out fewer")
+    assert not any((tmp_path / name / "manifest.json").exists() for name in "etvp")

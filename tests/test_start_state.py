@@ -159,3 +159,16 @@ def test_start_state_refuses_weights_without_a_digest(structured, tmp_path):
     save_file(tensors, str(run / "model.safetensors"), metadata=metadata)
     one_line_error(ctxlm("start-state", run), "carry no digest")
     assert not (run / FILE).exists()
+
+
+def test_a_run_whose_training_file_moved_says_where_to_put_it_back(runs, tmp_path, capsys):
+    moved = tmp_path / "moved"
+    shutil.copytree(runs["lstm"], moved)
+    (moved / FILE).unlink(missing_ok=True)
+    config = (moved / "config.toml").read_text()
+    train = str(runs["corpus"] / "train.txt")
+    assert train in config
+    (moved / "config.toml").write_text(config.replace(train, str(tmp_path / "gone.txt")))
+    load(moved)
+    note = capsys.readouterr().err
+    assert f"put its training file back at {tmp_path / 'gone.txt'}" in note and f"ctxlm start-state {moved}" in note

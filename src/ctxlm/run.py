@@ -324,7 +324,8 @@ class Run:
         return [self._item(s) for s in sentences]                 # each from the trained weights
 
     def _scored(self, line: str, tokens: list[str], log_probs: torch.Tensor) -> Scored:
-        return Scored(line, tokens, log_probs.tolist(), [t not in self.vocab.index for t in tokens])
+        unk = self.vocab.unk                                      # a word it lacks, or `<unk>` written in the text
+        return Scored(line, tokens, log_probs.tolist(), [self.vocab.index.get(t, unk) == unk for t in tokens])
 
 
 def check_ids(ids, size: int, name: str) -> None:

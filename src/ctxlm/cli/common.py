@@ -17,6 +17,20 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, non-zero exit
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, extra = super().parse_known_args(args, namespace)
+        if not hasattr(parsed, "command_prog"):     # the innermost (sub)command's parser sets it first
+            parsed.command_prog = self.prog
+        return parsed, extra
+
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, with an unknown option named by the subcommand that was given it ("ctxlm prepare text")."""
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            prog = parsed.command_prog
+            self.exit(2, f"{prog}: error: unrecognized arguments: {' '.join(extra)} (see {prog} --help)\n")
+        return parsed
+
     def _get_values(self, action, arg_strings):
         # Python < 3.12 drops the value of `--top=--` and gives [] without checking it; check "--" like any value
         if action.nargs is None and arg_strings == ["--"]:

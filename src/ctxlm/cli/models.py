@@ -123,7 +123,7 @@ def add_export_onnx(sub) -> None:
 
 
 def cmd_export_onnx(args) -> int:
-    from ..evaluation.start import has_start, start_for
+    from ..evaluation.start import has_start, start_for, where_training_text
     from ..export import export_onnx
     from ..export.graph import refusal
     from ..run import load
@@ -137,8 +137,8 @@ def cmd_export_onnx(args) -> int:
     chunks = "chunks of any length" if written["chunk"] is None else f"{written['chunk']} token per call"
     start = ", with the run's start state" if written["start_state"] else ""
     if not written["start_state"] and has_start(run.config, run.model):
-        start = (", WITHOUT the run's start state (its training text was not found: give --data-dir), so texts read "
-                 "alone start from zeros")
+        start = (f", WITHOUT the run's start state (its training text was not found: {where_training_text(run.config)}), "
+                 "so texts read alone start from zeros")
     print(f"wrote {args.output}: {written['family']}, {written['bytes'] / 1e6:.1f} MB, {len(written['state'])} state "
           f"tensors{start}, {chunks}; onnxruntime's log-probabilities within {written['max_difference']:.1e} of PyTorch's")
     return 0

@@ -30,7 +30,7 @@ import numpy as np
 from ..errors import CtxlmError
 from ..io import Progress, Writer, atomic_write_text, clear_temporaries
 from . import outfolder
-from .prepared import FORMAT, MANIFEST, MARKER, check, read_manifest
+from .prepared import FORMAT, MANIFEST, MARKER, check, other_recipe, read_manifest
 from .text import TextRecipe, sentences
 from .vocab import EOS, UNK
 
@@ -65,15 +65,6 @@ class Recipe:
                 "source": self.source or {"files": files(self.inputs)}}
 
 
-def _other_recipe(folder: Path, recorded, described: dict) -> str:
-    """Why a folder's corpus is not the one asked for (a folder prepared before `split_cased`: only that)."""
-    if isinstance(recorded, dict) and {**recorded, "text": {**recorded.get("text", {}), "split_cased": True}} == described:
-        return (f"{folder} holds a corpus prepared with these options by an earlier ctxlm, which lower-cased the text "
-                "before splitting it (its runs read raw text so, as they were trained); add --force to prepare it again "
-                "with the cased split (docs/prepare.md, split_cased), or use the folder as it is")
-    return f"{folder} holds a corpus prepared with another recipe (inputs or options); add --force to replace it, or choose another --out"
-
-
 def prepare(recipe: Recipe, folder: Path, force: bool = False, command: str = "", log=None) -> tuple[dict, bool]:
     """Prepare `recipe` into `folder`; returns (manifest, whether it was done now).
 
@@ -84,6 +75,8 @@ def prepare(recipe: Recipe, folder: Path, force: bool = False, command: str = ""
 
     folder = Path(folder)
     recipe.text.check()
+    if recipe.max_vocab == 1:
+        raise CtxlmError("--max-vocab 1: a vocabulary holds <eos> and <unk> at least; give 0 (no limit) or 2 or more")
     if not recipe.valid:
         raise CtxlmError("no validation split: give --valid FILE or --valid-sentences N (random sentences held out)")
     for split, rule in (("valid", recipe.valid), ("test", recipe.test)):
@@ -103,7 +96,7 @@ def prepare(recipe: Recipe, folder: Path, force: bool = False, command: str = ""
             manifest = read_manifest(folder)
             if manifest is not None and manifest.get("format") == FORMAT and not force:
                 if manifest.get("recipe") != described:
-                    raise CtxlmError(_other_recipe(folder, manifest.get("recipe"), described))
+                    raise CtxlmError(other_recipe(folder, manifest.get("recipe"), described))
                 check(folder, manifest)
                 return manifest, False
             if manifest is not None:       # a complete preparation: the new one is built beside it, swapped in when whole
@@ -285,7 +278,9 @@ def _hold_out(recipe: Recipe, extents: Extents, spools: dict, encoder: Encoder):
     drawn = {}
     for split, rule in (("valid", recipe.valid), ("test", recipe.test)):
         if isinstance(rule, list):
-            encoder.encode(rule, recipe.text, spools[split])
+            given = encoder.encode(rule, recipe.text, spools[split])
+            if given.tokens.sum() == given.sentences.sum():             # nothing but <eos>: a split no run could read
+                raise CtxlmError(f"--{split} {' '.join(map(str, rule))}: no words in it; give a file of text, or --{split}-sentences N")
         elif rule:
             drawn[split] = _amount(rule, total, f"--{split}-sentences")
     held = None
@@ -293,7 +288,8 @@ def _hold_out(recipe: Recipe, extents: Extents, spools: dict, encoder: Encoder):
         want = sum(drawn.values())
         if want >= total and len(drawn) == 1:
             split = next(iter(drawn))
-            raise CtxlmError(f"--{split}-sentences {drawn[split]}: the corpus has only {total:,} sentences; hold out fewer")
+            raise CtxlmError(f"--{split}-sentences {getattr(recipe, split)} ({drawn[split]:,} sentences): the corpus has only "
+                             f"{total:,} sentences; hold out fewer, so that some are left for training")
         if want >= total:                           # the sum is what is too many: say so, with both options
             given = " and ".join(f"--{split}-sentences {rule} ({drawn[split]:,})" for split, rule in
                                  (("valid", recipe.valid), ("test", recipe.test)))

@@ -56,6 +56,15 @@ def read_manifest(folder: Path) -> dict | None:
         raise CtxlmError(f"{Path(folder) / MANIFEST}: unreadable ({exc}); prepare the corpus again with --force") from None
 
 
+def other_recipe(folder: Path, recorded, described: dict) -> str:
+    """Why a folder's corpus is not the one asked for (a folder prepared before `split_cased`: only that)."""
+    if isinstance(recorded, dict) and {**recorded, "text": {**recorded.get("text", {}), "split_cased": True}} == described:
+        return (f"{folder} holds a corpus prepared with these options by an earlier ctxlm, which lower-cased the text "
+                "before splitting it (its runs read raw text so, as they were trained); add --force to prepare it again "
+                "with the cased split (docs/prepare.md, split_cased), or use the folder as it is")
+    return f"{folder} holds a corpus prepared with another recipe (inputs or options); add --force to replace it, or choose another --out"
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:

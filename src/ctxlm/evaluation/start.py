@@ -104,6 +104,16 @@ def read_start(path: Path, weights_sha256: str) -> Any:
     return _rebuild(leaves) if leaves else None
 
 
+def where_training_text(config) -> str:
+    """How to let a run find its training text again (for its start state), by what its data is."""
+    data = config.data
+    if data.dataset == "prepared":
+        return f"put its prepared folder back at {data.prepared} (or set data.prepared in the run's config.toml)"
+    if data.dataset == "files":
+        return f"put its training file back at {data.train} (or set data.train in the run's config.toml)"
+    return "give --data-dir DIR, the folder that holds its corpus"
+
+
 def start_for(run_dir: Path, config, vocab: Vocabulary, model, weights_sha256: str, data_dir=None,
               tokens: int = TOKENS, write: bool = False) -> Any:
     """The run's start state: the stored one, else estimated on its first `tokens` training tokens (written
@@ -122,7 +132,8 @@ def start_for(run_dir: Path, config, vocab: Vocabulary, model, weights_sha256: s
         if write:
             raise
         print(f"note: {run_dir} has no start state and its training text cannot be read ({exc}); texts read alone "
-              f"start from the zero state: `ctxlm start-state {run_dir} --data-dir DIR` makes one", file=sys.stderr)
+              f"start from the zero state: {where_training_text(config)}, then `ctxlm start-state {run_dir}` stores one",
+              file=sys.stderr)
         return None
     state = estimate_start(model, ids, vocab.eos)
     if write:
