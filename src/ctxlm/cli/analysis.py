@@ -295,15 +295,18 @@ def cmd_categories(args) -> int:
     command = "analyze categories"
     check_same_dataset(args.runs, command)
     tables = {}
-    for run_dir in args.runs:
+    for label, run_dir in zip(run_labels(args.runs), args.runs):
         run = load(run_dir)
         left_to_right(run, command)
+        if run.config.data.batching == "sentence":
+            print(f"note: {run_dir} was trained on sentences alone; this reads the split as one stream, the state carried "
+                  f"across sentences (as --cache does), so 'all targets' is not `ctxlm eval {run_dir}`'s perplexity, which "
+                  "reads each sentence alone", file=sys.stderr)
         model, _ = with_cache(run, args)
         data = split_data(run, args, args.split)
         tags = data.tags[args.split] if data.tags else None
         log_probs = stream_log_probs(model, data.ids[args.split], run.config.data.eval_chunk)
-        label = Path(run_dir).name + (" + cache" if args.cache else "")
-        tables[label] = category_perplexities(log_probs, data.ids[args.split], run.vocab, tags)
+        tables[label + (" + cache" if args.cache else "")] = category_perplexities(log_probs, data.ids[args.split], run.vocab, tags)
     check_same_targets(tables, args.split, command)
     out = output_dir(args)
     write_json(tables, out / "categories.json")
@@ -312,9 +315,10 @@ def cmd_categories(args) -> int:
     if not any(r["group"] == "part of speech" for r in first):
         print("(this dataset has no part-of-speech tags: only frequency bands and <unk>/<eos>; Brown has gold tags)")
     print(f"{args.split} split")
-    print(f"{'category':<22}{'tokens':>9}" + "".join(f"{label[:18]:>20}" for label in tables))
+    width = max(20, *(len(label) + 2 for label in tables))             # whole labels: two may differ only in a prefix
+    print(f"{'category':<22}{'tokens':>9}" + "".join(f"{label:>{width}}" for label in tables))
     for i, row in enumerate(first):
-        print(f"{row['category']:<22}{row['tokens']:>9,}" + "".join(f"{t[i]['ppl']:>20.1f}" for t in tables.values()))
+        print(f"{row['category']:<22}{row['tokens']:>9,}" + "".join(f"{t[i]['ppl']:>{width}.1f}" for t in tables.values()))
     print(f"wrote {out / 'categories.png'} and {out / 'categories.json'}")
     return 0
 
@@ -335,11 +339,7 @@ def cmd_curves(args) -> int:
     from ..analysis.attention import write_json
     from ..analysis.curves import NoCurve, best_epoch, plot_curves, read_curve, read_test_ppl
 
-    labels = [Path(run_dir).resolve().name for run_dir in args.runs]
-    if len(set(labels)) < len(labels):              # folders of the same name: label them by the path given
-        labels = [str(run_dir) for run_dir in args.runs]
-    if len(set(labels)) < len(labels):
-        raise CtxlmError("a run directory is given twice")
+    labels = run_labels(args.runs)
     curves, shown, skipped = {}, [], []
     for label, run_dir in zip(labels, args.runs):
         try:
@@ -366,3 +366,14 @@ def cmd_curves(args) -> int:
     plot_curves(curves, out / "curves.png")
     print(f"wrote {out / 'curves.png'} and {out / 'curves.json'}")
     return 0
+
+
+def run_labels(run_dirs: list[str]) -> list[str]:
+    """A label per run: its folder's name, or the path given where two folders share a name; a run given twice
+    is an error."""
+    labels = [Path(run_dir).resolve().name for run_dir in run_dirs]
+    if len(set(labels)) < len(labels):
+        labels = [str(run_dir) for run_dir in run_dirs]
+    if len({Path(run_dir).resolve() for run_dir in run_dirs}) < len(run_dirs):
+        raise CtxlmError("a run directory is given twice")
+    return labels

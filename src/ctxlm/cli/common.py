@@ -88,7 +88,8 @@ def pretokenized_option(p, what: str = "the text") -> None:
 
 def names_option(p, help: str) -> None:
     p.add_argument("--names", metavar="FILE|capitalised", help=help + "; or `capitalised`: the capitalised words of the "
-                   "Holmes books a Holmes run trains on (the rule of `ctxlm names` and of model.names = \"capitalised\")")
+                   "522 Holmes books, for a Holmes run (all of them, whatever part it trained on; about a minute; the rule of "
+                   "`ctxlm names` and of model.names = \"capitalised\")")
 
 
 def name_words(names: str, run, data_dir=None) -> list[str]:

@@ -46,7 +46,11 @@ def dynamic_options(p, items: str = "") -> None:
 
 
 def chosen_setting(run, args) -> DynamicSetting:
-    """RUN/dynamic.json's best setting (or the defaults), with the command line's options on top."""
+    """RUN/dynamic.json's best setting (or the defaults), with the command line's options on top; all four given,
+    the record is not read (it may hold no choice)."""
+    given = {key: getattr(args, f"dynamic_{key}") for key in ("rule", "lr", "decay", "segment")}
+    if None not in given.values():
+        return DynamicSetting(**given)
     record = RunDir(run.path).dynamic
     setting = DynamicSetting.read(record)
     if setting is not None:
@@ -82,7 +86,7 @@ def eval_dynamic(run, args) -> int:
         raise CtxlmError("--dynamic goes without --names and --precision: drop them")
     if args.batch_size is not None or args.chunk is not None:
         raise CtxlmError("--dynamic reads one stream in segments of --dynamic-segment tokens: drop --batch-size and --chunk")
-    if run.config.data.batching == "sentence":
+    if run.config.data.batching == "sentence" and not args.file:      # `eval --file` reads a stream either way
         print("note: --dynamic reads each split as one stream, the state carried across sentences (as --cache does); "
               f"plain `ctxlm eval` reads each sentence alone, so compare with `ctxlm eval {run.path} --dynamic "
               "--dynamic-lr 0`", file=sys.stderr)
@@ -159,7 +163,7 @@ def cmd_tune_dynamic(args) -> int:
             finally:
                 weights.restore()
             grid.append({**vars(setting), "ppl": ppl})
-            print(f"  rule {rule}, lr {lr}, decay {decay}, segment {segment}: {ppl:.2f}", flush=True)
+            print(f"  rule {rule}, lr {lr}, decay {decay}, segment {segment}: {shown_ppl(ppl)}", flush=True)
     best = min(grid, key=lambda r: math.inf if math.isnan(r["ppl"]) else r["ppl"])      # NaN: diverged
     record = RunDir(run.path).dynamic
     helped = best["ppl"] < plain
@@ -168,7 +172,7 @@ def cmd_tune_dynamic(args) -> int:
     if helped and best["rule"] == "rms":
         keep_mean_squares(run.path, passes[best["segment"]], data.ids["train"], best["segment"], run.weights_sha256)
     if not helped:
-        print(f"no setting lowered {args.split} perplexity {plain:.2f} (best {best['ppl']:.2f}); recorded in {record} "
+        print(f"no setting lowered {args.split} perplexity {plain:.2f} (best {shown_ppl(best['ppl'])}); recorded in {record} "
               "without a choice, so `eval --dynamic` asks for one: try smaller --lrs")
         return 0
     print(f"best: {best['ppl']:.2f} ({100 * (1 - best['ppl'] / plain):.1f}% lower) with rule {best['rule']}, "
@@ -180,3 +184,8 @@ def cmd_tune_dynamic(args) -> int:
     if edges:
         warn(edge_note(edges, "--lrs, --decays, --segments"))
     return 0
+
+
+def shown_ppl(ppl: float) -> str:
+    """A tried setting's perplexity as printed: "diverged" (recorded as null), or two decimals up to 10⁹."""
+    return "diverged" if not math.isfinite(ppl) else f"{ppl:.2f}" if ppl < 1e9 else f"{ppl:.3g}"

@@ -59,8 +59,9 @@ class DynamicSetting:
             raise CtxlmError(f"{record} is unreadable ({type(exc).__name__}: {str(exc)[:80]}); {fix}") from None
         best = schemas.check(data, RECORD, record, fix)["best"]
         if best is None:
-            raise CtxlmError(f"{record}: no setting tune-dynamic tried lowered the perplexity; tune again with "
-                             "smaller --lrs, give --dynamic-lr and the others, or delete it")
+            raise CtxlmError(f"{record}: no setting tune-dynamic tried lowered the perplexity; tune again with smaller --lrs, "
+                             "give all four of --dynamic-rule, --dynamic-lr, --dynamic-decay and --dynamic-segment (a "
+                             "DynamicSetting in Python), or delete it")
         return cls(best["rule"], best["lr"], best["decay"], best["segment"])
 
     def __post_init__(self) -> None:

@@ -19,7 +19,8 @@ FILE = "names.txt"
 
 
 def capitalised_names(config, data_dir=None, source: str = f'model.names = "{CAPITALISED}"', log=print) -> list[str]:
-    """The capitalised words of the Holmes books a run with `config` trains on (`source`: the setting, for errors)."""
+    """The capitalised words of all the Holmes books (the 522, whatever part of them a run with `config` trains on:
+    one list for every Holmes run; `source`: the setting, for errors)."""
     from ..data.holmes import books
     from ..evaluation.lambada import capitalised_words
 

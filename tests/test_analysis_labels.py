@@ -1,0 +1,29 @@
+"""Runs compared side by side are told apart: folders of the same name are labelled by the paths given
+(`ctxlm analyze categories`, `ctxlm curves`), and a run given twice is refused."""
+import json
+import shutil
+
+from conftest import ctxlm, one_line_error
+
+
+def test_categories_keeps_two_runs_whose_folders_share_a_name(runs, tmp_path):
+    first, second = tmp_path / "a" / "model", tmp_path / "b" / "model"
+    shutil.copytree(runs["lstm"], first)
+    shutil.copytree(runs["ngram"], second)
+    result = ctxlm("analyze", "categories", first, second, "--out", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    tables = json.loads((tmp_path / "out" / "categories.json").read_text())
+    assert sorted(tables) == sorted([str(first), str(second)])
+    assert tables[str(first)] != tables[str(second)]
+    assert str(first) in result.stdout and str(second) in result.stdout          # whole labels in the table
+    one_line_error(ctxlm("analyze", "categories", first, first, "--out", tmp_path / "again"), "given twice")
+
+
+def test_categories_notes_that_a_sentence_run_is_read_as_a_stream(runs, tmp_path):
+    run = shutil.copytree(runs["lstm"], tmp_path / "sentences")
+    config = (run / "config.toml").read_text()
+    assert 'batching = "stream"' in config
+    (run / "config.toml").write_text(config.replace('batching = "stream"', 'batching = "sentence"'))
+    result = ctxlm("analyze", "categories", run, "--out", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    assert "trained on sentences alone" in result.stderr and "one stream" in result.stderr
