@@ -19,6 +19,14 @@ def test_brown_tags_map_to_daniluks_categories(tag, category):
     assert brown_category(tag) == category
 
 
+@pytest.mark.parametrize("tag, base", [("dod*-tl", "dod"), ("do*-hl", "do"), ("doz*-tl", "doz"), ("ber*-nc", "ber"),
+                                       ("DOD*-TL", "dod"), ("fw-*-tl", "*"), ("*-hl", "*")])
+def test_a_negated_tag_with_a_suffix_maps_as_its_base_tag(tag, base):
+    """Brown writes the negation mark before the suffix (`dod*-tl`: "didn't" in a title); both come off."""
+    assert brown_category(tag) == brown_category(base)
+    assert base == "*" or brown_category(tag) == "Verbs"
+
+
 def test_category_perplexities_by_hand():
     vocab = Vocabulary(["<eos>", "<unk>", "the", "dog", "runs"])
     ids = torch.tensor([0, 2, 3, 4, 0, 2, 1, 4, 0])            # <eos> the dog runs <eos> the <unk> runs <eos>

@@ -60,6 +60,17 @@ def test_baselines_are_exact_expectations():
     assert summary["baseline_random_capitalised"] == pytest.approx(1.0)
 
 
+def test_the_random_word_baseline_draws_words_not_punctuation():
+    """docs/lambada.md: a word drawn uniformly from the context's words, as the prediction is a word."""
+    vocab = Vocabulary(["<eos>", "<unk>", ".", ",", "a", "b"])
+    model = FixedDistribution([1 / 6] * 6)
+    passages = [["a", ",", "b", ".", "a", "--", "b"],      # context words a b a (not , . --): b is 1 of 3
+                ["b", ".", ",", "b"]]                       # context word b: 1 of 1
+    summary, records = score_passages(model, vocab, passages)
+    assert [r["random_word"] for r in records] == [pytest.approx(1 / 3), 1.0]
+    assert summary["baseline_random_word"] == pytest.approx((1 / 3 + 1) / 2)
+
+
 def test_capitalised_words_skip_sentence_starts(tmp_path):
     text = ("The man saw Holmes. Then Holmes left with Watson and the dog.\n\n"
             "Holmes smiled at Watson. Later the Dog ran. I said that Watson and Holmes knew.\n")

@@ -3,6 +3,7 @@ training streams it from disk, and an interrupted preparation is refused and don
 import gzip
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -145,12 +146,13 @@ def test_random_sentences_are_held_out_by_a_stated_rule(tmp_path):
 def test_tokenisation_and_ptb_normalisation(tmp_path):
     pytest.importorskip("sacremoses")
     (tmp_path / "raw.txt").write_text('He paid $1,000.50 in 1990 -- "cheap," said Mr. Smith.\nIt\'s 3:30.\n')
-    prepare(tmp_path / "raw.txt", "--valid", tmp_path / "raw.txt", "--out", tmp_path / "prep",
+    shutil.copy(tmp_path / "raw.txt", tmp_path / "dev.txt")
+    prepare(tmp_path / "raw.txt", "--valid", tmp_path / "dev.txt", "--out", tmp_path / "prep",
             "--tokenize", "moses", "--lower", "--numbers", "N")
     data = prepare_data(prepared_config(tmp_path / "prep"))
     assert " ".join(data.vocab.decode(data.ids["train"].tolist()[1:])) == (
         'he paid $ N in N -- " cheap , " said mr. smith . <eos> it \'s N : N . <eos>')   # moses cuts 3:30
-    result = run_ctxlm("prepare", "text", tmp_path / "raw.txt", "--valid", tmp_path / "raw.txt", "--out", tmp_path / "prep")
+    result = run_ctxlm("prepare", "text", tmp_path / "raw.txt", "--valid", tmp_path / "dev.txt", "--out", tmp_path / "prep")
     one_line_error(result, "another recipe", "--force")            # the same folder, another tokenisation
 
 
@@ -321,3 +323,12 @@ def test_an_empty_held_out_file_or_a_vocabulary_of_one_is_refused(text, tmp_path
     one_line_error(run_ctxlm("prepare", "text", text["train"], "--valid-sentences", "99.99%", "--out", tmp_path / "p"),
                    "--valid-sentences 99.99% (", "hold out fewer")
     assert not any((tmp_path / name / "manifest.json").exists() for name in "etvp")
+
+
+def test_a_file_read_twice_is_refused(text, tmp_path):
+    train, valid = text["train"], text["valid"]
+    one_line_error(run_ctxlm("prepare", "text", train, train, "--valid-sentences", "5", "--out", tmp_path / "a"), "read twice")
+    one_line_error(run_ctxlm("prepare", "text", train, "--valid", train, "--out", tmp_path / "b"), "--valid", "also an INPUT")
+    one_line_error(run_ctxlm("prepare", "text", train, "--valid", valid, "--test", valid, "--out", tmp_path / "c"),
+                   "--test", "also given as --valid")
+    assert not any((tmp_path / name).exists() for name in "abc")

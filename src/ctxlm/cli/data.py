@@ -83,6 +83,18 @@ def _command(args) -> str:
     return shlex.join(words)
 
 
+def check_each_file_once(recipe) -> None:
+    """A CtxlmError where a file is read twice: an INPUT named twice, or a held-out file that is also training text."""
+    seen: dict = {}
+    for given_as, paths in (("INPUT", recipe.inputs), ("--valid", recipe.valid), ("--test", recipe.test)):
+        for path in paths if isinstance(paths, list) else []:
+            first = seen.setdefault(path.resolve(), (given_as, path))
+            if first[1] is not path:
+                also = ("read twice as training text (named twice, or a file inside a folder named too)" if given_as == "INPUT"
+                        else "also an INPUT, so it would be training text too" if first[0] == "INPUT" else f"also given as {first[0]} {first[1]}")
+                raise CtxlmError(f"{given_as} {path}: {also}; give each file once (held-out text apart from the training text)")
+
+
 def cmd_prepare_text(args) -> int:
     from ..data.prepare import Recipe, prepare
     from ..data.rawbooks import raw_books_note
@@ -94,6 +106,7 @@ def cmd_prepare_text(args) -> int:
                     valid=input_files(args.valid, "--valid") if args.valid else (args.valid_sentences or ""),
                     test=input_files(args.test, "--test") if args.test else (args.test_sentences or ""),
                     seed=args.seed, shuffle_files=args.shuffle_files, min_count=args.min_count, max_vocab=args.max_vocab)
+    check_each_file_once(recipe)
     note = raw_books_note(recipe.inputs, text.sentences)
     if note:
         print(note, file=sys.stderr)
@@ -145,7 +158,7 @@ def cmd_names(args) -> int:
     paths = [p for given in args.files for p in (input_files([given], "FILE") if Path(given).is_dir() else [Path(given)])]
     words = capitalised_words(paths, args.min_count, args.share)
     atomic_write_text(args.out, "".join(w + "\n" for w in words))
-    print(f"{len(words):,} capitalised word types from {len(paths):,} files written to {args.out}")
+    print(f"{len(words):,} capitalised word types from {len(paths):,} file{'s' * (len(paths) != 1)} written to {args.out}")
     return 0
 
 

@@ -321,7 +321,7 @@ def cmd_complete(args) -> int:
     if args.json:
         print(json_text(summary, indent=2))
         return 0
-    print(f"{questions_file}: {summary['questions']:,} questions, {summary['unknown_candidates']:,} candidates outside "
+    print(f"{questions_file}: {summary['questions']:,} question{'s' * (summary['questions'] != 1)}, {summary['unknown_candidates']:,} candidates outside "
           f"the vocabulary of {args.run} ({summary['seconds']:.0f} s)")
     if summary["answered"]:
         print(f"accuracy {100 * summary['accuracy']:.2f}% ({summary['correct']:,} of {summary['answered']:,})")

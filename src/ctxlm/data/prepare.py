@@ -119,7 +119,7 @@ def _prepare(recipe: Recipe, described: dict, folder: Path, command: str, log) -
     spools = {name: folder / f".{name}.{os.getpid()}.spool.tmp" for name in ("all", "valid", "test")}
     try:
         encoder = Encoder()
-        log(f"reading {len(recipe.inputs):,} files")
+        log(f"reading {len(recipe.inputs):,} file{'s' * (len(recipe.inputs) != 1)}")
         extents = encoder.encode(recipe.inputs, recipe.text, spools["all"], recipe.check, count=True)
         total = int(extents.tokens.sum())
         if len(encoder.words) == 2:
@@ -288,8 +288,9 @@ def _hold_out(recipe: Recipe, extents: Extents, spools: dict, encoder: Encoder):
         want = sum(drawn.values())
         if want >= total and len(drawn) == 1:
             split = next(iter(drawn))
-            raise CtxlmError(f"--{split}-sentences {getattr(recipe, split)} ({drawn[split]:,} sentences): the corpus has only "
-                             f"{total:,} sentences; hold out fewer, so that some are left for training")
+            given = getattr(recipe, split) + (f" ({drawn[split]:,} sentences)" if getattr(recipe, split).endswith("%") else "")
+            raise CtxlmError(f"--{split}-sentences {given}: the corpus has only {total:,} sentences; hold out fewer, so that "
+                             "some are left for training")
         if want >= total:                           # the sum is what is too many: say so, with both options
             given = " and ".join(f"--{split}-sentences {rule} ({drawn[split]:,})" for split, rule in
                                  (("valid", recipe.valid), ("test", recipe.test)))

@@ -13,7 +13,7 @@ import torch
 
 from ..checks import safe_exp
 
-# Brown tag (after stripping -TL/-HL/-NC/FW- and taking the first part of a contraction) -> category
+# Brown tag (after stripping -TL/-HL/-NC/FW- and the negation mark *, and taking the first part of a contraction) -> category
 POS_CATEGORIES = {
     "Nouns": ("NN", "NNS", "NN$", "NNS$", "NP", "NPS", "NP$", "NPS$", "NR", "NRS", "NR$"),
     "Verbs": ("VB", "VBD", "VBG", "VBN", "VBZ", "BE", "BED", "BEDZ", "BEG", "BEM", "BEN", "BER", "BEZ",
@@ -29,8 +29,9 @@ FREQUENCY_BANDS = ((1, 100), (101, 1000), (1001, 5000), (5001, None))    # ranks
 
 def brown_category(tag: str) -> str | None:
     """Daniluk's category of a Brown tag (any case), e.g. nn-tl -> Nouns, pps+bez -> Personal Pronouns,
-    dod* -> Verbs, in -> None."""
-    base = re.sub(r"^FW-|(?:-(?:TL|HL|NC))+$|\*$", "", tag.upper().split("+")[0])
+    dod* -> Verbs, dod*-tl -> Verbs, in -> None. The negation mark `*` and the -TL/-HL/-NC suffixes come off in
+    any order (Brown writes dod*-tl, do*-hl)."""
+    base = re.sub(r"^FW-|(?:-(?:TL|HL|NC)|\*)+$", "", tag.upper().split("+")[0])
     return _TAG_TO_CATEGORY.get(base)
 
 

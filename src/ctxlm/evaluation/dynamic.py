@@ -124,7 +124,7 @@ class DynamicWeights:
         value = float(loss)
         if not value <= LOSS_LIMIT:
             s = self.setting
-            raise Diverged(f"dynamic evaluation diverged: after {self.steps} steps a segment's mean loss is {value:.3g} "
+            raise Diverged(f"dynamic evaluation diverged: after {self.steps} step{'s' * (self.steps != 1)} a segment's mean loss is {value:.3g} "
                            f"(rule {s.rule}, lr {s.lr:g}, decay {s.decay:g}, segment {s.segment}); give a smaller step "
                            "size (--dynamic-lr, tune-dynamic --lrs, DynamicSetting.lr)")
         self.steps += 1

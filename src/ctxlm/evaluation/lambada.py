@@ -6,8 +6,8 @@ position: `<unk>`, `<eos>` and punctuation (a token without a letter or digit), 
 answer, are passed over; it is correct when it is the target (a target outside the vocabulary is never
 correct). "Passage perplexity" counts every token of the
 passage, the target included. The trivial baselines are computed as exact expectations: a word
-drawn uniformly from the context, and one drawn from the context's capitalised-in-training words
-(`names`, see `capitalised_words`).
+drawn uniformly from the context's words (`is_word`: punctuation is not a word, as for the prediction),
+and one drawn from the context's capitalised-in-training words (`names`, see `capitalised_words`).
 """
 from __future__ import annotations
 
@@ -47,6 +47,7 @@ def score_passages(model, vocab, passages: list[list[str]], names: frozenset[str
         target_lp = float(log_probs[-1])
         words = distribution.masked_fill(not_words, -math.inf)    # the answer is a word
         best, choice = torch.topk(words, shown), int(words.argmax())     # argmax: a tie goes to the first word listed
+        context_words = [w for w in context if is_word(w)]
         capitalised = [w for w in context if w in names]
         records.append({
             "passage": index + 1, "target": target, "known_target": known,
@@ -55,7 +56,7 @@ def score_passages(model, vocab, passages: list[list[str]], names: frozenset[str
             "top": [{"word": vocab.words[int(i)], "log_prob": round(float(v), 5)} for v, i in zip(best.values, best.indices)],
             "passage_log_prob": round(float(log_probs.double().sum()), 5), "tokens": len(tokens),
             "is_name": target in names,
-            "random_word": context.count(target) / len(context),
+            "random_word": context_words.count(target) / len(context_words) if context_words else 0.0,
             "random_capitalised": capitalised.count(target) / len(capitalised) if capitalised else 0.0,
         })
         total_lp += float(log_probs.double().sum())
@@ -73,9 +74,14 @@ def score_passages(model, vocab, passages: list[list[str]], names: frozenset[str
     return summary, records
 
 
+def is_word(token: str) -> bool:
+    """Whether a token can be a LAMBADA answer: not `<eos>`, `<unk>` or punctuation (a token without a letter or digit)."""
+    return token not in (EOS, UNK) and any(c.isalnum() for c in token)
+
+
 def not_answers(vocab) -> torch.Tensor:
-    """[V] True for the tokens that are never a LAMBADA answer: `<eos>`, `<unk>` and punctuation (no letter or digit)."""
-    return torch.tensor([w in (EOS, UNK) or not any(c.isalnum() for c in w) for w in vocab.words])
+    """[V] True for the tokens that are never a LAMBADA answer (not `is_word`)."""
+    return torch.tensor([not is_word(w) for w in vocab.words])
 
 
 def _mean(values) -> float:

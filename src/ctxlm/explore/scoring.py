@@ -41,7 +41,8 @@ class Served:
 def load_runs(paths, cache: bool = False, dynamic: bool = False, data_dir=None) -> dict[str, Served]:
     """Load each run once; a run is named by its folder (with `#2`, `#3`, ... where folder names repeat).
     With `cache`, each neural run is also served with the neural cache it recorded (`NAME + cache`); with
-    `dynamic`, with dynamic evaluation on a copy of its weights (`NAME + dynamic`, each request from θ₀)."""
+    `dynamic`, with dynamic evaluation on a copy of its weights (`NAME + dynamic`, each request from θ₀).
+    A run that is not left to right (bidirectional-rm) is refused: it has no per-token probabilities to serve."""
     runs = {}
     for path in paths:
         name = Path(path).resolve().name
@@ -50,8 +51,12 @@ def load_runs(paths, cache: bool = False, dynamic: bool = False, data_dir=None) 
             n += 1
             name = f"{base}#{n}"
         run = load(path, data_dir=data_dir)
+        if not run.model.left_to_right:                 # as ctxlm eval refuses it, at startup rather than per request
+            raise CtxlmError(f"explore: model {run.config.model.name!r} of {run.path} predicts each word from the words "
+                             "before and after it, so it has no next-word distribution to show; score whole sentences "
+                             "with `ctxlm complete`")
         runs[name] = Served(run)
-        next_word_model = not run.model.count_based and run.model.left_to_right      # what a cache and steps need
+        next_word_model = not run.model.count_based      # what a cache and steps need (left to right, checked above)
         if cache and next_word_model:
             runs[f"{name} + cache"] = Served(run.with_cache())
         if dynamic and next_word_model:
