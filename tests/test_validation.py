@@ -236,6 +236,8 @@ def test_every_numeric_option_is_checked(runs, tmp_path, holmes_data, command, o
         one_line_error(result, f"--line {want}: the valid split has 12 non-empty lines")
     elif option == "--start" and want > 7:      # six words and the <eos> after them
         one_line_error(result, f"--start {want}: the text has 6 words", "from 1 to 7")
+    elif option == "--start" and want > 1:      # predictions before --start left out: a note says which
+        assert result.returncode == 0 and f"note: explained predictions {want}-7 of 7" in result.stderr, result.stderr
     elif option == "--words" and want < 7:      # fewer predictions than the text has: a note says which
         assert result.returncode == 0 and f"note: explained predictions 1-{want} of 7" in result.stderr, result.stderr
     elif option == "--dynamic-lr" and result.returncode:        # steps this large may diverge: a clear stop
