@@ -72,3 +72,18 @@ def test_train_trains_a_preset_given_by_its_path(tmp_path):
     config.train.epochs = 1
     results = ctxlm.train(str(toml(config, tmp_path / "preset.toml")), tmp_path / "run")
     assert results["valid"]["ppl"] > 1 and load(tmp_path / "run").config.model.hidden_size == config.model.hidden_size
+
+
+def test_an_option_annotated_other_than_by_a_type_name_is_a_clear_error_for_its_author():
+    from dataclasses import dataclass
+
+    from ctxlm.config import apply, setting
+
+    @dataclass
+    class Options:                 # a type the config cannot convert to (as a class object would be, unquoted)
+        decay: float | None = setting(0.5)
+
+    config = ctxlm.Config()
+    config.model.options = Options()
+    with pytest.raises(TypeError, match="Options.decay is annotated .*from __future__ import annotations"):
+        apply(config, "model", "decay", 0.25, "test")

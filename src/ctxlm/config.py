@@ -196,6 +196,9 @@ def apply(config: Config, section: str, key: str, value: Any, source: str, stric
         raise CtxlmError(f"{source}: unknown key {section}.{key}; valid keys: {', '.join(known)}")
     choosing_family = isinstance(target, ModelConfig) and key == "name"
     allowed = one_of(*_model_names()) if choosing_family else known[key].metadata.get("allowed", ANY)
+    if known[key].type not in _KINDS:           # a family's Options written without string annotations, or another type
+        raise TypeError(f"{type(target).__name__}.{key} is annotated {known[key].type!r}: an option is int, float, bool or str, "
+                        "written as a string (`from __future__ import annotations` at the top of its module)")
     try:
         converted = convert(_KINDS[known[key].type], allowed, value, strict)
     except ValueError as exc:
