@@ -153,11 +153,8 @@ class Run:
             plain = dataclasses.replace(self, model=self.model.model)
             return plain.with_dynamic(setting, train_ids, data_dir).with_cache(self.model.settings)
         setting = setting or DynamicSetting.read(RunDir(self.path).dynamic) or DynamicSetting()
-        model = copy.deepcopy(self.model)
-        if self.dynamic is not None:        # a dynamic variant, perhaps half-way through a document: from θ₀
-            with torch.no_grad():
-                for weight, trained in zip((p for p in model.parameters() if p.requires_grad), self.dynamic.trained):
-                    weight.copy_(trained)
+        # a dynamic variant, perhaps half-way through a document, gives a copy with its trained weights θ₀
+        model = self.dynamic.trained_model() if self.dynamic is not None else copy.deepcopy(self.model)
         mean_square = None
         if setting.rule == "rms":
             if train_ids is None:

@@ -13,6 +13,7 @@ again when a pass ends.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from contextlib import contextmanager
@@ -103,6 +104,14 @@ class DynamicWeights:
         else:
             self.scale = [None] * len(self.params)
             self.pull = [setting.decay] * len(self.params)
+
+    def trained_model(self) -> torch.nn.Module:
+        """A copy of the model with the trained weights θ₀, whatever steps the model holds now."""
+        model = copy.deepcopy(self.model)
+        with torch.no_grad():
+            for weight, trained in zip((p for p in model.parameters() if p.requires_grad), self.trained):
+                weight.copy_(trained)
+        return model
 
     @contextmanager
     def sparse_embeddings(self):
