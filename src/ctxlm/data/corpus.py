@@ -363,7 +363,12 @@ def split_sentences_text(paragraph: str) -> list[str]:
 
 def gutenberg_sentences(path: str | Path) -> Iterator[str]:
     """A Gutenberg book's sentences, as cased text: blank-line paragraphs cut at sentence ends."""
-    for paragraph in re.split(r"\n\s*\n", gutenberg_body(path)):
+    yield from passage_sentences(gutenberg_body(path))
+
+
+def passage_sentences(text: str) -> Iterator[str]:
+    """The sentences of cased text: its blank-line paragraphs (whitespace collapsed) cut at sentence ends."""
+    for paragraph in re.split(r"\n\s*\n", text):
         yield from split_sentences_text(" ".join(paragraph.split()))
 
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from ..data.corpus import gutenberg_sentences, iter_lines, split_sentences_text
+from ..data.corpus import gutenberg_sentences, iter_lines, passage_sentences
 from ..data.text import SENTENCES
 from ..errors import CtxlmError
 
@@ -41,12 +40,11 @@ def read_texts(texts, rule: str, name: str) -> Iterator[tuple[str, bool]]:
 def cut_text(text: str, rule: str = "lines") -> Iterator[str]:
     """A str's sentences as `ctxlm eval --file` cuts a file holding it: its lines (cut at "\\n" only, a "\\r" before
     it and a leading byte-order mark dropped, as data/corpus.py `iter_lines`), or with the gutenberg rule its
-    paragraphs (at blank lines) cut at sentence ends (`split_sentences_text`; a str is a passage: no licence is
+    paragraphs (at blank lines) cut at sentence ends (`passage_sentences`; a str is a passage: no licence is
     looked for)."""
     text = text[1:] if text.startswith("\ufeff") else text
     if rule == "gutenberg":
-        for paragraph in re.split(r"\n\s*\n", text.replace("\r\n", "\n").replace("\r", "\n")):
-            yield from split_sentences_text(" ".join(paragraph.split()))
+        yield from passage_sentences(text.replace("\r\n", "\n").replace("\r", "\n"))
         return
     lines = text.split("\n")
     ended = lines[-1] == ""                 # a final "\n" ends the last line; it starts none
