@@ -210,6 +210,17 @@ def test_bidirectional_is_not_a_left_to_right_model():
     assert model.left_to_right is False
 
 
+def test_training_a_bidirectional_rm_names_its_numbers_pseudo_perplexities(tmp_path):
+    config = tiny_config(write_corpus(tmp_path), name="bidirectional-rm", memory=2)
+    config.train.epochs, config.data.batching = 1, "sentence"
+    (tmp_path / "c.toml").write_text(config.to_toml())
+    result = ctxlm_command("train", "--config", tmp_path / "c.toml", "--run-dir", tmp_path / "run")
+    assert result.returncode == 0, result.stderr
+    assert "valid pseudo-ppl" in result.stdout and "valid ppl" not in result.stdout
+    header = next(line for line in result.stdout.splitlines() if line.startswith("split"))
+    assert header.split() == ["split", "tokens", "pseudo-perplexity"]
+
+
 @pytest.mark.parametrize("layer", ["class", "adaptive", "nce"])
 def test_bidirectional_rm_trains_and_scores_with_every_output_layer(layer):
     from ctxlm.config import OutputConfig

@@ -52,6 +52,9 @@ def cmd_train(args) -> int:
 
 
 def print_table(run_dir, results) -> None:
+    from ..config import load_toml
+    from ..registry import MODELS
+
     trained = (f"estimated from counts in {results['train_wall_s']:.0f} s" if "ngrams" in results     # count-based: no epochs
                else f"best epoch {results['best_epoch']}, {results['train_wall_s']:.0f} s training")
     if results.get("max_batches"):         # epochs cut short: the tokens trained on, not the corpus's
@@ -60,7 +63,11 @@ def print_table(run_dir, results) -> None:
     else:
         tokens = f", {results['train_tokens']:,} training tokens" if "train_tokens" in results else ""
     print(f"\nrun {run_dir} ({trained}{tokens}" + (f", vocabulary {results['vocabulary']:,})" if "vocabulary" in results else ")"))
-    print(f"{'split':<8}{'tokens':>10}{'perplexity':>12}")
+    both_sides = not MODELS[load_toml(Path(run_dir) / "config.toml", saved=True).model.name].left_to_right
+    label, width = ("pseudo-perplexity", 19) if both_sides else ("perplexity", 12)
+    print(f"{'split':<8}{'tokens':>10}{label:>{width}}")
     for split in ("valid", "test"):
         if split in results:
-            print(f"{split:<8}{results[split]['tokens']:>10,}{results[split]['ppl']:>12.2f}")
+            print(f"{split:<8}{results[split]['tokens']:>10,}{results[split]['ppl']:>{width}.2f}")
+    if both_sides:
+        print("(each word scored from the words before and after it, so not a perplexity; `ctxlm complete` uses such models)")

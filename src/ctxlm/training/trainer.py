@@ -357,7 +357,8 @@ class Trainer:
         self._write_metrics(progress["history"])
         if world.main:
             self.files.write_tensorboard(record)
-        self.log(f"epoch {epoch}: train ppl {record['train_ppl']:.2f}, valid ppl {valid['ppl']:.2f}, lr {progress['lr']:.3g}, "
+        ppl = "ppl" if self.model.left_to_right else "pseudo-ppl"      # the bidirectional RM sees both sides
+        self.log(f"epoch {epoch}: train {ppl} {record['train_ppl']:.2f}, valid {ppl} {valid['ppl']:.2f}, lr {progress['lr']:.3g}, "
                  f"{self._epoch_rate:,.0f} tokens/s{' *' if improved else ''}"
                  + (f"; back to the weights of epoch {progress['best_epoch']}" if rolled_back else ""))
         progress["lr"] = next_lr(progress["lr"], cfg.train.schedule, cfg.train.lr_factor, cfg.train.decay_start, epoch, improved)
