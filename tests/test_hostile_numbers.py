@@ -171,6 +171,7 @@ def text_file(tmp_path) -> Path:
      "--valid-sentences 60% (12) and --test-sentences 60% (12) together hold out 24 sentences, but the corpus has only 20"),
     (["--valid-sentences", "2", "--numbers", "a b"], "--numbers 'a b': give one token without spaces"),
     (["--valid-sentences", "2", "--tokenize", "moses", "--lang", "xx-nonsense"], "--lang 'xx-nonsense': sacremoses has no rules"),
+    (["--valid-sentences", "2", "--lang", "de"], "--lang de: only --tokenize moses reads the language"),
 ])
 def test_prepare_refuses_numbers_that_make_a_wrong_folder(tmp_path, text_file, args, needle):
     pytest.importorskip("sacremoses")

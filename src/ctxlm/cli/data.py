@@ -100,6 +100,9 @@ def cmd_prepare_text(args) -> int:
     from ..data.rawbooks import raw_books_note
     from ..data.text import TextRecipe, input_files
 
+    if args.lang != "en" and args.tokenize != "moses":
+        raise CtxlmError(f"--lang {args.lang}: only --tokenize moses reads the language (--tokenize {args.tokenize} "
+                         "splits every language alike); add --tokenize moses or drop --lang")
     text = TextRecipe(args.sentences, args.tokenize, args.lang, args.lower, args.numbers,
                       split_cased=args.lower and args.tokenize == "moses")
     recipe = Recipe(input_files(args.inputs), text,
