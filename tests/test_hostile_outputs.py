@@ -185,6 +185,22 @@ def test_the_rule_for_each_kind_of_path(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["absent", "dangling", "file", "folder", "null"]
 
 
+def test_a_folder_that_cannot_be_written_in_names_the_output_not_a_temporary(tmp_path, monkeypatch):
+    def refused(dir, prefix, suffix):
+        raise PermissionError(errno.EACCES, "Permission denied", str(Path(dir) / f"{prefix}abc{suffix}"))
+
+    monkeypatch.setattr("ctxlm.io.tempfile.mkstemp", refused)          # (tests run as root: chmod would not stop them)
+    with pytest.raises(CtxlmError) as raised:
+        atomic_write_text(tmp_path / "model.onnx", "x")
+    assert str(raised.value) == f"{tmp_path / 'model.onnx'}: could not be written (Permission denied); nothing was written"
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    (tmp_path / "file").write_text("kept")
+    with pytest.raises(CtxlmError, match=f"could not be written: {tmp_path / 'file'} is a file, not a folder; nothing"):
+        atomic_write_text(tmp_path / "file" / "deeper" / "inside.txt", "x")     # a file where a folder should be
+    assert (tmp_path / "file").read_text() == "kept"
+
+
 def test_a_link_to_an_open_descriptor_is_written_through(tmp_path):
     """`--out /dev/stdout` in a pipeline: the link leads to /proc/self/fd/N, a pipe; the pipe gets the bytes."""
     read, write = os.pipe()

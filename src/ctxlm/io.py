@@ -31,8 +31,14 @@ def atomic_write(path: str | Path, write) -> None:
         _write_through(path, write)
         return
     target = Path(os.path.realpath(path)) if path.is_symlink() else path     # a link stays a link: its target is written
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except (FileExistsError, NotADirectoryError):                  # a file where a folder should be
+        blocking = next((p for p in reversed(target.parents) if p.exists() and not p.is_dir()), target.parent)
+        raise CtxlmError(f"{path}: could not be written: {blocking} is a file, not a folder; nothing was written") from None
+    except OSError as exc:                                         # a folder we may not write in
+        raise write_failed(path, exc, "nothing was written") from None
     os.close(handle)
     try:
         try:
