@@ -29,7 +29,7 @@ def test_sigterm_saves_state_and_resume_finishes(tmp_path):
     time.sleep(1.0)
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=60)
-    assert process.returncode == 130, err
+    assert process.returncode == 128 + signal.SIGTERM, err         # 143, as every command SIGTERM ends
     assert "Continue with: ctxlm train --resume" in out
     assert (tmp_path / "run" / "trainer_state.pt").exists()
     finished = len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines())

@@ -17,6 +17,9 @@ from safetensors import SafetensorError
 
 from .errors import CtxlmError
 
+_UMASK = os.umask(0o022)          # read once (setting it is the only way to read it), and put back at once
+os.umask(_UMASK)
+
 
 def atomic_write(path: str | Path, write) -> None:
     """Write the file the user named, by one rule (docs/reliability.md, "Where outputs go"): `write(tmp)` fills
@@ -43,7 +46,7 @@ def atomic_write(path: str | Path, write) -> None:
     try:
         try:
             write(tmp)
-            os.chmod(tmp, 0o644)
+            os.chmod(tmp, _mode_for(target))
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
         except (OSError, SafetensorError, RuntimeError) as exc:   # a full disk: ENOSPC, or the writer's own error
@@ -52,6 +55,14 @@ def atomic_write(path: str | Path, write) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _mode_for(target: Path) -> int:
+    """The permissions `cp` would give: a replaced file keeps its own, a new one gets 0666 less the umask."""
+    try:
+        return stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        return 0o666 & ~_UMASK
 
 
 def output_kind(path: str | Path) -> str:

@@ -1,10 +1,11 @@
 """`ctxlm train`: train a preset into a run directory, or continue one."""
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 from ..checks import MEMORY_SIZE, option
-from ..errors import CtxlmError
+from ..errors import CtxlmError, Terminated
 from .common import data_dir_option, match_params_option, set_option
 
 
@@ -44,8 +45,8 @@ def cmd_train(args) -> int:
     try:
         results = train(config, run_dir, args.data_dir, resume=bool(args.resume), allow_changed_data=args.allow_changed_data,
                         overrides=args.set if args.resume else None)
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as stop:            # the trainer has said where its state is: no second line
+        return 128 + signal.SIGTERM if isinstance(stop, Terminated) else 130
     if main_process():        # under torchrun, one process reports
         print_table(run_dir, results)
     return 0

@@ -29,9 +29,10 @@ def check_ours(folder: Path) -> None:
     """Refuse a folder that holds files and is no preparation (`train --run-dir` refuses a non-empty folder too)."""
     if not folder.is_dir():
         return
-    names = foreign(folder)
-    prepared = (folder / MARKER).exists() or _format(folder).startswith("ctxlm-prepared")
-    if names and not prepared:
+    if (folder / MARKER).exists() or _format(folder).startswith("ctxlm-prepared"):
+        return
+    names = sorted(p.name for p in folder.iterdir() if p.name != LOCK)    # no preparation made it: every file is the user's
+    if names:
         raise CtxlmError(f"--out {folder}: the folder holds other files ({_listed(names)}) and is no prepared corpus; "
                          "give a new or empty folder, or one `ctxlm prepare` made")
 

@@ -74,6 +74,8 @@ def prepare(recipe: Recipe, folder: Path, force: bool = False, command: str = ""
     from filelock import FileLock, Timeout
 
     folder = Path(folder)
+    if folder.is_symlink():            # a link stays a link: the folder it leads to is prepared (or replaced)
+        folder = Path(os.path.realpath(folder))
     recipe.text.check()
     if recipe.max_vocab == 1:
         raise CtxlmError("--max-vocab 1: a vocabulary holds <eos> and <unk> at least; give 0 (no limit) or 2 or more")

@@ -234,7 +234,7 @@ class Runner:
 
     def run(self, runs: list[RowRun]) -> int:
         """Train every runnable row that is not done (or left to another process training it); 0 when all
-        are done, 130 when stopped early."""
+        are done, 130 when stopped early (143 by SIGTERM, as any command)."""
         for run in runs:     # finished here after its record was written, or not yet scored
             record = run.record() if run.row.runnable and run.done() else None
             if run.row.runnable and run.done() and (not (record or {}).get("finished")
@@ -267,7 +267,7 @@ class Runner:
                 signal.signal(s, h)
         if self.stopping:
             self.log(f"stopped ({self.stopping}): every row is resumable; run the same command to continue")
-            return 130
+            return 128 + signal.SIGTERM if self.stopping == "SIGTERM" else 130
         return 1 if failed else 0
 
     def _start(self, run: RowRun) -> None:

@@ -22,14 +22,13 @@ def estimate_run(config: Config, run_dir: str | Path, data_dir=None, log=print, 
     """Estimate into a new run directory, or `again` into an existing one (`--resume` after a kill)."""
     run_dir = Path(run_dir)
     check_config(config)
-    created = not run_dir.exists()
     lock = RunLock(run_dir).acquire()
     try:
         if content(run_dir) and not again:
             raise CtxlmError(f"run directory {run_dir} is not empty; pick another --run-dir")
         return _estimate(config, RunDir(run_dir), data_dir, log)
     finally:
-        lock.release(remove_if_empty=created)
+        lock.release(undo=True)         # a finished estimate has its config.toml: the lock's files stay
 
 
 def _estimate(config: Config, run_dir: RunDir, data_dir, log) -> dict:

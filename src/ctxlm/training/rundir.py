@@ -179,12 +179,14 @@ class RunLock:
     def __init__(self, run_dir: str | Path):
         self.run_dir = Path(run_dir)
         self.lock = None
+        self.made_folder = self.found_lock = False
 
     def acquire(self) -> "RunLock":
         from filelock import FileLock, Timeout
 
         if not main_process():      # torchrun: rank 0 holds it for the run
             return self
+        self.made_folder, self.found_lock = not self.run_dir.exists(), (self.run_dir / LOCK).exists()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(self.run_dir / LOCK), timeout=PROBE_GRACE_S)   # outlasts a --plan probe (held_by_another)
         try:
@@ -218,27 +220,32 @@ class RunLock:
         except OSError:
             return "holder unknown"
 
-    def release(self, remove_if_empty: bool = False) -> None:
-        """Let go; with `remove_if_empty`, also delete the folder if nothing but the lock's files is in it."""
+    def release(self, undo: bool = False) -> None:
+        """Let go; with `undo` (a start refused or failed before the run had its config.toml), leave the folder
+        as it was found: the lock's files deleted unless they were there before, the folder too if made here."""
         if self.lock is None:
             return
-        if remove_if_empty and not content(self.run_dir):
+        if undo and not self.found_lock and not RunDir(self.run_dir).config.exists():
             (self.run_dir / HOLDER).unlink(missing_ok=True)
             (self.run_dir / LOCK).unlink(missing_ok=True)
-            self.lock.release()
-            self.lock = None
+        self.lock.release()
+        self.lock = None
+        if undo and self.made_folder and not content(self.run_dir):
             try:
                 self.run_dir.rmdir()
             except OSError:
                 pass
-            return
-        self.lock.release()
-        self.lock = None
 
 
 def content(run_dir: str | Path) -> list[Path]:
-    """What a run directory holds besides the lock's files (and after deleting interrupted writes)."""
-    return [p for p in clear_temporaries(run_dir) if p.name not in BOOKKEEPING]
+    """What a run directory holds besides the lock's files. Interrupted writes (`.*.tmp`) are deleted only in a
+    run (its config.toml is there): in any other folder they may be the user's, and count as what it holds."""
+    folder = Path(run_dir)
+    if RunDir(folder).config.is_file():
+        held = clear_temporaries(folder)
+    else:
+        held = list(folder.iterdir()) if folder.is_dir() else []
+    return [p for p in held if p.name not in BOOKKEEPING]
 
 
 def resume_state(run_dir: RunDir, log) -> dict | None:

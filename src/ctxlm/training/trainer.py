@@ -19,7 +19,7 @@ from ..checks import safe_exp
 from ..config import Config
 from ..data.batching import IGNORE, ReadStreamBatches, SentenceBatches, StreamBatches, WindowBatches
 from ..data.load import prepare_data, sentences_of
-from ..errors import CtxlmError
+from ..errors import CtxlmError, Terminated
 from ..evaluation.perplexity import evaluate_split
 from ..evaluation.start import TOKENS as START_TOKENS
 from ..evaluation.start import store_start
@@ -44,12 +44,11 @@ class Trainer:
         if resume:
             config = self._merge_resume_config(config)
         check_config(config)                # before any folder is made
-        created = not self.run_dir.exists()
         self.lock = RunLock(self.run_dir).acquire()       # one writer: held until fit() ends
         try:
             self._setup(config, data_dir, resume, allow_changed_data)
         except BaseException:
-            self.lock.release(remove_if_empty=created)
+            self.lock.release(undo=True)
             raise
 
     def _setup(self, config: Config, data_dir, resume: bool, allow_changed_data: bool) -> None:
@@ -243,7 +242,7 @@ class Trainer:
                 self._agree_on_stop()
                 if self.stop_requested:
                     self._save(epoch, self._position, order, carry, progress)
-                    raise KeyboardInterrupt
+                    raise Terminated if self.stop_requested == "SIGTERM" else KeyboardInterrupt
                 self._end_epoch(epoch, progress)
                 epoch, position, order, carry = epoch + 1, 0, None, None   # each epoch starts from a zero state
                 if progress["early_stopped"]:
