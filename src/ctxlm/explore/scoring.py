@@ -4,9 +4,9 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import re
 import threading
 import time
-import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,11 +16,13 @@ from ..checks import safe_exp
 from ..data.vocab import EOS
 from ..errors import CtxlmError
 from ..evaluation.scoring import score_stream
+from ..evaluation.texts import cut_text
 from ..run import Run, load
 
 MAX_TOKENS = 20_000        # words plus one <eos> per line
 MAX_TOP_K = 50
 MAX_SLOTS = 64             # attention entries per position
+REFUSED = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\ud800-\udfff]")   # control characters but tab; lone surrogates
 
 
 class RequestError(CtxlmError):
@@ -65,31 +67,35 @@ def load_runs(paths, cache: bool = False, dynamic: bool = False, data_dir=None) 
 
 
 def check_text(text) -> list[str]:
-    """The lines of a request's text (a string without control characters)."""
+    """The lines of a request's text, cut as `ctxlm score` cuts its input (evaluation/texts.py `cut_text`: at "\\n",
+    a "\\r" before it dropped), with no control character but tab."""
     if not isinstance(text, str):
         raise RequestError("the request needs 'text', a string")
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    for line_number, line in enumerate(lines, 1):
-        for column, char in enumerate(line, 1):
-            category = unicodedata.category(char)
-            if (category == "Cc" and char != "\t") or category == "Cs":
-                raise RequestError(f"the text has a control or invalid character U+{ord(char):04X} at line "
-                                   f"{line_number}, column {column}; remove it and try again")
+    lines = list(cut_text(text))
+    for number, line in enumerate(lines, 1):
+        if found := REFUSED.search(line):
+            raise RequestError(f"the text has a control or invalid character U+{ord(found.group()):04X} at line "
+                               f"{number}, column {found.start() + 1}; remove it and try again")
     return lines
 
 
 def tokenize(text, run: Run | None = None, pretokenized: bool = False) -> list[list[str]]:
-    """Non-blank lines of words, as `ctxlm score` reads them (`<eos>` goes after each): tokenised by the run's text
-    recipe (docs/prepare.md), or split on whitespace (`pretokenized`, or no run)."""
+    """The lines of words `ctxlm score` reads (an `<eos>` goes after each: a blank line is a lone `<eos>`), tokenised
+    by the run's text recipe (docs/prepare.md), or split on whitespace (`pretokenized`, or no run). A text over
+    MAX_TOKENS is refused as soon as the lines tokenised so far pass it, before the rest is tokenised."""
     split = str.split if run is None else (lambda line: run.words(line, pretokenized))
-    lines = [words for words in map(split, check_text(text)) if words]
-    if not lines:
+    lines = check_text(text)
+    read, count = [], 0
+    for number, line in enumerate(lines, 1):
+        read.append(split(line))
+        count += len(read[-1]) + 1
+        if count > MAX_TOKENS:
+            where = f" in its first {number:,} of {len(lines):,} lines" if number < len(lines) else ""
+            raise RequestError(f"the text has {count:,} tokens (words plus one <eos> per line){where}; the limit is "
+                               f"{MAX_TOKENS:,}: score it in parts", status=413)
+    if not any(read):
         raise RequestError("the text is empty: type or paste some words")
-    count = sum(len(words) + 1 for words in lines)
-    if count > MAX_TOKENS:
-        raise RequestError(f"the text has {count:,} tokens (words plus one <eos> per line); the limit is "
-                           f"{MAX_TOKENS:,}: score it in parts", status=413)
-    return lines
+    return read
 
 
 def _round_down(p: float) -> float:

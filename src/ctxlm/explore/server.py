@@ -5,12 +5,14 @@ import json
 import socket
 import sys
 import traceback
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 
 import torch
 
 from ..errors import CtxlmError
+from ..evaluation.texts import shown
 from ..jsonio import json_text
 from .scoring import MAX_TOKENS, MAX_TOP_K, RequestError, load_runs, score, text_recipe
 
@@ -70,9 +72,16 @@ class Handler(BaseHTTPRequestHandler):
             traceback.print_exc(file=sys.stderr)
             self._error(f"internal error: {type(exc).__name__}: {exc}", 500)
 
+    def send_error(self, code, message=None, explain=None):
+        """http.server's own refusals (a malformed request, a method without a `do_` here: its 501) as JSON too."""
+        if code == HTTPStatus.NOT_IMPLEMENTED:
+            code, message = 405, f"method {shown(self.command)} is not allowed: GET / and /api/runs, POST to /api/score"
+        self._error(message or HTTPStatus(code).phrase, int(code))
+
     def _error(self, message: str, status: int):
+        allow = {"Allow": "POST" if self.path.split("?", 1)[0] == "/api/score" else "GET"} if status == 405 else {}
         try:
-            self._json({"error": message, "status": status}, status)
+            self._json({"error": message, "status": status}, status, allow)
         except ConnectionError:
             pass
 
@@ -91,17 +100,22 @@ class Handler(BaseHTTPRequestHandler):
         if path != "/api/score":
             raise RequestError(f"no API {path}; POST to /api/score", 404)
         length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
+        if length is None:
             raise RequestError("a Content-Length header is required", 411)
-        if int(length) > MAX_BODY:
-            remaining = int(length) if int(length) <= 16 * MAX_BODY else 0   # read it away, so that the
-            while remaining > 0 and (chunk := self.rfile.read(min(remaining, 1 << 20))):  # client sees the answer
+        if not (length.isascii() and length.isdigit()):
+            raise RequestError(f"the Content-Length header {shown(length)} is not a number of bytes")
+        digits = length.lstrip("0") or "0"
+        if len(digits) > 15:                 # petabytes; int() refuses more than 4,300 digits
+            raise RequestError(f"the request's Content-Length has {len(digits):,} digits; the limit is {MAX_BODY:,} bytes", 413)
+        length = int(digits)
+        if length > MAX_BODY:
+            remaining = length if length <= 16 * MAX_BODY else 0   # read it away, so that the client sees the answer
+            while remaining > 0 and (chunk := self.rfile.read(min(remaining, 1 << 20))):
                 remaining -= len(chunk)
-            raise RequestError(f"the request is {int(length):,} bytes; the limit is {MAX_BODY:,} "
-                               f"(and {MAX_TOKENS:,} tokens)", 413)
-        body = self.rfile.read(int(length))
-        if len(body) < int(length):
-            raise RequestError(f"the request body ended after {len(body):,} of {int(length):,} bytes")
+            raise RequestError(f"the request is {length:,} bytes; the limit is {MAX_BODY:,} (and {MAX_TOKENS:,} tokens)", 413)
+        body = self.rfile.read(length)
+        if len(body) < length:
+            raise RequestError(f"the request body ended after {len(body):,} of {length:,} bytes")
         if not body.strip():
             raise RequestError("the request body is empty; send JSON such as {\"text\": \"the cat sat\"}")
         too_deep = False
@@ -111,6 +125,9 @@ class Handler(BaseHTTPRequestHandler):
             raise RequestError(f"the request body is not valid UTF-8 (byte {exc.start}); send UTF-8 text") from None
         except json.JSONDecodeError as exc:
             raise RequestError(f"the request body is not valid JSON: {exc}") from None
+        except ValueError:                   # json.loads's other refusal: an integer past int()'s digit limit
+            raise RequestError(f"the request's JSON has a number of more than {sys.get_int_max_str_digits():,} digits; "
+                               "send numbers such as \"top_k\": 5") from None
         except RecursionError:               # too deep for the parser itself
             too_deep = True
         if too_deep or _depth(request) > MAX_DEPTH:
@@ -118,19 +135,23 @@ class Handler(BaseHTTPRequestHandler):
                                "object such as {\"text\": \"the cat sat\"}")
         self._json(score(self.server.runs, request, self.server.pretokenized))
 
-    def _json(self, data, status: int = 200):
-        self._send(json_text(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8"),
-                   "application/json; charset=utf-8", status)
+    def _json(self, data, status: int = 200, headers: dict | None = None):
+        """`data` as UTF-8 JSON; a lone surrogate (a request's field name echoed) goes as its escape, \\udXXX."""
+        text = json_text(data, ensure_ascii=False, separators=(",", ":"))
+        self._send(text.encode("utf-8", "backslashreplace"), "application/json; charset=utf-8", status, headers)
 
-    def _send(self, body: bytes, content_type: str, status: int = 200):
+    def _send(self, body: bytes, content_type: str, status: int = 200, headers: dict | None = None):
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("Content-Security-Policy", "default-src 'self'; img-src 'self' data: blob:")
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
     def log_message(self, format, *args):
         if self.server.verbose:
