@@ -298,4 +298,14 @@ def test_mixture_of_two_runs_is_exact_and_its_weight_is_chosen_on_valid(runs):
     fixed = json.loads(ctxlm("eval", runs["cnn"], "--mix", runs["ngram"], "--mix-weight", "0", "--split", "test", "--json").stdout)
     assert fixed["test"]["mixture"]["nll"] == pytest.approx(fixed["test"]["run"]["nll"]) and "valid" not in fixed
     one_line_error(ctxlm("eval", runs["cnn"], "--mix", runs["other"]), "different vocabularies")
+
+
+@pytest.mark.parametrize("option", [["--dynamic"], ["--names", "NAMES"], ["--batch-size", "2"], ["--chunk", "9"]])
+def test_a_mixture_refuses_what_it_would_ignore(runs, option, tmp_path):
+    from conftest import ctxlm, one_line_error
+
+    (tmp_path / "names.txt").write_text("the\n")
+    option = [str(tmp_path / "names.txt") if word == "NAMES" else word for word in option]
+    one_line_error(ctxlm("eval", runs["cnn"], "--mix", runs["ngram"], "--mix-weight", "0.5", *option),
+                   f"does not combine with {option[0]}: drop it")
     one_line_error(ctxlm("eval", runs["cnn"], "--mix-weight", "0.5"), "add --mix")

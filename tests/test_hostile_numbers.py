@@ -381,3 +381,12 @@ def test_the_docs_rule_table_is_the_code_rule_table():
     text = (Path(__file__).resolve().parent.parent / "docs" / "reliability.md").read_text(encoding="utf-8")
     for name, rule in RULES.items():
         assert f"| `{name}` | {rule.describe()}" in text, name
+
+
+def test_a_huge_perplexity_keeps_the_eval_table_in_columns(capsys):
+    from ctxlm.cli.common import print_perplexities
+
+    print_perplexities({"valid": {"tokens": 300, "nll": 300 * 77.8955, "ppl": 6.75e33},
+                        "test": {"tokens": 300, "nll": 300 * 4.0, "ppl": 54.59815}})
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert rows == [["valid", "300", "77.8955", "6.75e+33"], ["test", "300", "4.0000", "54.60"]]

@@ -73,10 +73,11 @@ def test_the_random_word_baseline_draws_words_not_punctuation():
 
 def test_capitalised_words_skip_sentence_starts(tmp_path):
     text = ("The man saw Holmes. Then Holmes left with Watson and the dog.\n\n"
-            "Holmes smiled at Watson. Later the Dog ran. I said that Watson and Holmes knew.\n")
+            "Holmes smiled at Watson. Later the Dog ran. I said that Watson and Holmes knew. So I'm sure I'll go, "
+            "I've said, and I'd go.\n")
     path = tmp_path / "book.txt.gz"
     path.write_bytes(gzip.compress(text.encode("latin-1")))
-    assert capitalised_words([path], min_count=2, share=0.9) == ["holmes", "watson"]   # "dog": 1 of 2; "i": excluded
+    assert capitalised_words([path], min_count=2, share=0.9) == ["holmes", "watson"]   # "dog": 1 of 2; "i", "i'm"...: excluded
 
 
 @pytest.mark.parametrize("encoding", ["utf-8", "latin-1"])
@@ -117,6 +118,9 @@ def test_lambada_command_on_a_trained_run(tmp_path, corpus):
     with_cache = subprocess.run(cli + ["--cache", "--cache-window", "50"], capture_output=True, text=True)
     assert with_cache.returncode == 0 and "last-word accuracy" in with_cache.stdout
     assert "names subset: no passage's target is in the names list" in with_cache.stdout and "nan" not in with_cache.stdout
+    (tmp_path / "empty.txt").write_text("\n")
+    empty = ctxlm("lambada", tmp_path / "run", passages, "--names", tmp_path / "empty.txt", "--out", tmp_path / "e.jsonl")
+    assert empty.returncode == 2 and empty.stderr.count("\n") == 1 and "empty.txt holds no names" in empty.stderr
     passages.write_text("lonely\n")
     bad = subprocess.run(cli, capture_output=True, text=True)
     assert bad.returncode == 2 and "passage 1" in bad.stderr and "Traceback" not in bad.stderr

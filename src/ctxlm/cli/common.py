@@ -176,11 +176,16 @@ def neural_only(run, what: str, because: str = "the neural cache reads a neural 
         raise CtxlmError(f"{what}: {because}; {run.path} is an n-gram run")
 
 
+def ppl_text(ppl: float) -> str:
+    """A perplexity as tables print it: two decimals, or three digits and an exponent from 10⁹ (columns stay apart)."""
+    return f"{ppl:.2f}" if ppl < 1e9 or not math.isfinite(ppl) else f"{ppl:.3g}"
+
+
 def print_perplexities(results: dict) -> None:
     """The table of `ctxlm eval`: each split's (or file's) tokens, mean NLL and perplexity."""
     print(f"{'split':<12}{'tokens':>10}{'nll/token':>11}{'perplexity':>12}")
     for name, r in results.items():
-        print(f"{name:<12}{r['tokens']:>10,}{r['nll'] / r['tokens']:>11.4f}{r['ppl']:>12.2f}")
+        print(f"{name:<12}{r['tokens']:>10,}{r['nll'] / r['tokens']:>11.4f}{ppl_text(r['ppl']):>12}")
         if not math.isfinite(r["ppl"]):
             print(f"  ({name}: some target has probability 0, e.g. a word outside a model without <unk>)")
         if "names" in r:

@@ -18,6 +18,7 @@ from .common import (
     left_to_right,
     neural_only,
     note_if_tuned_on_other_weights,
+    ppl_text,
     print_perplexities,
     run_argument,
     split_data,
@@ -188,4 +189,4 @@ def cmd_tune_dynamic(args) -> int:
 
 def shown_ppl(ppl: float) -> str:
     """A tried setting's perplexity as printed: "diverged" (recorded as null), or two decimals up to 10⁹."""
-    return "diverged" if not math.isfinite(ppl) else f"{ppl:.2f}" if ppl < 1e9 else f"{ppl:.3g}"
+    return "diverged" if not math.isfinite(ppl) else ppl_text(ppl)

@@ -19,6 +19,7 @@ from .common import (
     names_option,
     neural_only,
     out_file_option,
+    ppl_text,
     pretokenized_option,
     print_perplexities,
     run_argument,
@@ -121,9 +122,12 @@ def _eval_mixture(run, args) -> int:
     from ..evaluation.interpolation import best_weight, check_mixable, mixed, perplexity, split_log_probs
     from ..run import load
 
-    if args.file or args.cache or args.precision != "fp32":
-        raise CtxlmError("--mix scores the dataset's splits with both runs in float32; it does not combine with "
-                         "--file, --cache or --precision")
+    given = [option for option, value in (("--file", args.file), ("--cache", args.cache), ("--dynamic", args.dynamic),
+                                           ("--names", args.names), ("--batch-size", args.batch_size),
+                                           ("--chunk", args.chunk), ("--precision", args.precision != "fp32")) if value]
+    if given:
+        raise CtxlmError(f"--mix scores the dataset's splits with both runs as trained, in float32; it does not combine "
+                         f"with {', '.join(given)}: drop {'it' if len(given) == 1 else 'them'}")
     other = load(args.mix)
     check_mixable(run, other)
     data = prepare_data(run.config, args.data_dir, run.vocab)
@@ -150,7 +154,7 @@ def _eval_mixture(run, args) -> int:
     print(f"{'split':<12}{'tokens':>10}{'RUN':>12}{'MIX':>12}{'mixture':>12}")
     for split in splits:
         r = results[split]
-        print(f"{split:<12}{r['mixture']['tokens']:>10,}{r['run']['ppl']:>12.2f}{r['mix_run']['ppl']:>12.2f}{r['mixture']['ppl']:>12.2f}")
+        print(f"{split:<12}{r['mixture']['tokens']:>10,}" + "".join(f"{ppl_text(r[k]['ppl']):>12}" for k in ("run", "mix_run", "mixture")))
     return 0
 
 

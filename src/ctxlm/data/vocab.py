@@ -93,9 +93,13 @@ def read_names(path: str | Path, vocab, source: str = "--names") -> torch.Tensor
 def read_name_words(path: str | Path, source: str = "--names") -> list[str]:
     """The words of a names file (one per line); `source` names the option or key in errors."""
     try:
-        return Path(path).read_text(encoding="utf-8").split()
+        words = Path(path).read_text(encoding="utf-8").split()
     except (OSError, UnicodeDecodeError) as exc:
         raise CtxlmError(f"{source}: cannot read {path} ({getattr(exc, 'strerror', None) or exc})") from None
+    if not words:
+        raise CtxlmError(f"{source}: {path} holds no names; give a file of names, one a line (`ctxlm names BOOKS --out "
+                         "names.txt` makes one from cased books)")
+    return words
 
 
 def names_mask(words: list[str], vocab) -> torch.Tensor:

@@ -100,7 +100,7 @@ _CASED_WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")       # letters of any scr
 def capitalised_words(paths: list[str | Path], min_count: int = 5, share: float = 0.9) -> list[str]:
     """Names, reproducibly: lower-cased word types that, in cased text, appear at least `min_count`
     times after the first word of a line-joined sentence and are capitalised in at least `share`
-    of those appearances ("I" excluded). Sentence-initial words are not counted either way; Project
+    of those appearances ("I" and its contractions, "I'm", excluded). Sentence-initial words are not counted either way; Project
     Gutenberg licence headers and footers are skipped. A word is a run of letters (any script)."""
     upper, total = Counter(), Counter()
     for path in paths:
@@ -109,4 +109,4 @@ def capitalised_words(paths: list[str | Path], min_count: int = 5, share: float 
                 low = word.lower()
                 total[low] += 1
                 upper[low] += word[0].isupper()
-    return sorted(w for w, n in total.items() if n >= min_count and upper[w] >= share * n and w != "i")
+    return sorted(w for w, n in total.items() if n >= min_count and upper[w] >= share * n and w.split("'")[0] != "i")
