@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ctxlm.data.vocab import Vocabulary
-from ctxlm.evaluation.categories import brown_category, category_perplexities
+from ctxlm.evaluation.categories import brown_category, category_perplexities, training_ranks
 
 
 @pytest.mark.parametrize("tag, category", [("nn", "Nouns"), ("np-tl", "Nouns"), ("nns$", "Nouns"), ("vbd", "Verbs"),
@@ -32,7 +32,8 @@ def test_category_perplexities_by_hand():
     ids = torch.tensor([0, 2, 3, 4, 0, 2, 1, 4, 0])            # <eos> the dog runs <eos> the <unk> runs <eos>
     tags = ["at", "nn", "vbz", "<eos>", "at", "nn", "vbz", "<eos>"]
     log_probs = torch.log(torch.tensor([0.5, 0.1, 0.2, 0.9, 0.4, 0.01, 0.3, 0.8], dtype=torch.float64))
-    rows = {r["category"]: r for r in category_perplexities(log_probs, ids, vocab, tags)}
+    train_counts = torch.tensor([9, 3, 5, 2, 2])               # <eos>, <unk>, the, dog, runs in training
+    rows = {r["category"]: r for r in category_perplexities(log_probs, ids, vocab, tags, train_counts)}
     assert rows["Determiners"]["tokens"] == 2
     assert rows["Determiners"]["ppl"] == pytest.approx(1 / math.sqrt(0.5 * 0.4))
     assert rows["Nouns"]["ppl"] == pytest.approx(1 / math.sqrt(0.1 * 0.01))
@@ -44,6 +45,21 @@ def test_category_perplexities_by_hand():
     assert rows["all targets"]["ppl"] == pytest.approx(math.exp(-float(log_probs.sum()) / 8))
     bands = sum(r["tokens"] for r in rows.values() if r["group"] in ("frequency rank", "special"))
     assert bands == 8                                          # bands + <unk> + <eos> partition the targets
+
+
+def test_frequency_bands_rank_words_by_their_training_counts_not_their_ids():
+    """A vocabulary ctxlm built ranks as it numbers its words; an imported ARPA file's (here alphabetical, the
+    rarest first) is ranked by the training text all the same."""
+    words = [f"w{i:03d}" for i in range(200)]
+    vocab = Vocabulary(["<eos>", "<unk>", *words])
+    built = torch.tensor([0, 0, *range(400, 200, -1)])        # ids 2, 3, ... by falling frequency
+    assert training_ranks(built).tolist() == [0, 0, *range(1, 201)]
+    alphabetical = torch.tensor([0, 0, *range(1, 201)])       # w199 the most frequent, w000 the rarest
+    ids = torch.tensor([0, vocab.index["w199"], vocab.index["w000"], 0])
+    log_probs = torch.tensor([-1.0, -3.0, -0.5], dtype=torch.float64)      # w199, w000, <eos>
+    rows = {r["category"]: r for r in category_perplexities(log_probs, ids, vocab, None, alphabetical)}
+    assert (rows["1–100"]["ppl"], rows["101–1,000"]["ppl"]) == (pytest.approx(math.e), pytest.approx(math.e ** 3))
+    assert training_ranks(alphabetical)[vocab.index["w199"]] == 1 and training_ranks(alphabetical)[vocab.index["w000"]] == 200
 
 
 def test_categories_command_compares_runs(tmp_path, corpus):

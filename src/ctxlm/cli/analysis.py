@@ -306,7 +306,8 @@ def cmd_categories(args) -> int:
         data = split_data(run, args, args.split)
         tags = data.tags[args.split] if data.tags else None
         log_probs = stream_log_probs(model, data.ids[args.split], run.config.data.eval_chunk)
-        tables[label + (" + cache" if args.cache else "")] = category_perplexities(log_probs, data.ids[args.split], run.vocab, tags)
+        tables[label + (" + cache" if args.cache else "")] = category_perplexities(log_probs, data.ids[args.split], run.vocab,
+                                                                                   tags, data.counts("train"))
     check_same_targets(tables, args.split, command)
     out = output_dir(args)
     write_json(tables, out / "categories.json")

@@ -35,17 +35,31 @@ def brown_category(tag: str) -> str | None:
     return _TAG_TO_CATEGORY.get(base)
 
 
-def category_perplexities(log_probs: torch.Tensor, ids: torch.Tensor, vocab, tags: list[str] | None) -> list[dict]:
-    """Rows {group, category, tokens, ppl}; `tags` aligned with ids[1:] (the targets), or None."""
+def training_ranks(train_counts: torch.Tensor) -> torch.Tensor:
+    """[V] each word's rank by its count in the training split (1 = the most frequent; ties by id, so a vocabulary
+    ctxlm built ranks as it numbers its words, and an imported ARPA file's by its corpus); 0 for <eos> and <unk>."""
+    counts = train_counts.clone()
+    counts[:2] = -1
+    order = torch.sort(counts, descending=True, stable=True).indices
+    ranks = torch.empty_like(order)
+    ranks[order] = torch.arange(1, len(order) + 1)
+    ranks[:2] = 0
+    return ranks
+
+
+def category_perplexities(log_probs: torch.Tensor, ids: torch.Tensor, vocab, tags: list[str] | None,
+                          train_counts: torch.Tensor) -> list[dict]:
+    """Rows {group, category, tokens, ppl}; `tags` aligned with ids[1:] (the targets), or None; `train_counts`
+    [V], each id's occurrences in the training split (`Data.counts`), for the frequency bands."""
     targets = ids[1:]
+    target_ranks = training_ranks(train_counts)[targets]
     groups: list[tuple[str, str, torch.Tensor]] = []
     if tags is not None:
         names = [brown_category(t) for t in tags]
         for name in POS_CATEGORIES:
             groups.append(("part of speech", name, torch.tensor([n == name for n in names])))
     for low, high in FREQUENCY_BANDS:
-        rank = targets - 1                              # ids 2, 3, ... are words by training frequency
-        mask = (targets >= 2) & (rank >= low) & ((rank <= high) if high else True)
+        mask = (target_ranks >= low) & ((target_ranks <= high) if high else True)
         groups.append(("frequency rank", f"{low:,}–{high:,}" if high else f"{low:,}+", mask))
     groups.append(("special", "<unk>", targets == vocab.unk))
     groups.append(("special", "<eos>", targets == vocab.eos))
