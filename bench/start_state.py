@@ -50,7 +50,8 @@ def main():
     args = parser.parse_args()
     if args.sentences < 2:
         parser.error("--sentences: at least 2 (the document's first sentence is left out)")
-    from ctxlm.data.corpus import read_lambada, read_msr_completion
+    from ctxlm.data.corpus import read_lambada
+    from ctxlm.data.questions import read_msr_completion
     from ctxlm.data.registry import locate
     from ctxlm.evaluation.completion import answer_questions
     from ctxlm.evaluation.lambada import score_passages

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import DATA_DIR, FixedDistribution, ctxlm, needs_data, one_line_error
-from ctxlm.data.corpus import CompletionQuestion, read_msr_completion
+from ctxlm.data.questions import CompletionQuestion, read_msr_completion
 from ctxlm.data.vocab import Vocabulary
 from ctxlm.errors import CtxlmError
 from ctxlm.evaluation.completion import answer_questions, candidate_sentences, mcnemar_p, sentence_scores
@@ -165,7 +165,10 @@ def test_bad_question_files_are_one_line(runs, tmp_path, name, text, needle):
     ("id,answer\n7,a\n8,f\n", "line 3: expected `id,letter` with a letter a-e"),
     ("id,answer\n7,a\n8,ab\n", "line 3: expected `id,letter` with a letter a-e"),
     ("id,answer\n7,a\n", "no answer for question 8"),
-    ("7a) x\nbad line\n", "line 2: expected `NUMBERletter) sentence`"),
+    ("7a) the cat [sat] on a mat .\nbad line\n", "line 2: expected `NUMBERletter) sentence`"),
+    ("id,answer\n7,a\n7,b\n8,a\n", "line 3: question 7 is answered again (first on line 2)"),
+    ("7b) the cat [sat] on a mat .\n8a) the [cat] , said he , sat on a mat .\n", "line 1: the answer 7b) should hold [ran]"),
+    (MACHINE, "line 2: question 7 is answered again"),               # the questions given as their answers
 ])
 def test_bad_answer_files_are_one_line(runs, tmp_path, text, needle):
     result = ctxlm("complete", runs["ngram"], "--questions", _write(tmp_path / "q.csv", CSV),

@@ -69,7 +69,8 @@ def test_brown_follows_bengio_split_with_tags():
 @pytest.mark.data
 @needs_data("msr_sentence_completion/testing_data.csv", "lambada/lambada_development_plain_text.txt")
 def test_task_sets_are_located_and_read():
-    from ctxlm.data.corpus import read_lambada, read_msr_completion
+    from ctxlm.data.corpus import read_lambada
+    from ctxlm.data.questions import read_msr_completion
 
     questions = read_msr_completion(locate("msr-completion", "questions", DATA_DIR), locate("msr-completion", "answers", DATA_DIR))
     assert len(questions) == 1040 and all(q.answer in "abcde" and "_____" in q.question for q in questions)

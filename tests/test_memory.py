@@ -185,7 +185,7 @@ def test_bidirectional_never_sees_the_word_it_predicts():
 
 
 def test_sentence_completion_scores_candidates_with_the_bidirectional_scores():
-    from ctxlm.data.corpus import CompletionQuestion
+    from ctxlm.data.questions import CompletionQuestion
     from ctxlm.data.vocab import Vocabulary
     from ctxlm.evaluation.completion import answer_questions, candidate_sentences
 

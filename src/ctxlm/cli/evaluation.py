@@ -299,7 +299,7 @@ def add_complete(sub) -> None:
 
 
 def cmd_complete(args) -> int:
-    from ..data.corpus import read_msr_completion
+    from ..data.questions import read_msr_completion
     from ..data.registry import locate
     from ..evaluation.completion import answer_questions, compare_answers, read_answers
     from ..io import Progress

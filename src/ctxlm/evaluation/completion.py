@@ -25,7 +25,8 @@ import numpy as np
 import torch
 
 from ..data.batching import SentenceBatches
-from ..data.corpus import BLANK, LETTERS, CompletionQuestion, msr_tokens, read_text
+from ..data.corpus import msr_tokens, read_text
+from ..data.questions import BLANK, LETTERS, CompletionQuestion
 from ..data.vocab import EOS
 from ..errors import CtxlmError
 from ..models.base import model_device
