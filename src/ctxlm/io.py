@@ -49,9 +49,9 @@ def atomic_write(path: str | Path, write) -> None:
             os.chmod(tmp, _mode_for(target))
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
+            os.replace(tmp, target)
         except (OSError, SafetensorError, RuntimeError) as exc:   # a full disk: ENOSPC, or the writer's own error
             raise write_failed(path, exc, "the file it would replace is unchanged") from None
-        os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
