@@ -179,7 +179,9 @@ def test_requests_map_to_words(runs):
 
 
 @needs_lm_eval
-def test_generation_and_bad_input_refused(runs, tmp_path):
+def test_generation_and_bad_input_refused(runs, tmp_path, caplog):
+    import logging
+
     from lm_eval.api.instance import Instance
 
     from ctxlm.harness.model import CtxlmLM
@@ -194,10 +196,100 @@ def test_generation_and_bad_input_refused(runs, tmp_path):
     task = (tmp_path / "task" / "lambada_local.yaml").read_text()
     (tmp_path / "task" / "gen.yaml").write_text(task.replace("task: lambada_local", "task: gen_local")
                                                 .replace("output_type: loglikelihood", "output_type: generate_until"))
+    (tmp_path / "task" / "group.yaml").write_text("group: gen_group\ntask:\n  - gen_local\n")
     local = ("--include-path", tmp_path / "task", "--only-include-path", "--out", tmp_path / "h.json")
-    one_line_error(ctxlm("harness", runs["lstm"], "--tasks", "lambada_local,gen_local", *local), "gen_local", "generation")
+    caplog.set_level(logging.WARNING)
+    for tasks in ("lambada_local,gen_local", "gen_group"):       # a task, or a group holding one: no warnings first
+        caplog.clear()
+        quiet_one_line(ctxlm("harness", runs["lstm"], "--tasks", tasks, *local), caplog, "gen_local", "generation")
     one_line_error(ctxlm("harness", runs["lstm"], "--tasks", "lambada_nowhere", *local), "lambada_nowhere", "no such task")
     one_line_error(ctxlm("harness", runs["lstm"], "--tasks", "x", "--include-path", tmp_path / "none"), "--include-path", "no such folder")
     one_line_error(ctxlm("harness", runs["lstm"], "--tasks", "x", "--only-include-path"), "--only-include-path")
     one_line_error(ctxlm("harness", tmp_path / "no-run", "--tasks", "x", "--only-include-path"), "--only-include-path")
     assert not (tmp_path / "h.json").exists()
+
+
+def test_lambada_task_never_writes_over_its_input(tmp_path):
+    """An input that is (or links to) one of the files `lambada-task` writes into --out is refused before anything is
+    written, whatever names the folder or the file; an input merely in the folder is read as any other."""
+    task = tmp_path / "task"
+    task.mkdir()
+    (task / "lambada_local.jsonl").write_text("the cat sat on the mat\na dog ran\n")
+    (task / "mini.yaml").write_text("the yaml as passages\nsay it\n")
+    (tmp_path / "link.jsonl").symlink_to(task / "lambada_local.jsonl")
+    (tmp_path / "folder").symlink_to(task)
+    kept = {path: path.read_text() for path in task.iterdir()}
+    for given, out, more in [(task / "lambada_local.jsonl", task, ()), (tmp_path / "link.jsonl", task, ()),
+                             (task / "lambada_local.jsonl", tmp_path / "folder", ()),
+                             (task / "mini.yaml", task, ("--name", "mini"))]:
+        one_line_error(ctxlm("lambada-task", given, "--out", out, *more), f"--out {out}", f"that is {given}, an input")
+    assert {path: path.read_text() for path in task.iterdir()} == kept
+    result = ctxlm("lambada-task", task / "lambada_local.jsonl", "--out", task, "--name", "other")
+    assert result.returncode == 0, result.stderr
+    assert (task / "other.jsonl").read_text() == '{"text": "the cat sat on the mat"}\n{"text": "a dog ran"}\n'
+    assert {path: path.read_text() for path in kept} == kept
+
+
+def quiet_one_line(result, caplog, *needles):
+    """`one_line_error`, and nothing logged by the harness or `datasets` before it (its warnings reach stderr outside
+    the tests, where the root logger has no handler of pytest's)."""
+    one_line_error(result, *needles)
+    assert not [r.getMessage() for r in caplog.records if r.name.split(".")[0] in ("lm_eval", "datasets")]
+
+
+@needs_lm_eval
+def test_local_task_that_cannot_be_built_is_one_line(runs, tmp_path, caplog):
+    """A local task copy the harness cannot build (docs/harness.md tells users to make them): a `!function` whose
+    module is not beside it, a data file that is not JSON, a template naming no field, one failing on a later
+    document (found while scoring): one line naming its YAML file and the cause, no harness warnings, no results."""
+    import logging
+
+    caplog.set_level(logging.WARNING)
+    (tmp_path / "p.txt").write_text("the cat sat on a mat\nthe dog ran\n")
+    assert ctxlm("lambada-task", tmp_path / "p.txt", "--out", tmp_path / "task", "--name", "fn_local").returncode == 0
+    task = (tmp_path / "task" / "fn_local.yaml").read_text()
+    rows = '{"text": "the cat sat", "extra": "x"}\n{"text": "a dog ran"}\n'
+    broken = {"function": (task + "process_docs: !function missing_helpers.process_docs\n", None,
+                           "ImportError: Cannot import module 'missing_helpers'"),
+              "data": (task, "not json\n", "DatasetGenerationError"),
+              "field": (task.replace("doc_to_text: \"{{text.split(' ')[:-1]|join(' ')}}\"", 'doc_to_text: "{{nofield}}"'),
+                        None, "UndefinedError: 'nofield' is undefined"),
+              "later": (task.replace("doc_to_text: \"{{text.split(' ')[:-1]|join(' ')}}\"", 'doc_to_text: "{{extra.upper()}}"'),
+                        rows, "UndefinedError: 'None' has no attribute 'upper'")}
+    for name, (text, data, cause) in broken.items():
+        place = tmp_path / name
+        place.mkdir()
+        if data is not None:
+            (place / "data.jsonl").write_text(data)
+            text = text.replace(json.dumps(str((tmp_path / "task" / "fn_local.jsonl").resolve())),
+                                json.dumps(str(place / "data.jsonl")))
+        (place / "fn.yaml").write_text(text)
+        caplog.clear()
+        result = ctxlm("harness", runs["ngram"], "--tasks", "fn_local", "--include-path", place, "--only-include-path",
+                       "--out", tmp_path / "h.json", "--bootstrap-iters", "0")
+        quiet_one_line(result, caplog, "--tasks fn_local", str(place / "fn.yaml"), cause)
+        assert not (tmp_path / "h.json").exists()
+
+
+@needs_lm_eval
+def test_harness_warnings_held_until_the_tasks_load():
+    """The harness's warnings while tasks load are logged once they loaded (none lost), dropped when they fail."""
+    import logging
+
+    from ctxlm.harness.model import logs_held
+
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logging.getLogger("lm_eval").addHandler(handler)
+    try:
+        with logs_held("lm_eval"):
+            logging.getLogger("lm_eval.api.task").warning("kept")
+            assert seen == []
+        assert seen == ["kept"]
+        with pytest.raises(CtxlmError), logs_held("lm_eval"):
+            logging.getLogger("lm_eval.api.task").warning("dropped")
+            raise CtxlmError("refused")
+        assert seen == ["kept"] and logging.getLogger("lm_eval").handlers == [handler]
+    finally:
+        logging.getLogger("lm_eval").removeHandler(handler)

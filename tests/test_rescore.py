@@ -157,3 +157,25 @@ def test_bad_input_gives_one_line(world):
     one_line_error(ctxlm("rescore", run, world / "test.txt", "--lm-weight", "1", "--one-best", world / "test.txt"),
                    "--one-best", "input")
     assert (world / "test.txt").read_text() == TEST
+
+
+def test_references_without_words_and_empty_grids_refused(world):
+    """References that hold no words at all (no word error rate to give, nor to choose α and β by) are refused, naming
+    the file, before anything is written; some empty references are fine. An empty grid is refused as a bad one."""
+    run = unigram_run(world / "lm")
+    (world / "empty.txt").write_text("t1\nt2\n")
+    outputs = ("--out", world / "r.jsonl", "--one-best", world / "b.txt")
+    dev = ("--dev", world / "test.txt", "--dev-refs", world / "empty.txt", *GRID)
+    for options in (("--refs", world / "empty.txt", "--lm-weight", "1"), dev):
+        one_line_error(ctxlm("rescore", run, world / "test.txt", *options, *outputs), "empty.txt", "no words")
+    assert not (world / "r.jsonl").exists() and not (world / "b.txt").exists()
+    (world / "half.txt").write_text("t1 the dog ran\nt2\n")
+    result = ctxlm("rescore", run, world / "test.txt", "--refs", world / "half.txt", "--lm-weight", "1", *outputs, "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["wer"]["first_pass"]["reference_words"] == 3
+    (world / "r.jsonl").unlink()
+    dev = ("--dev", world / "dev.txt", "--dev-refs", world / "dev_refs.txt")
+    for options, needle in [((*dev, "--lm-weights", ""), "--lm-weights ''"), ((*dev, "--penalties="), "--penalties ''"),
+                            (("--lm-weight", "1", "--penalties="), "--penalties")]:
+        one_line_error(ctxlm("rescore", run, world / "test.txt", *options, *outputs), needle)
+    assert not (world / "r.jsonl").exists()

@@ -1,8 +1,9 @@
 """Where a command may write: one table of every command's output path and the inputs it reads.
 
 An output that is one of the command's inputs (the same file, also through a link), or that lies
-inside a folder it reads (a run directory, a folder of texts), is refused with one line before any
-work is done, so `ctxlm export-arpa RUN RUN/model.safetensors` cannot replace the run's weights.
+inside a folder it reads (a run directory, a folder of texts), or that is a folder into which it writes a
+file that is an input, is refused with one line before any work is done, so `ctxlm export-arpa RUN
+RUN/model.safetensors` cannot replace the run's weights.
 Writing over an unrelated existing file stays allowed. How a file is then written (replaced atomically,
 or written through when it is a device or FIFO, never a folder) is one rule: `io.atomic_write`.
 """
@@ -35,6 +36,10 @@ OUTPUTS = {
 # it takes when not given: in the first one's folder, or the current one when the first is a device or FIFO
 FILES = {"export-arpa": {}, "export-onnx": {}, "complete": {}, "lambada": {}, "harness": {}, "names": {},
          "rescore": {"one_best": "one_best.txt"}}
+# the files a folder-writing command writes into its output folder over whatever is there ({name}: its arguments),
+# none of which may be an input; the others refuse a folder holding files not their own (train, import-arpa, prepare)
+# or read run folders only (attention, analyze, curves)
+WRITTEN = {"lambada-task": ("{name}.jsonl", "{name}.yaml")}
 
 
 def check_outputs(args) -> None:
@@ -56,7 +61,14 @@ def check_outputs(args) -> None:
         value = getattr(args, name, None)
         inputs += value if isinstance(value, list) else [value]
     option = "--run-dir" if args.command == "train" else "--out" if attribute == "out" else attribute.upper()
-    check_output(output, option, [p for p in inputs if p is not None and str(p) != "-"])
+    inputs = [p for p in inputs if p is not None and str(p) != "-"]
+    check_output(output, option, inputs)
+    for name in WRITTEN.get(args.command, ()):
+        written = Path(output) / name.format(**vars(args))
+        for given in inputs:
+            if _same_file(written, Path(given)):
+                raise CtxlmError(f"{option} {output}: this command writes {written.name} there, and that is {given}, an "
+                                 f"input of this command; writing it would destroy the input: choose another {option}")
     if args.command not in FILES:
         check_writable_folder(output, option)
         return

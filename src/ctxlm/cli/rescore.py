@@ -56,7 +56,7 @@ def _check(args) -> None:
                          "(and --penalty)")
     if args.penalty is not None and args.lm_weight is None:
         raise CtxlmError("--penalty goes with --lm-weight; with --dev give a grid with --penalties")
-    if (args.lm_weights or args.penalties) and not args.dev:
+    if (args.lm_weights is not None or args.penalties is not None) and not args.dev:
         raise CtxlmError("--lm-weights and --penalties are the grid searched on --dev; add --dev and --dev-refs")
     if args.mix and args.mix_weight is None and not args.dev:
         raise CtxlmError("--mix: give --mix-weight, or --dev with --dev-refs to choose it")
@@ -76,8 +76,8 @@ def cmd_rescore(args) -> int:
     references = read_references(args.refs, lists, args.nbest) if args.refs else None
     dev = read_nbest(args.dev, args.costs) if args.dev else None
     dev_references = read_references(args.dev_refs, dev, args.dev) if dev else None
-    weights = comma_values("--lm-weights", args.lm_weights, "rescore.lm_weight") if args.lm_weights else LM_WEIGHTS
-    penalties = comma_values("--penalties", args.penalties, "rescore.penalty") if args.penalties else PENALTIES
+    weights = comma_values("--lm-weights", args.lm_weights, "rescore.lm_weight") if args.lm_weights is not None else LM_WEIGHTS
+    penalties = comma_values("--penalties", args.penalties, "rescore.penalty") if args.penalties is not None else PENALTIES
 
     device = pick_device(args.device, "--device")
     runs = [load(args.run, device, data_dir=args.data_dir)] + ([load(args.mix, device, data_dir=args.data_dir)] if args.mix else [])

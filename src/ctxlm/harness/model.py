@@ -163,12 +163,65 @@ def bootstrap_in_process():
             del os.environ["DISABLE_MULTIPROC"]
 
 
+def refuse_generation(names: list[str]) -> None:
+    """One line refusing the tasks `names`, which ask for generation, if there are any."""
+    if names:
+        raise CtxlmError(f"--tasks: {', '.join(names)} ask(s) for free generation (generate_until), which the ctxlm "
+                         "model does not do; choose loglikelihood or multiple-choice tasks")
+
+
+def load_tasks(manager, tasks: list[str]) -> dict:
+    """`manager.load(tasks)`; a task the harness cannot build (its YAML's `!function` not found, its data not
+    read, a template failing on the first document) is one line naming its YAML file and the cause."""
+    try:
+        return manager.load(tasks)
+    except Exception as exc:      # only lm-eval's, datasets' and the task's own code run here, never ctxlm's
+        which = "it" if len(tasks) == 1 else "one of them"
+        raise CtxlmError(f"--tasks {','.join(tasks)}{task_files(manager, tasks)}: the harness cannot load {which} "
+                         f"({causes(exc)}); fix the task file or its data (docs/harness.md)") from None
+
+
+def task_files(manager, tasks: list[str]) -> str:
+    """" (FILE, ...)": the YAML files of the tasks (not of tags, which have none)."""
+    files = [str(entry.yaml_path) for entry in map(manager.task_index.get, tasks) if getattr(entry, "yaml_path", None)]
+    return f" ({', '.join(files)})" if files else ""
+
+
+def causes(exc: BaseException) -> str:
+    """An exception and those it was raised from, "Type: message; ...", on one line."""
+    found = []
+    while exc is not None:
+        found.append(f"{type(exc).__name__}: {' '.join(str(exc).split())}")
+        exc = exc.__cause__ or exc.__context__
+    return "; ".join(found)
+
+
+@contextlib.contextmanager
+def logs_held(*names: str):
+    """What these loggers (and those under them) log while the block runs, held back and logged when it ends without
+    an error: a task refused or failing to load is then one line, not the harness's warnings and then the line."""
+    held: list[logging.LogRecord] = []
+    hold = logging.Handler()
+    hold.emit = held.append
+    saved = {name: (logging.getLogger(name).handlers, logging.getLogger(name).propagate) for name in names}
+    for name in names:
+        logging.getLogger(name).handlers, logging.getLogger(name).propagate = [hold], False
+    try:
+        yield
+    finally:
+        for name, (handlers, propagate) in saved.items():
+            logging.getLogger(name).handlers, logging.getLogger(name).propagate = handlers, propagate
+    for record in held:
+        logging.getLogger(record.name).handle(record)
+
+
 def evaluate(run: str | Path | Run, tasks: list[str], include_path: str | None = None, limit: int | None = None,
              num_fewshot: int | None = None, bootstrap_iters: int = 1000, harness_tasks: bool = True, **model_args) -> dict:
     """The harness's results (its `evaluate`) of the run on `tasks`, found among the harness's own (unless not
     `harness_tasks`: indexing its 14,000 takes a while) and those in `include_path`. Generation tasks are refused
     before anything is scored."""
     import datasets
+    import jinja2
     from lm_eval.evaluator import evaluate as harness_evaluate
     from lm_eval.tasks import TaskManager
 
@@ -185,11 +238,11 @@ def evaluate(run: str | Path | Run, tasks: list[str], include_path: str | None =
             raise CtxlmError(f"--tasks {name}: no such task, group or tag in {' or '.join(places)}; check the name "
                              "(`lm-eval ls tasks` lists the harness's) or give --include-path for a local task")
     model = CtxlmLM(run, **model_args)
-    loaded = manager.load(tasks)
-    generating = [name for name, task in loaded["tasks"].items() if task.get_config("output_type") == "generate_until"]
-    if generating:
-        raise CtxlmError(f"--tasks: {', '.join(generating)} ask(s) for free generation (generate_until), which the ctxlm "
-                         "model does not do; choose loglikelihood or multiple-choice tasks")
+    refuse_generation([name for name in tasks                                  # a task's own, before the harness builds it
+                       if (getattr(manager.task_index.get(name), "cfg", None) or {}).get("output_type") == "generate_until"])
+    with logs_held("lm_eval", "datasets"):                # its warnings only if the tasks are loaded and not refused
+        loaded = load_tasks(manager, tasks)
+        refuse_generation([name for name, task in loaded["tasks"].items() if task.get_config("output_type") == "generate_until"])
     for task in loaded["tasks"].values():     # as the harness's simple_evaluate sets them
         if num_fewshot is not None and task.get_config("num_fewshot") != 0:
             task.set_config(key="num_fewshot", value=num_fewshot)
@@ -205,5 +258,8 @@ def evaluate(run: str | Path | Run, tasks: list[str], include_path: str | None =
                 raise
             raise CtxlmError(f"--num-fewshot {num_fewshot}: more few-shot examples than the task has documents to draw "
                              "them from; give fewer") from None
+        except jinja2.TemplateError as exc:               # a task's template fails on a later document than its first
+            raise CtxlmError(f"--tasks {','.join(tasks)}{task_files(manager, tasks)}: a template of the task fails on a "
+                             f"document ({causes(exc)}); fix the task file (its doc_to_text, doc_to_target...)") from None
     return json.loads(json.dumps({key: results[key] for key in ("results", "groups", "n-samples", "versions", "higher_is_better")
                                   if key in results}, default=str))

@@ -56,7 +56,8 @@ def read_nbest(path: str | Path, costs: bool = False) -> dict[str, list[Hypothes
 
 
 def read_references(path: str | Path, lists: dict[str, list[Hypothesis]], nbest: str | Path) -> dict[str, list[str]]:
-    """The reference words of each utterance of `lists` (read from `nbest`); other utterances are ignored."""
+    """The reference words of each utterance of `lists` (read from `nbest`); other utterances are ignored. Some may
+    be empty, not all: a word error rate needs reference words."""
     references: dict[str, list[str]] = {}
     first: dict[str, int] = {}
     for number, fields in _lines(path):
@@ -69,6 +70,9 @@ def read_references(path: str | Path, lists: dict[str, list[Hypothesis]], nbest:
         if utterance not in references:
             raise CtxlmError(f"{path}: no reference for utterance {utterance!r} ({nbest}, line {hypotheses[0].line}); "
                              "give one line 'UTTERANCE-ID WORD ...' for each utterance of the n-best file")
+    if not any(references[utterance] for utterance in lists):
+        raise CtxlmError(f"{path}: the references of {nbest}'s utterances hold no words, so there is no word error rate; "
+                         "give each utterance's reference words, 'UTTERANCE-ID WORD ...' a line")
     return {utterance: references[utterance] for utterance in lists}
 
 
