@@ -39,7 +39,7 @@ def add_reproduce(sub) -> None:
 
 
 def cmd_reproduce(args) -> int:
-    from ..reproduce import report, runner
+    from ..reproduce import report, rows, runner
     from ..reproduce.tables import load_tables
 
     stop_after = runner.parse_duration(args.stop_after) if args.stop_after else None
@@ -57,7 +57,7 @@ def cmd_reproduce(args) -> int:
     if not names and not (args.plan or args.report or args.check):
         raise CtxlmError("name a table to train (ctxlm reproduce --list shows them), or give --plan, --report or --check")
     tables = load_tables(tables_dir, names)
-    runs = runner.row_runs(tables, args.rows, Path(args.runs), records_dir, args.again)
+    runs = rows.row_runs(tables, args.rows, Path(args.runs), records_dir, args.again)
     extra = runner.thread_setting(args.set or [], args.jobs) if not args.check else args.set or []
     if args.report:
         text = report.report_markdown(tables, records_dir)

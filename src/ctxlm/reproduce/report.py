@@ -10,7 +10,7 @@ from ..io import atomic_write_text, pyplot, save_figure
 from ..registry import MODELS
 from ..training.optim import next_lr
 from . import records
-from .runner import RowRun
+from .rows import RowRun
 from .scores import scores_markdown
 from .tables import METRICS, Table
 
