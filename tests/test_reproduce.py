@@ -417,6 +417,31 @@ def test_two_reproduce_started_together_train_a_row_once(tmp_path):
     assert "tiny-1/lstm: started" in output
 
 
+def test_a_row_another_process_finishes_meanwhile_is_not_started_again(reference):
+    """The rows to train are listed when a call begins: one that another `reproduce` finishes while this call trains
+    an earlier row is said to be done when its turn comes, not resumed (which re-estimated it and rewrote its results)."""
+    project, _, _ = reference
+    process = subprocess.Popen([sys.executable, "-m", "ctxlm", "reproduce", "tiny-1", "lstm", "kn",
+                                *map(str, folders(project, "meanwhile")), "--set", "train.threads=1"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    runs, results = project / "meanwhile-runs" / "tiny-1", project / "meanwhile-results" / "tiny-1"
+    deadline = time.time() + 120
+    while not (runs / "lstm.log").exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    shutil.copytree(project / "ref-runs" / "tiny-1" / "kn", runs / "kn")       # the other process finishes kn
+    shutil.copy(project / "ref-runs" / "tiny-1" / "kn.log", runs / "kn.log")
+    results.mkdir(parents=True, exist_ok=True)
+    shutil.copy(project / "ref-results" / "tiny-1" / "kn.json", results / "kn.json")
+    kept = lambda: [(path.stat().st_mtime_ns, path.read_bytes()) for path in (runs / "kn" / "results.json", runs / "kn.log",  # noqa: E731
+                                                                             results / "kn.json")]
+    before = kept()
+    output = process.communicate(timeout=600)[0]
+    assert process.returncode == 0, output
+    assert "tiny-1/lstm: finished" in output and f"tiny-1/kn: done (by another process; record {results / 'kn.json'})" in output
+    assert "tiny-1/kn: resumed" not in output and "tiny-1/kn: started" not in output, output
+    assert kept() == before
+
+
 def test_a_bad_table_is_one_line_naming_the_file_and_key(tmp_path):
     (tmp_path / "reproductions").mkdir()
     bad = tmp_path / "reproductions" / "bad-1.toml"

@@ -115,6 +115,10 @@ class Runner:
             row.release()
             self.log(f"{run.name}: training now in another process ({writer}); left to it")
             return
+        if run.done():  # finished by another process since this one listed its rows
+            row.release()
+            self.log(f"{run.name}: done (by another process; record {run.record_file})")
+            return
         argv = run.train_argv(self.extra, self.data_dir)
         log_file = open(run.run_dir.with_suffix(".log"), "a", encoding="utf-8")
         log_file.write(f"\n$ ctxlm {shlex.join(argv)}\n")
