@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ctxlm, one_line_error, tiny_config, write_corpus
+from ctxlm.config import load_toml
 from ctxlm.reproduce import report, runner
 from ctxlm.reproduce.records import first_batches, hardware, record_from_run
 from ctxlm.reproduce.tables import load_tables
@@ -205,6 +206,37 @@ def test_a_record_trained_without_a_setting_the_table_now_sets_is_outdated(refer
     result = ctxlm("reproduce", "tiny-1", "rnn", *folders(project, "kept"), "--set", "train.threads=1")
     assert result.returncode == 0 and f"move {project / 'kept-runs' / 'tiny-1' / 'rnn'} aside" in result.stdout
     assert json.loads((project / "kept-results" / "tiny-1" / "rnn.json").read_text()) == old     # never continued
+
+
+def test_a_resumed_row_is_recorded_with_the_settings_its_run_has(reference):
+    """--set outside train.* does not reach a resumed run: its record's `set`, command and fingerprint keep the
+    settings the run began with (they named the new call's, a model the run never trained), and train.* is the
+    resuming call's."""
+    project, records, _ = reference
+    runs = project / "settled-runs" / "tiny-1"
+    shutil.copytree(project / "ref-runs" / "tiny-1" / "lstm", runs / "lstm")      # stopped after its last epoch
+    shutil.copy(project / "ref-runs" / "tiny-1" / "lstm.log", runs / "lstm.log")
+    (runs / "lstm" / "results.json").unlink()
+    call = ("reproduce", "tiny-1", "lstm", *folders(project, "settled"), "--set", "train.threads=1")
+    result = ctxlm(*call, "--set", "model.hidden_size=64")
+    assert result.returncode == 0 and "tiny-1/lstm: resumed" in result.stdout, result.stdout + result.stderr
+    record = records_of(project, "settled")["lstm"]
+    assert record["set"] == ["train.threads=1"] and record["command"].endswith(" --set train.threads=1")
+    assert record["fingerprint"] == records["lstm"]["fingerprint"]
+
+    shutil.rmtree(runs)                 # begun with a model setting, resumed without it
+    (project / "settled-results" / "tiny-1" / "lstm.json").unlink()
+    result = ctxlm(*call, "--set", "model.hidden_size=24", "--set", "train.epochs=1")
+    assert result.returncode == 0 and "tiny-1/lstm: finished" in result.stdout, result.stdout + result.stderr
+    (runs / "lstm" / "results.json").unlink()
+    (project / "settled-results" / "tiny-1" / "lstm.json").unlink()
+    result = ctxlm(*call, "--set", "train.epochs=2")
+    assert result.returncode == 0 and "tiny-1/lstm: resumed" in result.stdout, result.stdout + result.stderr
+    record = records_of(project, "settled")["lstm"]
+    assert len(record["curve"]) == 2 and record["set"] == ["model.hidden_size=24", "train.threads=1", "train.epochs=2"]
+    assert record["command"].endswith(" --set model.hidden_size=24 --set train.threads=1 --set train.epochs=2")
+    trained = first_batches(load_toml(runs / "lstm" / "config.toml", saved=True))
+    assert record["fingerprint"]["train_loss"] == trained["train_loss"]
 
 
 def test_sigterm_mid_row_resumes_without_retraining_the_finished_row(reference):

@@ -19,7 +19,8 @@ def add_reproduce(sub) -> None:
     p.add_argument("--jobs", type=option(int, at_least(1)), default=1, help="rows trained at once, as separate processes "
                    "(default 1); on the CPU each gets cores/N threads unless --set train.threads says otherwise")
     p.add_argument("--stop-after", metavar="DURATION", help="stop every row, resumably, after this long (e.g. 50m, 8h)")
-    set_option(p, "override a setting for every row, e.g. --set train.device=cuda (resumed rows: train.* only)")
+    set_option(p, "override a setting for every row, e.g. --set train.device=cuda (a resumed row takes train.* only; "
+               "its record keeps the settings its run began with)")
     p.add_argument("--again", action="store_true", help="train the named rows again though their records are "
                    "finished (e.g. rows --check finds drifted); the old figures stay in the record under 'earlier'")
     p.add_argument("--plan", action="store_true", help="print each row's state, remaining cost and `ctxlm train` command")

@@ -42,7 +42,7 @@ def epochs_left(train, done: list[dict]) -> int:
 def estimate(run: RowRun, extra: list[str], measure: bool, data_dir=None) -> str:
     """The remaining cost of a row on this machine, from rates measured on it (its own curve, or a
     few batches timed now with `measure`)."""
-    config = run.config(extra)
+    config = run.config(run.row.overrides + extra)
     if MODELS[config.model.name].count_based:
         return "count-based: seconds to minutes, no epochs"
     done = run.curve()

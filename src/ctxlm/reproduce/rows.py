@@ -80,20 +80,46 @@ class RowRun:
         """The run directory as a record names it: the default runs folder's, from the project folder."""
         return f"runs/reproduce/{'/'.join(self.table.record_key(self.row))}"
 
-    def command(self, extra: list[str]) -> str:
-        """The command that trains this row, as a record keeps it: paths as from the project folder."""
+    def command(self, settings: list[str]) -> str:
+        """The command that trains this row with `settings`, as a record keeps it: paths as from the project folder."""
         project = self.table.path.resolve().parent.parent
         argv = ["train", "--config", str(self.row.preset.relative_to(project)), "--run-dir", self.shown_run_dir]
-        return "ctxlm " + shlex.join(argv + [a for o in self.row.overrides + extra for a in ("--set", o)])
+        return "ctxlm " + shlex.join(argv + [a for o in settings for a in ("--set", o)])
+
+    @property
+    def log(self) -> Path:
+        """RUNS/TABLE/ROW.log: every `ctxlm train` command run on the row, each followed by its output."""
+        return self.run_dir.with_suffix(".log")
+
+    def settings(self, extra: list[str]) -> list[str]:
+        """The settings (`--set` on the preset) the row's run trains with: the row's own and `extra` for a run not
+        begun; for a begun one, those its log says it began with, then the train.* of its latest `--resume` (they
+        apply on top; the other keys of `extra` do not). A run begun without `reproduce`: the row's own settings,
+        then `extra`'s train.*."""
+        if not self.started():
+            return self.row.overrides + extra
+        began, resumed = None, []
+        for line in self.log.read_text(encoding="utf-8").splitlines() if self.log.is_file() else []:
+            argv = shlex.split(line[2:]) if line.startswith("$ ctxlm train ") else []
+            given = [argv[i + 1] for i in range(len(argv) - 1) if argv[i] == "--set"]
+            if "--config" in argv:
+                began, resumed = given, []
+            elif "--resume" in argv:
+                resumed = given
+        if began is None:
+            began, resumed = self.row.overrides, [o for o in extra if o.startswith("train.")]
+        renewed = {_key(o) for o in resumed}
+        return [o for o in began if o in self.row.overrides or _key(o) not in renewed] + resumed
 
     def curve(self) -> list[dict]:
         """The epochs this machine's run directory has finished (metrics.jsonl)."""
         return RunDir(self.run_dir).read_metrics()
 
-    def config(self, extra: list[str]):
+    def config(self, settings: list[str]):
+        """The row's preset with `settings` (the row's own among them)."""
         from ..config import apply_overrides, load_toml
 
-        return apply_overrides(load_toml(self.row.preset), self.row.overrides + extra)
+        return apply_overrides(load_toml(self.row.preset), settings)
 
 
 class RowLock:
@@ -147,6 +173,10 @@ class RowLock:
         if self.lock is not None:
             self.lock.release()
             self.lock = None
+
+
+def _key(setting: str) -> str:
+    return setting.partition("=")[0].strip()
 
 
 def _shown(path: Path) -> str:

@@ -32,21 +32,21 @@ def thread_setting(extra: list[str], jobs: int) -> list[str]:
 def update_record(run: RowRun, extra: list[str], data_dir=None, log=print, commit: str | None = None) -> dict | None:
     """Write the row's record from its run directory; a finished row also gets its fingerprint, computed
     by this process's code (`commit`: the commit it was started from)."""
-    previous = run.record()
-    record = records.record_from_run(*run.table.record_key(run.row), run.run_dir, run.command(extra), previous)
+    previous, settings = run.record(), run.settings(extra)
+    record = records.record_from_run(*run.table.record_key(run.row), run.run_dir, run.command(settings), previous)
     if record is None:
         return previous
-    record["set"] = run.row.overrides + extra
-    if record["finished"] and "fingerprint" not in record and not MODELS[run.config(extra).model.name].count_based:
+    record["set"], config = settings, run.config(settings)
+    if record["finished"] and "fingerprint" not in record and not MODELS[config.model.name].count_based:
         try:
-            found = records.first_batches(run.config(extra), data_dir)
+            found = records.first_batches(config, data_dir)
             record["fingerprint"] = {"batches": found["batches"], "train_loss": found["train_loss"], "at": commit or git_commit(),
                                      "machine": records.hardware("cpu")}
         except KeyboardInterrupt:
             log(f"{run.name}: fingerprint interrupted; the next call computes it")
     try:
         scores.add_scores(run.table, record, run.run_dir, run.shown_run_dir, data_dir, commit or git_commit(),
-                          run.config(extra).train.threads or None, log)
+                          config.train.threads or None, log)
     except KeyboardInterrupt:
         log(f"{run.name}: scoring interrupted; the next call scores it")
     records.save_record(run.record_file, record)
@@ -120,13 +120,13 @@ class Runner:
             self.log(f"{run.name}: done (by another process; record {run.record_file})")
             return
         argv = run.train_argv(self.extra, self.data_dir)
-        log_file = open(run.run_dir.with_suffix(".log"), "a", encoding="utf-8")
+        log_file = open(run.log, "a", encoding="utf-8")
         log_file.write(f"\n$ ctxlm {shlex.join(argv)}\n")
         log_file.flush()
         process = subprocess.Popen([sys.executable, "-m", "ctxlm", *argv], stdout=log_file, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True)   # our signals reach it through us
         self.active[process] = (run, argv, log_file, row)
-        self.log(f"{run.name}: {'resumed' if '--resume' in argv else 'started'} (log {run.run_dir.with_suffix('.log')})")
+        self.log(f"{run.name}: {'resumed' if '--resume' in argv else 'started'} (log {run.log})")
 
     def _record_new_epochs(self) -> None:
         """Keep each running row's record up to date after every epoch (the curve survives the run directory)."""
@@ -158,7 +158,7 @@ class Runner:
         if process.returncode in (130, 128 + signal.SIGTERM, -signal.SIGTERM) or getattr(process, "stop_sent", False):
             self.log(f"{run.name}: stopped, {run.status()}")
             return True
-        tail = run.run_dir.with_suffix(".log").read_text(encoding="utf-8").strip().splitlines()[-1:]
+        tail = run.log.read_text(encoding="utf-8").strip().splitlines()[-1:]
         self.log(f"{run.name}: failed (exit {process.returncode}): {tail[0] if tail else 'no output'}")
         return False
 
