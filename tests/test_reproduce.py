@@ -181,6 +181,33 @@ def test_again_retrains_a_finished_row_and_keeps_its_old_figures(reference):
     one_line_error(ctxlm("reproduce", "tiny-1", "--again", *folders(project, "again")), "name the rows")
 
 
+def test_a_stopped_again_says_how_to_continue_its_new_run(reference):
+    """--again never continues a run folder, so a stopped --again row goes on without it, as the stop says (it said
+    "run the same command", which then refused the row's own new run), and ends with the figures of one run."""
+    project, records, _ = reference
+    old = dict(records["rnn"], curve=[dict(p, valid_ppl=p["valid_ppl"] + 1.0) for p in records["rnn"]["curve"]])
+    target = project / "again-stop-results" / "tiny-1" / "rnn.json"
+    target.parent.mkdir(parents=True)
+    target.write_text(json.dumps(old))
+    command = [sys.executable, "-m", "ctxlm", "reproduce", "tiny-1", "rnn", *map(str, folders(project, "again-stop")),
+               "--set", "train.threads=1"]
+    process = subprocess.Popen([*command, "--again"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    config = project / "again-stop-runs" / "tiny-1" / "rnn" / "config.toml"
+    deadline = time.time() + 120
+    while not config.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGTERM)
+    output = process.communicate(timeout=300)[0]
+    assert process.returncode == 128 + signal.SIGTERM, output
+    assert "every row is resumable; run the same command without --again to continue" in output
+    one_line_error(ctxlm(*command[3:], "--again"), "move that folder aside")
+    result = ctxlm(*command[3:])
+    assert result.returncode == 0 and "tiny-1/rnn: resumed" in result.stdout, result.stdout + result.stderr
+    record = records_of(project, "again-stop")["rnn"]
+    same_figures(record, records["rnn"])
+    assert record["earlier"] == [{k: v for k, v in old.items() if k not in ("table", "row")}]
+
+
 def test_a_record_trained_without_a_setting_the_table_now_sets_is_outdated(reference):
     """A table that changes a row's `set` after the row was trained: the plan, the report and the runner stop
     counting the old record as the row's figure, and the next call trains the row anew, keeping the old run."""

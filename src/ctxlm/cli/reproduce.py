@@ -22,7 +22,8 @@ def add_reproduce(sub) -> None:
     set_option(p, "override a setting for every row, e.g. --set train.device=cuda (a resumed row takes train.* only; "
                "its record keeps the settings its run began with)")
     p.add_argument("--again", action="store_true", help="train the named rows again though their records are "
-                   "finished (e.g. rows --check finds drifted); the old figures stay in the record under 'earlier'")
+                   "finished (e.g. rows --check finds drifted); the old figures stay in the record under 'earlier'. "
+                   "Stopped, a row's new run continues without --again (which never continues a run folder)")
     p.add_argument("--plan", action="store_true", help="print each row's state, remaining cost and `ctxlm train` command")
     p.add_argument("--measure", action="store_true", help="with --plan: time a few batches of each unstarted row now")
     p.add_argument("--report", action="store_true", help="our figures beside the source's, from the records alone (Markdown)")

@@ -103,7 +103,7 @@ class Runner:
             for s, h in handlers.items():
                 signal.signal(s, h)
         if self.stopping:
-            self.log(f"stopped ({self.stopping}): every row is resumable; run the same command to continue")
+            self.log(f"stopped ({self.stopping}): every row is resumable; {_continuing(runs)}")
             return 128 + signal.SIGTERM if self.stopping == "SIGTERM" else 130
         return 1 if failed else 0
 
@@ -161,6 +161,16 @@ class Runner:
         tail = run.log.read_text(encoding="utf-8").strip().splitlines()[-1:]
         self.log(f"{run.name}: failed (exit {process.returncode}): {tail[0] if tail else 'no output'}")
         return False
+
+
+def _continuing(runs: list[RowRun]) -> str:
+    """How to go on after a stop: the same command, but without --again once a row's new run has begun (--again
+    never continues a run folder), naming the --again rows that have not begun."""
+    again = [run for run in runs if run.again and run.row.runnable]
+    waiting = [run.row.id for run in again if not run.started()]
+    if len(waiting) == len(again):
+        return "run the same command to continue"
+    return "run the same command without --again to continue" + (f", then {' '.join(waiting)} with --again" if waiting else "")
 
 
 def parse_duration(text: str) -> float:
