@@ -513,6 +513,41 @@ def test_a_bad_table_is_one_line_naming_the_file_and_key(tmp_path):
                    "--stop-after")
 
 
+@pytest.mark.parametrize("change, needle", [
+    ({"hardware": 5}, "key hardware: must be a string, got 5"),
+    ({"commits": 7}, "key commits: must be a list of strings, got 7"),
+    ({"commits": "abc123"}, "key commits: must be a list of strings, got 'abc123'"),
+    ({"device": ["cpu"]}, "key device: must be a string"),
+    ({"finished": False, "earlier": [{"finished": True, "test_ppl": "x"}]}, "key earlier[1].test_ppl: must be null or"),
+    ({"earlier": [7]}, "key earlier[1]: must be a record, got 7"),
+    ({"fingerprint": {"train_loss": 4.5, "at": "abc1234"}}, "key fingerprint: missing key 'batches'"),
+    ({"fingerprint": "abc"}, "key fingerprint: must be {batches, train_loss, at, machine}, got 'abc'"),
+    ({"fingerprint": {"batches": 20, "train_loss": "4.5"}}, "key fingerprint.train_loss: must be a finite number"),
+])
+def test_a_record_out_of_its_form_is_one_line_naming_the_file_and_key(tmp_path, change, needle):
+    """--report, --check and a training call read a record's fields: one of another form is refused on reading,
+    never a traceback where it is used (the report's hardware and commit columns, its verdict, --check)."""
+    project = make_project(tmp_path)
+    path = project / "results" / "tiny-1" / "lstm.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"table": "tiny-1", "row": "lstm", "finished": True, "curve": [], "test_ppl": 31.0,
+                                "fingerprint": {"batches": 20, "train_loss": 4.5, "at": "abc1234"}, **change}))
+    args = ("--tables", project / "reproductions", "--records", project / "results", "--runs", project / "runs")
+    for call in (("--report",), ("tiny-1", "lstm", "--check"), ("tiny-1", "lstm")):
+        one_line_error(ctxlm("reproduce", *call, *args), str(path), needle, "restore it with git or delete it")
+
+
+def test_a_finished_record_without_the_tables_figure_says_so(tmp_path):
+    project = make_project(tmp_path)
+    path = project / "results" / "tiny-1" / "lstm.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"table": "tiny-1", "row": "lstm", "finished": True, "curve": [{"epoch": 1}, {"epoch": 2}],
+                                "valid_ppl": 31.0, "test_ppl": None}))
+    page = report.report_markdown(load_tables(project / "reproductions"), project / "results")
+    lstm_line = next(line for line in page.splitlines() if line.startswith("| LSTM |"))
+    assert "| finished, no test perplexity in its record |" in lstm_line and "unfinished" not in lstm_line
+
+
 def test_options_that_go_with_another_are_refused_alone(tmp_path):
     one_line_error(ctxlm("reproduce", "--plot", tmp_path / "rows.png"), "--plot and --page go with --report")
     one_line_error(ctxlm("reproduce", "tiny-1", "--measure"), "--measure goes with --plan")

@@ -114,9 +114,11 @@ def verdict(table: Table, row, record: dict | None) -> str:
     if unset := records.unset_settings(record, row.overrides):
         return f"outdated: trained without {', '.join(unset)}, which the table now sets"
     ours = record.get(table.metric)
-    if not record["finished"] or ours is None:
+    if not record["finished"]:
         epochs = len(record.get("curve", []))
         return f"unfinished: {epochs} epoch{'s' * (epochs != 1)} so far"
+    if ours is None:
+        return f"finished, no {METRICS[table.metric]} in its record"
     if row.below is not None:
         return f"{'✓' if ours < row.below else '✗'} claim: below {row.below}"
     if row.stand_in:
