@@ -548,6 +548,14 @@ def test_a_finished_record_without_the_tables_figure_says_so(tmp_path):
     assert "| finished, no test perplexity in its record |" in lstm_line and "unfinished" not in lstm_line
 
 
+def test_a_row_that_cannot_run_here_is_said_to_be_unavailable(tmp_path):
+    """Naming a row without a preset trains nothing, and says why (it said nothing), as --plan does; exit 0 as --plan."""
+    project = make_project(tmp_path)
+    result = ctxlm("reproduce", "tiny-1", "wiki", *folders(project, "none"))
+    assert result.returncode == 0 and result.stdout == "tiny-1/wiki: unavailable (the corpus is not here)\n", result.stdout
+    assert not (project / "none-runs").exists() and not (project / "none-results").exists()
+
+
 def test_options_that_go_with_another_are_refused_alone(tmp_path):
     one_line_error(ctxlm("reproduce", "--plot", tmp_path / "rows.png"), "--plot and --page go with --report")
     one_line_error(ctxlm("reproduce", "tiny-1", "--measure"), "--measure goes with --plan")

@@ -70,8 +70,8 @@ class Runner:
         self.stopping = signal.Signals(signum).name
 
     def run(self, runs: list[RowRun]) -> int:
-        """Train every runnable row that is not done (or left to another process training it); 0 when all
-        are done, 130 when stopped early (143 by SIGTERM, as any command)."""
+        """Train every runnable row that is not done (or left to another process training it), naming those that
+        cannot run here; 0 when all that can are done, 130 when stopped early (143 by SIGTERM, as any command)."""
         for run in runs:     # finished here after its record was written, or not yet scored
             record = run.record() if run.row.runnable and run.done() else None
             if run.row.runnable and run.done() and (not (record or {}).get("finished")
@@ -79,9 +79,11 @@ class Runner:
                 update_record(run, self.extra, self.data_dir, self.log, self.commit)
         pending = sorted((r for r in runs if r.row.runnable and not r.done()), key=lambda r: not r.started())  # begun first
         for run in runs:
-            if run.row.runnable and run.done():
+            if not run.row.runnable:
+                self.log(f"{run.name}: unavailable ({run.row.unavailable})")
+            elif run.done():
                 self.log(f"{run.name}: done (record {run.record_file})")
-            elif run.row.runnable and run.outdated() and run.started():   # the old settings' folder: never continued
+            elif run.outdated() and run.started():   # the old settings' folder: never continued
                 pending.remove(run)
                 self.log(f"{run.name}: {run.status()}")
         handlers = {s: signal.signal(s, self._signal) for s in (signal.SIGINT, signal.SIGTERM)}
