@@ -230,6 +230,10 @@ def test_a_record_trained_without_a_setting_the_table_now_sets_is_outdated(refer
     shutil.copytree(project / "ref-runs", project / "kept-runs")        # the old settings' run folder is here
     shutil.copytree(project / "ref-results", project / "kept-results")
     (project / "kept-results" / "tiny-1" / "rnn.json").write_text(json.dumps(old))
+    plan = ctxlm("reproduce", "tiny-1", "rnn", "--plan", *folders(project, "kept")).stdout.splitlines()
+    assert plan[0] == (f"tiny-1/rnn: outdated: its record was trained without train.epochs=12, which the table now sets; "
+                       f"move {project / 'kept-runs' / 'tiny-1' / 'rnn'} aside to train it again")    # no cost, no command
+    assert plan[1].startswith("1 runnable rows: 0 done,") and len(plan) == 2, plan
     result = ctxlm("reproduce", "tiny-1", "rnn", *folders(project, "kept"), "--set", "train.threads=1")
     assert result.returncode == 0 and f"move {project / 'kept-runs' / 'tiny-1' / 'rnn'} aside" in result.stdout
     assert json.loads((project / "kept-results" / "tiny-1" / "rnn.json").read_text()) == old     # never continued

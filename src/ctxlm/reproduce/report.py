@@ -69,11 +69,11 @@ def plan_text(runs: list[RowRun], extra: list[str], measure: bool, data_dir=None
         if not run.row.runnable:
             unavailable.setdefault((run.table.id, run.row.unavailable), []).append(run.row.id)
             continue
-        status = run.status()
+        status, trainable = run.status(), not run.old_run_here()      # the old settings' folder is never continued
         states.append("stopped" if status.startswith("started") else status.split(" ")[0])   # started: stopped before an epoch
-        cost = "" if status == "done" else f"; {estimate(run, extra, measure, data_dir)}"
+        cost = f"; {estimate(run, extra, measure, data_dir)}" if status != "done" and trainable else ""
         lines.append(f"{run.name}: {status}{cost}")
-        if status != "done" and not status.startswith("training now"):
+        if status != "done" and trainable and not status.startswith("training now"):
             lines.append("    ctxlm " + shlex.join(run.train_argv(extra, data_dir)))
     for (table, reason), rows in unavailable.items():
         lines.append(f"{table}: {len(rows)} row{'s' * (len(rows) > 1)} unavailable ({reason}): {', '.join(rows)}")

@@ -38,6 +38,10 @@ class RowRun:
         """The table's settings for this row that its finished record was trained without."""
         return records.unset_settings(self.record(), self.row.overrides)
 
+    def old_run_here(self) -> bool:
+        """Outdated, with the old settings' run folder here: never continued (it is to be moved aside)."""
+        return bool(self.outdated()) and self.started()
+
     def done(self) -> bool:
         """Finished here, or a finished record (from any machine) unless the row is to train --again or its
         record is outdated."""

@@ -83,7 +83,7 @@ class Runner:
                 self.log(f"{run.name}: unavailable ({run.row.unavailable})")
             elif run.done():
                 self.log(f"{run.name}: done (record {run.record_file})")
-            elif run.outdated() and run.started():   # the old settings' folder: never continued
+            elif run.old_run_here():
                 pending.remove(run)
                 self.log(f"{run.name}: {run.status()}")
         handlers = {s: signal.signal(s, self._signal) for s in (signal.SIGINT, signal.SIGTERM)}
