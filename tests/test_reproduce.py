@@ -408,6 +408,20 @@ def test_the_plan_shows_state_cost_and_command(reference):
     assert "tiny-1/lstm: done" in done.stdout and "tiny-1/rnn: done" in done.stdout
 
 
+def test_the_runs_folder_is_the_project_folders_wherever_the_call_is_made(tmp_path, monkeypatch):
+    """Without --runs the rows train in the project folder's runs/reproduce, found as the tables and records are (it
+    was runs/reproduce under the current folder: a call from docs/ trained there, and --plan from the root missed it)."""
+    from ctxlm.cli import reproduce
+
+    project = make_project(tmp_path / "project")
+    (tmp_path / "docs").mkdir()
+    monkeypatch.chdir(tmp_path / "docs")          # no reproductions/ here: the project folder is this source checkout
+    checkout = Path(reproduce.__file__).resolve().parents[3]
+    result = ctxlm("reproduce", "tiny-1", "lstm", "--plan", "--tables", project / "reproductions", "--records", project / "results")
+    assert result.returncode == 0, result.stderr
+    assert f"--run-dir {checkout / 'runs' / 'reproduce' / 'tiny-1' / 'lstm'} " in result.stdout.splitlines()[1]
+
+
 def test_the_plan_counts_epochs_left_to_the_rate_floor():
     """A decaying rate stops a run where it falls below train.min_lr (Salton PTB: halving after 12, from 1,
     floor 0.001: epoch 21 is the last), so the plan's bound counts those epochs, not train.epochs."""

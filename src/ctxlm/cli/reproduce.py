@@ -33,9 +33,10 @@ def add_reproduce(sub) -> None:
     p.add_argument("--check", action="store_true", help="train each recorded row's first batches again and say which rows "
                    "today's code no longer trains as recorded")
     p.add_argument("--list", action="store_true", help="list the tables")
-    p.add_argument("--runs", default="runs/reproduce", help="folder of the rows' run directories (default runs/reproduce)")
-    p.add_argument("--tables", help="folder of table files (default reproductions/)")
-    p.add_argument("--records", help="folder of records (default results/)")
+    p.add_argument("--runs", help="folder of the rows' run directories (default runs/reproduce/ in the project folder: "
+                   "the current one if it has reproductions/, else this source checkout)")
+    p.add_argument("--tables", help="folder of table files (default reproductions/ in the project folder)")
+    p.add_argument("--records", help="folder of records (default results/ in the project folder)")
     data_dir_option(p)
     p.set_defaults(func=cmd_reproduce)
 
@@ -47,6 +48,7 @@ def cmd_reproduce(args) -> int:
     stop_after = runner.parse_duration(args.stop_after) if args.stop_after else None
     root = _project_root()
     tables_dir, records_dir = Path(args.tables or root / "reproductions"), Path(args.records or root / "results")
+    runs_dir = Path(args.runs or root / "runs" / "reproduce")
     if args.list:
         for table in load_tables(tables_dir):
             print(f"{table.id:16} {sum(r.runnable for r in table.rows):3} of {len(table.rows):3} rows runnable  {table.title}")
@@ -59,7 +61,7 @@ def cmd_reproduce(args) -> int:
     if not names and not (args.plan or args.report or args.check):
         raise CtxlmError("name a table to train (ctxlm reproduce --list shows them), or give --plan, --report or --check")
     tables = load_tables(tables_dir, names)
-    runs = rows.row_runs(tables, args.rows, Path(args.runs), records_dir, args.again)
+    runs = rows.row_runs(tables, args.rows, runs_dir, records_dir, args.again)
     extra = runner.thread_setting(args.set or [], args.jobs) if not args.check else args.set or []
     if args.report:
         text = report.report_markdown(tables, records_dir)
@@ -81,7 +83,7 @@ def cmd_reproduce(args) -> int:
 
 
 def _project_root() -> Path:
-    """The folder with reproductions/ and results/: the current one, else this source checkout."""
+    """The folder with reproductions/, results/ and runs/reproduce/: the current one, else this source checkout."""
     here = Path.cwd()
     if (here / "reproductions").is_dir():
         return here
