@@ -345,6 +345,27 @@ def test_the_report_comes_from_the_records_alone(reference, tmp_path):
     assert page.startswith("4 rows in 1 tables: 3 runnable here, 3 measured")     # the measured figure stays on the page
 
 
+def test_the_report_shows_the_named_rows_and_the_page_every_row(tmp_path):
+    """`--report TABLE ROW` reports that row (it reported the whole table); --page holds every row, so it names none."""
+    project = make_project(tmp_path)
+    for row, ppl in (("lstm", 31.0), ("rnn", 40.0)):
+        path = project / "results" / "tiny-1" / f"{row}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"table": "tiny-1", "row": row, "finished": True, "curve": [], "test_ppl": ppl}))
+    args = ("--tables", project / "reproductions", "--records", project / "results")
+    shown = ctxlm("reproduce", "tiny-1", "lstm", "--report", *args)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("1 rows in 1 tables: 1 runnable here, 1 measured")
+    assert "| LSTM | 31.00 |" in shown.stdout and "RNN" not in shown.stdout and "Kneser" not in shown.stdout
+    page = project / "results.md"
+    page.write_text(f"{report.PAGE_BEGIN}\n{report.PAGE_END}\n")
+    for named in (("tiny-1", "lstm"), ("tiny-1",)):
+        one_line_error(ctxlm("reproduce", *named, "--report", "--page", page, *args),
+                       f"--page writes every table and row into {page}: leave out {' '.join(named)}")
+    assert page.read_text() == f"{report.PAGE_BEGIN}\n{report.PAGE_END}\n"
+    assert ctxlm("reproduce", "--report", "--page", page, *args).returncode == 0 and "| RNN, more epochs | 40.00 |" in page.read_text()
+
+
 def test_a_table_of_validation_perplexities_shows_them(reference, tmp_path):
     """metric = "valid_ppl" (a source with no test column, a stand-in with no test split): a finished row shows its
     validation perplexity, not "unfinished"."""

@@ -15,7 +15,7 @@ def add_reproduce(sub) -> None:
                        "writes results/TABLE/ROW.json after each; Ctrl-C, SIGTERM or --stop-after leaves every row "
                        "resumable, and the same command continues. Example: ctxlm reproduce tran-2 --jobs 2 --stop-after 8h")
     p.add_argument("table", nargs="?", help="table id, e.g. daniluk-4.8 (all tables for --plan, --report, --check)")
-    p.add_argument("rows", nargs="*", help="only these rows of the table")
+    p.add_argument("rows", nargs="*", help="only these rows of the table (to train, --plan, --report, --check)")
     p.add_argument("--jobs", type=option(int, at_least(1)), default=1, help="rows trained at once, as separate processes "
                    "(default 1); on the CPU each gets cores/N threads unless --set train.threads says otherwise")
     p.add_argument("--stop-after", metavar="DURATION", help="stop every row, resumably, after this long (e.g. 50m, 8h)")
@@ -27,7 +27,8 @@ def add_reproduce(sub) -> None:
     p.add_argument("--plan", action="store_true", help="print each row's state, remaining cost and `ctxlm train` command")
     p.add_argument("--measure", action="store_true", help="with --plan: time a few batches of each unstarted row now")
     p.add_argument("--report", action="store_true", help="our figures beside the source's, from the records alone (Markdown)")
-    p.add_argument("--page", metavar="FILE", help="with --report: write it between the markers of FILE (docs/results.md)")
+    p.add_argument("--page", metavar="FILE", help="with --report: write it between the markers of FILE (docs/results.md); "
+                   "the page holds every table and row, so name none")
     p.add_argument("--plot", metavar="FILE", help="with --report: also draw ours against the source's test perplexity, "
                    "row by row, as a PNG (docs/img/reproduced.png)")
     p.add_argument("--check", action="store_true", help="train each recorded row's first batches again and say which rows "
@@ -55,6 +56,9 @@ def cmd_reproduce(args) -> int:
         return 0
     if (args.plot or args.page) and not args.report:
         raise CtxlmError("--plot and --page go with --report, e.g. ctxlm reproduce --report --plot rows.png")
+    if args.page and args.table:
+        raise CtxlmError(f"--page writes every table and row into {args.page}: leave out {' '.join([args.table, *args.rows])} "
+                         f"(ctxlm reproduce --report --page {args.page})")
     if args.measure and not args.plan:
         raise CtxlmError("--measure goes with --plan, e.g. ctxlm reproduce tran-2 --plan --measure")
     names = [args.table] if args.table else []
@@ -64,6 +68,7 @@ def cmd_reproduce(args) -> int:
     runs = rows.row_runs(tables, args.rows, runs_dir, records_dir, args.again)
     extra = runner.thread_setting(args.set or [], args.jobs) if not args.check else args.set or []
     if args.report:
+        tables = [table.only(args.rows) for table in tables]
         text = report.report_markdown(tables, records_dir)
         if args.page:
             report.write_page(Path(args.page), text)
