@@ -200,7 +200,7 @@ def test_a_stopped_again_says_how_to_continue_its_new_run(reference):
     output = process.communicate(timeout=300)[0]
     assert process.returncode == 128 + signal.SIGTERM, output
     assert "every row is resumable; run the same command without --again to continue" in output
-    one_line_error(ctxlm(*command[3:], "--again"), "move that folder aside")
+    one_line_error(ctxlm(*command[3:], "--again"), "has an unfinished run in", "continue it without --again")
     result = ctxlm(*command[3:])
     assert result.returncode == 0 and "tiny-1/rnn: resumed" in result.stdout, result.stdout + result.stderr
     record = records_of(project, "again-stop")["rnn"]

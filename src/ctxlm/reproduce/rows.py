@@ -203,7 +203,16 @@ def row_runs(tables: list[Table], row_ids: list[str], runs: Path, records_dir: P
             if key not in seen:         # a row that is the same run as another is trained once
                 seen.add(key)
                 found.append(RowRun(table, row, runs.joinpath(*key), records.record_path(records_dir, *key), again))
-                if again and found[-1].started():     # finished or partial, it is the old run's: never continued
-                    raise CtxlmError(f"--again: {found[-1].name} has a run in {found[-1].run_dir}; "
-                                     "move that folder aside to train the row again")
+                if again and found[-1].started():     # --again never continues a run folder
+                    raise CtxlmError(_again_refused(found[-1]))
     return found
+
+
+def _again_refused(run: RowRun) -> str:
+    """Why --again leaves a row whose run folder is here, and what to do: a run the record has not finished (one a
+    stopped --again began) goes on without --again."""
+    record = run.record()
+    if RunDir(run.run_dir).results.exists() or (record and record["finished"]):
+        return f"--again: {run.name} has a run in {run.run_dir}; move that folder aside to train the row again"
+    return (f"--again: {run.name} has an unfinished run in {run.run_dir}; continue it without --again, "
+            "or move that folder aside to train the row anew")
