@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ctxlm, one_line_error, tiny_config, write_corpus
+from ctxlm.config import load_toml
 from ctxlm.reproduce import report, runner
 from ctxlm.reproduce.records import first_batches, hardware, record_from_run
 from ctxlm.reproduce.tables import load_tables
@@ -180,6 +181,33 @@ def test_again_retrains_a_finished_row_and_keeps_its_old_figures(reference):
     one_line_error(ctxlm("reproduce", "tiny-1", "--again", *folders(project, "again")), "name the rows")
 
 
+def test_a_stopped_again_says_how_to_continue_its_new_run(reference):
+    """--again never continues a run folder, so a stopped --again row goes on without it, as the stop says (it said
+    "run the same command", which then refused the row's own new run), and ends with the figures of one run."""
+    project, records, _ = reference
+    old = dict(records["rnn"], curve=[dict(p, valid_ppl=p["valid_ppl"] + 1.0) for p in records["rnn"]["curve"]])
+    target = project / "again-stop-results" / "tiny-1" / "rnn.json"
+    target.parent.mkdir(parents=True)
+    target.write_text(json.dumps(old))
+    command = [sys.executable, "-m", "ctxlm", "reproduce", "tiny-1", "rnn", *map(str, folders(project, "again-stop")),
+               "--set", "train.threads=1"]
+    process = subprocess.Popen([*command, "--again"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    config = project / "again-stop-runs" / "tiny-1" / "rnn" / "config.toml"
+    deadline = time.time() + 120
+    while not config.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGTERM)
+    output = process.communicate(timeout=300)[0]
+    assert process.returncode == 128 + signal.SIGTERM, output
+    assert "every row is resumable; run the same command without --again to continue" in output
+    one_line_error(ctxlm(*command[3:], "--again"), "has an unfinished run in", "continue it without --again")
+    result = ctxlm(*command[3:])
+    assert result.returncode == 0 and "tiny-1/rnn: resumed" in result.stdout, result.stdout + result.stderr
+    record = records_of(project, "again-stop")["rnn"]
+    same_figures(record, records["rnn"])
+    assert record["earlier"] == [{k: v for k, v in old.items() if k not in ("table", "row")}]
+
+
 def test_a_record_trained_without_a_setting_the_table_now_sets_is_outdated(reference):
     """A table that changes a row's `set` after the row was trained: the plan, the report and the runner stop
     counting the old record as the row's figure, and the next call trains the row anew, keeping the old run."""
@@ -202,9 +230,44 @@ def test_a_record_trained_without_a_setting_the_table_now_sets_is_outdated(refer
     shutil.copytree(project / "ref-runs", project / "kept-runs")        # the old settings' run folder is here
     shutil.copytree(project / "ref-results", project / "kept-results")
     (project / "kept-results" / "tiny-1" / "rnn.json").write_text(json.dumps(old))
+    plan = ctxlm("reproduce", "tiny-1", "rnn", "--plan", *folders(project, "kept")).stdout.splitlines()
+    assert plan[0] == (f"tiny-1/rnn: outdated: its record was trained without train.epochs=12, which the table now sets; "
+                       f"move {project / 'kept-runs' / 'tiny-1' / 'rnn'} aside to train it again")    # no cost, no command
+    assert plan[1].startswith("1 runnable rows: 0 done,") and len(plan) == 2, plan
     result = ctxlm("reproduce", "tiny-1", "rnn", *folders(project, "kept"), "--set", "train.threads=1")
     assert result.returncode == 0 and f"move {project / 'kept-runs' / 'tiny-1' / 'rnn'} aside" in result.stdout
     assert json.loads((project / "kept-results" / "tiny-1" / "rnn.json").read_text()) == old     # never continued
+
+
+def test_a_resumed_row_is_recorded_with_the_settings_its_run_has(reference):
+    """--set outside train.* does not reach a resumed run: its record's `set`, command and fingerprint keep the
+    settings the run began with (they named the new call's, a model the run never trained), and train.* is the
+    resuming call's."""
+    project, records, _ = reference
+    runs = project / "settled-runs" / "tiny-1"
+    shutil.copytree(project / "ref-runs" / "tiny-1" / "lstm", runs / "lstm")      # stopped after its last epoch
+    shutil.copy(project / "ref-runs" / "tiny-1" / "lstm.log", runs / "lstm.log")
+    (runs / "lstm" / "results.json").unlink()
+    call = ("reproduce", "tiny-1", "lstm", *folders(project, "settled"), "--set", "train.threads=1")
+    result = ctxlm(*call, "--set", "model.hidden_size=64")
+    assert result.returncode == 0 and "tiny-1/lstm: resumed" in result.stdout, result.stdout + result.stderr
+    record = records_of(project, "settled")["lstm"]
+    assert record["set"] == ["train.threads=1"] and record["command"].endswith(" --set train.threads=1")
+    assert record["fingerprint"] == records["lstm"]["fingerprint"]
+
+    shutil.rmtree(runs)                 # begun with a model setting, resumed without it
+    (project / "settled-results" / "tiny-1" / "lstm.json").unlink()
+    result = ctxlm(*call, "--set", "model.hidden_size=24", "--set", "train.epochs=1")
+    assert result.returncode == 0 and "tiny-1/lstm: finished" in result.stdout, result.stdout + result.stderr
+    (runs / "lstm" / "results.json").unlink()
+    (project / "settled-results" / "tiny-1" / "lstm.json").unlink()
+    result = ctxlm(*call, "--set", "train.epochs=2")
+    assert result.returncode == 0 and "tiny-1/lstm: resumed" in result.stdout, result.stdout + result.stderr
+    record = records_of(project, "settled")["lstm"]
+    assert len(record["curve"]) == 2 and record["set"] == ["model.hidden_size=24", "train.threads=1", "train.epochs=2"]
+    assert record["command"].endswith(" --set model.hidden_size=24 --set train.threads=1 --set train.epochs=2")
+    trained = first_batches(load_toml(runs / "lstm" / "config.toml", saved=True))
+    assert record["fingerprint"]["train_loss"] == trained["train_loss"]
 
 
 def test_sigterm_mid_row_resumes_without_retraining_the_finished_row(reference):
@@ -282,6 +345,27 @@ def test_the_report_comes_from_the_records_alone(reference, tmp_path):
     assert page.startswith("4 rows in 1 tables: 3 runnable here, 3 measured")     # the measured figure stays on the page
 
 
+def test_the_report_shows_the_named_rows_and_the_page_every_row(tmp_path):
+    """`--report TABLE ROW` reports that row (it reported the whole table); --page holds every row, so it names none."""
+    project = make_project(tmp_path)
+    for row, ppl in (("lstm", 31.0), ("rnn", 40.0)):
+        path = project / "results" / "tiny-1" / f"{row}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"table": "tiny-1", "row": row, "finished": True, "curve": [], "test_ppl": ppl}))
+    args = ("--tables", project / "reproductions", "--records", project / "results")
+    shown = ctxlm("reproduce", "tiny-1", "lstm", "--report", *args)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("1 rows in 1 tables: 1 runnable here, 1 measured")
+    assert "| LSTM | 31.00 |" in shown.stdout and "RNN" not in shown.stdout and "Kneser" not in shown.stdout
+    page = project / "results.md"
+    page.write_text(f"{report.PAGE_BEGIN}\n{report.PAGE_END}\n")
+    for named in (("tiny-1", "lstm"), ("tiny-1",)):
+        one_line_error(ctxlm("reproduce", *named, "--report", "--page", page, *args),
+                       f"--page writes every table and row into {page}: leave out {' '.join(named)}")
+    assert page.read_text() == f"{report.PAGE_BEGIN}\n{report.PAGE_END}\n"
+    assert ctxlm("reproduce", "--report", "--page", page, *args).returncode == 0 and "| RNN, more epochs | 40.00 |" in page.read_text()
+
+
 def test_a_table_of_validation_perplexities_shows_them(reference, tmp_path):
     """metric = "valid_ppl" (a source with no test column, a stand-in with no test split): a finished row shows its
     validation perplexity, not "unfinished"."""
@@ -343,6 +427,20 @@ def test_the_plan_shows_state_cost_and_command(reference):
     assert lines[-1] == "3 runnable rows: 0 done, 0 training now, 0 stopped, 3 not started; 1 unavailable"
     done = ctxlm("reproduce", "tiny-1", "--plan", *folders(project, "ref"))
     assert "tiny-1/lstm: done" in done.stdout and "tiny-1/rnn: done" in done.stdout
+
+
+def test_the_runs_folder_is_the_project_folders_wherever_the_call_is_made(tmp_path, monkeypatch):
+    """Without --runs the rows train in the project folder's runs/reproduce, found as the tables and records are (it
+    was runs/reproduce under the current folder: a call from docs/ trained there, and --plan from the root missed it)."""
+    from ctxlm.cli import reproduce
+
+    project = make_project(tmp_path / "project")
+    (tmp_path / "docs").mkdir()
+    monkeypatch.chdir(tmp_path / "docs")          # no reproductions/ here: the project folder is this source checkout
+    checkout = Path(reproduce.__file__).resolve().parents[3]
+    result = ctxlm("reproduce", "tiny-1", "lstm", "--plan", "--tables", project / "reproductions", "--records", project / "results")
+    assert result.returncode == 0, result.stderr
+    assert f"--run-dir {checkout / 'runs' / 'reproduce' / 'tiny-1' / 'lstm'} " in result.stdout.splitlines()[1]
 
 
 def test_the_plan_counts_epochs_left_to_the_rate_floor():
@@ -417,6 +515,31 @@ def test_two_reproduce_started_together_train_a_row_once(tmp_path):
     assert "tiny-1/lstm: started" in output
 
 
+def test_a_row_another_process_finishes_meanwhile_is_not_started_again(reference):
+    """The rows to train are listed when a call begins: one that another `reproduce` finishes while this call trains
+    an earlier row is said to be done when its turn comes, not resumed (which re-estimated it and rewrote its results)."""
+    project, _, _ = reference
+    process = subprocess.Popen([sys.executable, "-m", "ctxlm", "reproduce", "tiny-1", "lstm", "kn",
+                                *map(str, folders(project, "meanwhile")), "--set", "train.threads=1"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    runs, results = project / "meanwhile-runs" / "tiny-1", project / "meanwhile-results" / "tiny-1"
+    deadline = time.time() + 120
+    while not (runs / "lstm.log").exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    shutil.copytree(project / "ref-runs" / "tiny-1" / "kn", runs / "kn")       # the other process finishes kn
+    shutil.copy(project / "ref-runs" / "tiny-1" / "kn.log", runs / "kn.log")
+    results.mkdir(parents=True, exist_ok=True)
+    shutil.copy(project / "ref-results" / "tiny-1" / "kn.json", results / "kn.json")
+    kept = lambda: [(path.stat().st_mtime_ns, path.read_bytes()) for path in (runs / "kn" / "results.json", runs / "kn.log",  # noqa: E731
+                                                                             results / "kn.json")]
+    before = kept()
+    output = process.communicate(timeout=600)[0]
+    assert process.returncode == 0, output
+    assert "tiny-1/lstm: finished" in output and f"tiny-1/kn: done (by another process; record {results / 'kn.json'})" in output
+    assert "tiny-1/kn: resumed" not in output and "tiny-1/kn: started" not in output, output
+    assert kept() == before
+
+
 def test_a_bad_table_is_one_line_naming_the_file_and_key(tmp_path):
     (tmp_path / "reproductions").mkdir()
     bad = tmp_path / "reproductions" / "bad-1.toml"
@@ -427,6 +550,49 @@ def test_a_bad_table_is_one_line_naming_the_file_and_key(tmp_path):
     one_line_error(ctxlm("reproduce", "nope", "--tables", tmp_path / "reproductions"), "no table 'nope'")
     one_line_error(ctxlm("reproduce", "bad-1", "--stop-after", "soon", "--tables", tmp_path / "reproductions"),
                    "--stop-after")
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"hardware": 5}, "key hardware: must be a string, got 5"),
+    ({"commits": 7}, "key commits: must be a list of strings, got 7"),
+    ({"commits": "abc123"}, "key commits: must be a list of strings, got 'abc123'"),
+    ({"device": ["cpu"]}, "key device: must be a string"),
+    ({"finished": False, "earlier": [{"finished": True, "test_ppl": "x"}]}, "key earlier[1].test_ppl: must be null or"),
+    ({"earlier": [7]}, "key earlier[1]: must be a record, got 7"),
+    ({"fingerprint": {"train_loss": 4.5, "at": "abc1234"}}, "key fingerprint: missing key 'batches'"),
+    ({"fingerprint": "abc"}, "key fingerprint: must be {batches, train_loss, at, machine}, got 'abc'"),
+    ({"fingerprint": {"batches": 20, "train_loss": "4.5"}}, "key fingerprint.train_loss: must be a finite number"),
+])
+def test_a_record_out_of_its_form_is_one_line_naming_the_file_and_key(tmp_path, change, needle):
+    """--report, --check and a training call read a record's fields: one of another form is refused on reading,
+    never a traceback where it is used (the report's hardware and commit columns, its verdict, --check)."""
+    project = make_project(tmp_path)
+    path = project / "results" / "tiny-1" / "lstm.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"table": "tiny-1", "row": "lstm", "finished": True, "curve": [], "test_ppl": 31.0,
+                                "fingerprint": {"batches": 20, "train_loss": 4.5, "at": "abc1234"}, **change}))
+    args = ("--tables", project / "reproductions", "--records", project / "results", "--runs", project / "runs")
+    for call in (("--report",), ("tiny-1", "lstm", "--check"), ("tiny-1", "lstm")):
+        one_line_error(ctxlm("reproduce", *call, *args), str(path), needle, "restore it with git or delete it")
+
+
+def test_a_finished_record_without_the_tables_figure_says_so(tmp_path):
+    project = make_project(tmp_path)
+    path = project / "results" / "tiny-1" / "lstm.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"table": "tiny-1", "row": "lstm", "finished": True, "curve": [{"epoch": 1}, {"epoch": 2}],
+                                "valid_ppl": 31.0, "test_ppl": None}))
+    page = report.report_markdown(load_tables(project / "reproductions"), project / "results")
+    lstm_line = next(line for line in page.splitlines() if line.startswith("| LSTM |"))
+    assert "| finished, no test perplexity in its record |" in lstm_line and "unfinished" not in lstm_line
+
+
+def test_a_row_that_cannot_run_here_is_said_to_be_unavailable(tmp_path):
+    """Naming a row without a preset trains nothing, and says why (it said nothing), as --plan does; exit 0 as --plan."""
+    project = make_project(tmp_path)
+    result = ctxlm("reproduce", "tiny-1", "wiki", *folders(project, "none"))
+    assert result.returncode == 0 and result.stdout == "tiny-1/wiki: unavailable (the corpus is not here)\n", result.stdout
+    assert not (project / "none-runs").exists() and not (project / "none-results").exists()
 
 
 def test_options_that_go_with_another_are_refused_alone(tmp_path):

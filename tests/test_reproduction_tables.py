@@ -9,7 +9,7 @@ from pathlib import Path
 from ctxlm.config import apply_overrides, load_toml, validate
 from ctxlm.reproduce import report
 from ctxlm.reproduce.report import plan_text
-from ctxlm.reproduce.runner import row_runs
+from ctxlm.reproduce.rows import row_runs
 from ctxlm.reproduce.tables import load_tables
 
 ROOT = Path(__file__).resolve().parents[1]

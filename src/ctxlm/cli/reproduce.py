@@ -15,51 +15,60 @@ def add_reproduce(sub) -> None:
                        "writes results/TABLE/ROW.json after each; Ctrl-C, SIGTERM or --stop-after leaves every row "
                        "resumable, and the same command continues. Example: ctxlm reproduce tran-2 --jobs 2 --stop-after 8h")
     p.add_argument("table", nargs="?", help="table id, e.g. daniluk-4.8 (all tables for --plan, --report, --check)")
-    p.add_argument("rows", nargs="*", help="only these rows of the table")
+    p.add_argument("rows", nargs="*", help="only these rows of the table (to train, --plan, --report, --check)")
     p.add_argument("--jobs", type=option(int, at_least(1)), default=1, help="rows trained at once, as separate processes "
                    "(default 1); on the CPU each gets cores/N threads unless --set train.threads says otherwise")
     p.add_argument("--stop-after", metavar="DURATION", help="stop every row, resumably, after this long (e.g. 50m, 8h)")
-    set_option(p, "override a setting for every row, e.g. --set train.device=cuda (resumed rows: train.* only)")
+    set_option(p, "override a setting for every row, e.g. --set train.device=cuda (a resumed row takes train.* only; "
+               "its record keeps the settings its run began with)")
     p.add_argument("--again", action="store_true", help="train the named rows again though their records are "
-                   "finished (e.g. rows --check finds drifted); the old figures stay in the record under 'earlier'")
+                   "finished (e.g. rows --check finds drifted); the old figures stay in the record under 'earlier'. "
+                   "Stopped, a row's new run continues without --again (which never continues a run folder)")
     p.add_argument("--plan", action="store_true", help="print each row's state, remaining cost and `ctxlm train` command")
     p.add_argument("--measure", action="store_true", help="with --plan: time a few batches of each unstarted row now")
     p.add_argument("--report", action="store_true", help="our figures beside the source's, from the records alone (Markdown)")
-    p.add_argument("--page", metavar="FILE", help="with --report: write it between the markers of FILE (docs/results.md)")
+    p.add_argument("--page", metavar="FILE", help="with --report: write it between the markers of FILE (docs/results.md); "
+                   "the page holds every table and row, so name none")
     p.add_argument("--plot", metavar="FILE", help="with --report: also draw ours against the source's test perplexity, "
                    "row by row, as a PNG (docs/img/reproduced.png)")
     p.add_argument("--check", action="store_true", help="train each recorded row's first batches again and say which rows "
                    "today's code no longer trains as recorded")
     p.add_argument("--list", action="store_true", help="list the tables")
-    p.add_argument("--runs", default="runs/reproduce", help="folder of the rows' run directories (default runs/reproduce)")
-    p.add_argument("--tables", help="folder of table files (default reproductions/)")
-    p.add_argument("--records", help="folder of records (default results/)")
+    p.add_argument("--runs", help="folder of the rows' run directories (default runs/reproduce/ in the project folder: "
+                   "the current one if it has reproductions/, else this source checkout)")
+    p.add_argument("--tables", help="folder of table files (default reproductions/ in the project folder)")
+    p.add_argument("--records", help="folder of records (default results/ in the project folder)")
     data_dir_option(p)
     p.set_defaults(func=cmd_reproduce)
 
 
 def cmd_reproduce(args) -> int:
-    from ..reproduce import report, runner
+    from ..reproduce import report, rows, runner
     from ..reproduce.tables import load_tables
 
     stop_after = runner.parse_duration(args.stop_after) if args.stop_after else None
     root = _project_root()
     tables_dir, records_dir = Path(args.tables or root / "reproductions"), Path(args.records or root / "results")
+    runs_dir = Path(args.runs or root / "runs" / "reproduce")
     if args.list:
         for table in load_tables(tables_dir):
             print(f"{table.id:16} {sum(r.runnable for r in table.rows):3} of {len(table.rows):3} rows runnable  {table.title}")
         return 0
     if (args.plot or args.page) and not args.report:
         raise CtxlmError("--plot and --page go with --report, e.g. ctxlm reproduce --report --plot rows.png")
+    if args.page and args.table:
+        raise CtxlmError(f"--page writes every table and row into {args.page}: leave out {' '.join([args.table, *args.rows])} "
+                         f"(ctxlm reproduce --report --page {args.page})")
     if args.measure and not args.plan:
         raise CtxlmError("--measure goes with --plan, e.g. ctxlm reproduce tran-2 --plan --measure")
     names = [args.table] if args.table else []
     if not names and not (args.plan or args.report or args.check):
         raise CtxlmError("name a table to train (ctxlm reproduce --list shows them), or give --plan, --report or --check")
     tables = load_tables(tables_dir, names)
-    runs = runner.row_runs(tables, args.rows, Path(args.runs), records_dir, args.again)
+    runs = rows.row_runs(tables, args.rows, runs_dir, records_dir, args.again)
     extra = runner.thread_setting(args.set or [], args.jobs) if not args.check else args.set or []
     if args.report:
+        tables = [table.only(args.rows) for table in tables]
         text = report.report_markdown(tables, records_dir)
         if args.page:
             report.write_page(Path(args.page), text)
@@ -79,7 +88,7 @@ def cmd_reproduce(args) -> int:
 
 
 def _project_root() -> Path:
-    """The folder with reproductions/ and results/: the current one, else this source checkout."""
+    """The folder with reproductions/, results/ and runs/reproduce/: the current one, else this source checkout."""
     here = Path.cwd()
     if (here / "reproductions").is_dir():
         return here

@@ -29,20 +29,25 @@ from ..training.trainer import Trainer  # imported with this module: a runner fi
 
 _PPL = schemas.nullable(schemas.rule("table.perplexity"))
 _COUNT = schemas.nullable(schemas.integer(0))
-# results/TABLE/ROW.json (reproductions/README.md): the keys the report and --check read, each of its form
-RECORD = schemas.record({
+_TEXTS = {"type": "array", "items": schemas.text(), "description": "a list of strings"}
+# results/TABLE/ROW.json (reproductions/README.md): the keys the report, --check and the runner read, each of its form
+_KEYS = {
     "table": schemas.text(), "row": schemas.text(), "finished": {"type": "boolean", "description": "true or false"},
     "valid_ppl": _PPL, "test_ppl": _PPL, "accuracy": schemas.nullable(schemas.rule("table.accuracy")),
     "best_epoch": _COUNT, "threads": _COUNT, "wall_s": schemas.nullable(schemas.rule("table.seconds")),
     "curve": {"type": "array", "items": schemas.record({"epoch": schemas.integer(0)}, ("epoch",), description="an epoch {epoch, ...}"),
               "description": "a list of epochs"},
     "parameters": schemas.record({"total": _COUNT, "without_embeddings": _COUNT}, description="{total, without_embeddings}"),
-    "set": {"type": "array", "items": schemas.text(), "description": "a list of strings"},
-    "earlier": {"type": "array", "items": {"type": "object", "description": "a record"}, "description": "a list of records"},
+    "set": _TEXTS, "commits": _TEXTS, "hardware": schemas.text(), "device": schemas.text(), "imported": schemas.text(),
+    "fingerprint": schemas.record({"batches": schemas.integer(1), "train_loss": schemas.NUMBER, "at": schemas.text(),
+                                   "machine": schemas.text()}, ("batches", "train_loss"), description="{batches, train_loss, at, machine}"),
     "scores": {"type": "object", "additionalProperties": schemas.record(
         {"command": schemas.text(), "at": schemas.text(), "result": {"type": "object", "description": "the command's JSON"}},
         ("command", "result"), description="{command, at, result}"), "description": "a table of scores"},
-}, ("table", "row", "finished"), description="a record")
+}
+RECORD = schemas.record({**_KEYS, "earlier": {"type": "array", "items": schemas.record(_KEYS, description="a record"),
+                                              "description": "a list of records"}},
+                        ("table", "row", "finished"), description="a record")
 FINGERPRINT_BATCHES = 20
 CURVE_KEYS = ("epoch", "lr", "train_ppl", "valid_ppl", "tokens_per_s", "elapsed_s")
 

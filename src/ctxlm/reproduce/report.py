@@ -10,7 +10,7 @@ from ..io import atomic_write_text, pyplot, save_figure
 from ..registry import MODELS
 from ..training.optim import next_lr
 from . import records
-from .runner import RowRun
+from .rows import RowRun
 from .scores import scores_markdown
 from .tables import METRICS, Table
 
@@ -42,7 +42,7 @@ def epochs_left(train, done: list[dict]) -> int:
 def estimate(run: RowRun, extra: list[str], measure: bool, data_dir=None) -> str:
     """The remaining cost of a row on this machine, from rates measured on it (its own curve, or a
     few batches timed now with `measure`)."""
-    config = run.config(extra)
+    config = run.config(run.row.overrides + extra)
     if MODELS[config.model.name].count_based:
         return "count-based: seconds to minutes, no epochs"
     done = run.curve()
@@ -69,11 +69,11 @@ def plan_text(runs: list[RowRun], extra: list[str], measure: bool, data_dir=None
         if not run.row.runnable:
             unavailable.setdefault((run.table.id, run.row.unavailable), []).append(run.row.id)
             continue
-        status = run.status()
+        status, trainable = run.status(), not run.old_run_here()      # the old settings' folder is never continued
         states.append("stopped" if status.startswith("started") else status.split(" ")[0])   # started: stopped before an epoch
-        cost = "" if status == "done" else f"; {estimate(run, extra, measure, data_dir)}"
+        cost = f"; {estimate(run, extra, measure, data_dir)}" if status != "done" and trainable else ""
         lines.append(f"{run.name}: {status}{cost}")
-        if status != "done" and not status.startswith("training now"):
+        if status != "done" and trainable and not status.startswith("training now"):
             lines.append("    ctxlm " + shlex.join(run.train_argv(extra, data_dir)))
     for (table, reason), rows in unavailable.items():
         lines.append(f"{table}: {len(rows)} row{'s' * (len(rows) > 1)} unavailable ({reason}): {', '.join(rows)}")
@@ -114,9 +114,11 @@ def verdict(table: Table, row, record: dict | None) -> str:
     if unset := records.unset_settings(record, row.overrides):
         return f"outdated: trained without {', '.join(unset)}, which the table now sets"
     ours = record.get(table.metric)
-    if not record["finished"] or ours is None:
+    if not record["finished"]:
         epochs = len(record.get("curve", []))
         return f"unfinished: {epochs} epoch{'s' * (epochs != 1)} so far"
+    if ours is None:
+        return f"finished, no {METRICS[table.metric]} in its record"
     if row.below is not None:
         return f"{'✓' if ours < row.below else '✗'} claim: below {row.below}"
     if row.stand_in:

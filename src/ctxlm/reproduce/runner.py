@@ -13,176 +13,13 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
 from ..checks import RULES
 from ..errors import CtxlmError
 from ..registry import MODELS
 from ..training.rundir import RunDir, RunLock, git_commit
 from . import records, scores
-from .tables import Row, Table
-
-
-@dataclass
-class RowRun:
-    table: Table
-    row: Row
-    run_dir: Path
-    record_file: Path
-    again: bool = False     # train anew though a finished record exists (it goes to the record's "earlier")
-
-    @property
-    def name(self) -> str:
-        same = f" (= {self.row.same_as})" if self.row.same_as else ""
-        return f"{self.table.id}/{self.row.id}{same}"
-
-    def record(self) -> dict | None:
-        return records.load_record(self.record_file)
-
-    def started(self) -> bool:
-        files = RunDir(self.run_dir)
-        return files.state.exists() or files.previous_state.exists() or files.config.exists()
-
-    def outdated(self) -> list[str]:
-        """The table's settings for this row that its finished record was trained without."""
-        return records.unset_settings(self.record(), self.row.overrides)
-
-    def done(self) -> bool:
-        """Finished here, or a finished record (from any machine) unless the row is to train --again or its
-        record is outdated."""
-        if self.outdated():
-            return False
-        if RunDir(self.run_dir).results.exists():
-            return True
-        record = self.record()
-        return bool(record and record["finished"]) and not self.again
-
-    def status(self) -> str:
-        """done / training now / stopped at epoch k / not started / unavailable, from the record, the run
-        directory and its lock."""
-        if not self.row.runnable:
-            return "unavailable"
-        if self.done():
-            return "done"
-        if unset := self.outdated():
-            aside = f"; move {self.run_dir} aside to train it again" if self.started() else ""
-            return f"outdated: its record was trained without {', '.join(unset)}, which the table now sets{aside}"
-        epochs = len(self.curve()) if self.started() else len((self.record() or {}).get("curve", []))
-        writer = RowLock(self.run_dir).held_by_another() or RunLock(self.run_dir).held_by_another()
-        if writer:
-            return f"training now, {epochs} epoch{'s' * (epochs != 1)} finished ({writer})"
-        if self.started():
-            return f"stopped after epoch {epochs}" if epochs else "started (no epoch finished)"
-        return f"not started (record of another machine: {epochs} epochs)" if epochs else "not started"
-
-    def train_argv(self, extra: list[str], data_dir=None) -> list[str]:
-        """The `ctxlm train` arguments that start or continue this row."""
-        if self.started():
-            argv = ["train", "--resume", str(self.run_dir)] + [a for o in extra if o.startswith("train.") for a in ("--set", o)]
-        else:
-            argv = ["train", "--config", _shown(self.row.preset), "--run-dir", str(self.run_dir)]
-            argv += [a for o in self.row.overrides + extra for a in ("--set", o)]
-        return argv + (["--data-dir", str(data_dir)] if data_dir else [])
-
-    @property
-    def shown_run_dir(self) -> str:
-        """The run directory as a record names it: the default runs folder's, from the project folder."""
-        return f"runs/reproduce/{'/'.join(self.table.record_key(self.row))}"
-
-    def command(self, extra: list[str]) -> str:
-        """The command that trains this row, as a record keeps it: paths as from the project folder."""
-        project = self.table.path.resolve().parent.parent
-        argv = ["train", "--config", str(self.row.preset.relative_to(project)), "--run-dir", self.shown_run_dir]
-        return "ctxlm " + shlex.join(argv + [a for o in self.row.overrides + extra for a in ("--set", o)])
-
-    def curve(self) -> list[dict]:
-        """The epochs this machine's run directory has finished (metrics.jsonl)."""
-        return RunDir(self.run_dir).read_metrics()
-
-    def config(self, extra: list[str]):
-        from ..config import apply_overrides, load_toml
-
-        return apply_overrides(load_toml(self.row.preset), self.row.overrides + extra)
-
-
-class RowLock:
-    """The right to train a row, held by the `reproduce` that starts its child from before the start to the
-    end (the child takes the run's own lock only once it has imported, seconds later): RUNS/TABLE/.ROW.lock,
-    with .ROW.lock.holder naming the process."""
-
-    def __init__(self, run_dir: Path):
-        self.file = run_dir.parent / f".{run_dir.name}.lock"
-        self.holder_file = self.file.with_name(self.file.name + ".holder")
-        self.lock = None
-
-    def acquire(self) -> bool:
-        """Take it, or False at once when another process has it."""
-        import socket
-
-        if not self._take():
-            return False
-        self.holder_file.write_text(f"ctxlm reproduce, process {os.getpid()} on {socket.gethostname()}, "
-                                    f"since {time.strftime('%Y-%m-%d %H:%M:%S')}\n", encoding="utf-8")
-        return True
-
-    def held_by_another(self) -> str | None:
-        """Who holds the row now (another process), or None; takes and drops the lock to see."""
-        if not self.file.exists():
-            return None
-        if not self._take():
-            return self.holder()
-        self.release()
-        return None
-
-    def _take(self) -> bool:
-        from filelock import FileLock, Timeout
-
-        self.file.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(self.file), timeout=0)
-        try:
-            lock.acquire()
-        except Timeout:
-            return False
-        self.lock = lock
-        return True
-
-    def holder(self) -> str:
-        try:
-            return self.holder_file.read_text(encoding="utf-8").strip() or "holder unknown"
-        except OSError:
-            return "holder unknown"
-
-    def release(self) -> None:
-        if self.lock is not None:
-            self.lock.release()
-            self.lock = None
-
-
-def _shown(path: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
-def row_runs(tables: list[Table], row_ids: list[str], runs: Path, records_dir: Path, again: bool = False) -> list[RowRun]:
-    """The rows to train; `again`: the named rows train anew though their records are finished."""
-    if row_ids and len(tables) != 1:
-        raise CtxlmError("name one table to pick rows from, e.g. ctxlm reproduce daniluk-4.8 lstm-2layers")
-    if again and not row_ids:
-        raise CtxlmError("--again: name the rows to train again, e.g. ctxlm reproduce daniluk-4.8 attention --again")
-    found, seen = [], set()
-    for table in tables:
-        for row in table.select(row_ids):
-            key = table.record_key(row)
-            if key not in seen:         # a row that is the same run as another is trained once
-                seen.add(key)
-                found.append(RowRun(table, row, runs.joinpath(*key), records.record_path(records_dir, *key), again))
-                if again and found[-1].started():     # finished or partial, it is the old run's: never continued
-                    raise CtxlmError(f"--again: {found[-1].name} has a run in {found[-1].run_dir}; "
-                                     "move that folder aside to train the row again")
-    return found
+from .rows import RowLock, RowRun
 
 
 def thread_setting(extra: list[str], jobs: int) -> list[str]:
@@ -195,21 +32,21 @@ def thread_setting(extra: list[str], jobs: int) -> list[str]:
 def update_record(run: RowRun, extra: list[str], data_dir=None, log=print, commit: str | None = None) -> dict | None:
     """Write the row's record from its run directory; a finished row also gets its fingerprint, computed
     by this process's code (`commit`: the commit it was started from)."""
-    previous = run.record()
-    record = records.record_from_run(*run.table.record_key(run.row), run.run_dir, run.command(extra), previous)
+    previous, settings = run.record(), run.settings(extra)
+    record = records.record_from_run(*run.table.record_key(run.row), run.run_dir, run.command(settings), previous)
     if record is None:
         return previous
-    record["set"] = run.row.overrides + extra
-    if record["finished"] and "fingerprint" not in record and not MODELS[run.config(extra).model.name].count_based:
+    record["set"], config = settings, run.config(settings)
+    if record["finished"] and "fingerprint" not in record and not MODELS[config.model.name].count_based:
         try:
-            found = records.first_batches(run.config(extra), data_dir)
+            found = records.first_batches(config, data_dir)
             record["fingerprint"] = {"batches": found["batches"], "train_loss": found["train_loss"], "at": commit or git_commit(),
                                      "machine": records.hardware("cpu")}
         except KeyboardInterrupt:
             log(f"{run.name}: fingerprint interrupted; the next call computes it")
     try:
         scores.add_scores(run.table, record, run.run_dir, run.shown_run_dir, data_dir, commit or git_commit(),
-                          run.config(extra).train.threads or None, log)
+                          config.train.threads or None, log)
     except KeyboardInterrupt:
         log(f"{run.name}: scoring interrupted; the next call scores it")
     records.save_record(run.record_file, record)
@@ -233,8 +70,8 @@ class Runner:
         self.stopping = signal.Signals(signum).name
 
     def run(self, runs: list[RowRun]) -> int:
-        """Train every runnable row that is not done (or left to another process training it); 0 when all
-        are done, 130 when stopped early (143 by SIGTERM, as any command)."""
+        """Train every runnable row that is not done (or left to another process training it), naming those that
+        cannot run here; 0 when all that can are done, 130 when stopped early (143 by SIGTERM, as any command)."""
         for run in runs:     # finished here after its record was written, or not yet scored
             record = run.record() if run.row.runnable and run.done() else None
             if run.row.runnable and run.done() and (not (record or {}).get("finished")
@@ -242,9 +79,11 @@ class Runner:
                 update_record(run, self.extra, self.data_dir, self.log, self.commit)
         pending = sorted((r for r in runs if r.row.runnable and not r.done()), key=lambda r: not r.started())  # begun first
         for run in runs:
-            if run.row.runnable and run.done():
+            if not run.row.runnable:
+                self.log(f"{run.name}: unavailable ({run.row.unavailable})")
+            elif run.done():
                 self.log(f"{run.name}: done (record {run.record_file})")
-            elif run.row.runnable and run.outdated() and run.started():   # the old settings' folder: never continued
+            elif run.old_run_here():
                 pending.remove(run)
                 self.log(f"{run.name}: {run.status()}")
         handlers = {s: signal.signal(s, self._signal) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -266,7 +105,7 @@ class Runner:
             for s, h in handlers.items():
                 signal.signal(s, h)
         if self.stopping:
-            self.log(f"stopped ({self.stopping}): every row is resumable; run the same command to continue")
+            self.log(f"stopped ({self.stopping}): every row is resumable; {_continuing(runs)}")
             return 128 + signal.SIGTERM if self.stopping == "SIGTERM" else 130
         return 1 if failed else 0
 
@@ -278,14 +117,18 @@ class Runner:
             row.release()
             self.log(f"{run.name}: training now in another process ({writer}); left to it")
             return
+        if run.done():  # finished by another process since this one listed its rows
+            row.release()
+            self.log(f"{run.name}: done (by another process; record {run.record_file})")
+            return
         argv = run.train_argv(self.extra, self.data_dir)
-        log_file = open(run.run_dir.with_suffix(".log"), "a", encoding="utf-8")
+        log_file = open(run.log, "a", encoding="utf-8")
         log_file.write(f"\n$ ctxlm {shlex.join(argv)}\n")
         log_file.flush()
         process = subprocess.Popen([sys.executable, "-m", "ctxlm", *argv], stdout=log_file, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True)   # our signals reach it through us
         self.active[process] = (run, argv, log_file, row)
-        self.log(f"{run.name}: {'resumed' if '--resume' in argv else 'started'} (log {run.run_dir.with_suffix('.log')})")
+        self.log(f"{run.name}: {'resumed' if '--resume' in argv else 'started'} (log {run.log})")
 
     def _record_new_epochs(self) -> None:
         """Keep each running row's record up to date after every epoch (the curve survives the run directory)."""
@@ -317,9 +160,19 @@ class Runner:
         if process.returncode in (130, 128 + signal.SIGTERM, -signal.SIGTERM) or getattr(process, "stop_sent", False):
             self.log(f"{run.name}: stopped, {run.status()}")
             return True
-        tail = run.run_dir.with_suffix(".log").read_text(encoding="utf-8").strip().splitlines()[-1:]
+        tail = run.log.read_text(encoding="utf-8").strip().splitlines()[-1:]
         self.log(f"{run.name}: failed (exit {process.returncode}): {tail[0] if tail else 'no output'}")
         return False
+
+
+def _continuing(runs: list[RowRun]) -> str:
+    """How to go on after a stop: the same command, but without --again once a row's new run has begun (--again
+    never continues a run folder), naming the --again rows that have not begun."""
+    again = [run for run in runs if run.again and run.row.runnable]
+    waiting = [run.row.id for run in again if not run.started()]
+    if len(waiting) == len(again):
+        return "run the same command to continue"
+    return "run the same command without --again to continue" + (f", then {' '.join(waiting)} with --again" if waiting else "")
 
 
 def parse_duration(text: str) -> float:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import tomllib
@@ -92,6 +92,10 @@ class Table:
 
     def select(self, row_ids: list[str]) -> list[Row]:
         return [self.row(r) for r in row_ids] if row_ids else self.rows
+
+    def only(self, row_ids: list[str]) -> Table:
+        """The table with the named rows alone (all of them when none is named)."""
+        return replace(self, rows=self.select(row_ids))
 
 
 def load_table(path: str | Path) -> Table:

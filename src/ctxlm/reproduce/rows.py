@@ -1,0 +1,218 @@
+"""A row of a table as `ctxlm reproduce` trains it: its run directory, record and state (`RowRun`), the lock
+that gives one `reproduce` process the right to train it (`RowLock`), and the rows a call names (`row_runs`)."""
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import CtxlmError
+from ..training.rundir import RunDir, RunLock
+from . import records
+from .tables import Row, Table
+
+
+@dataclass
+class RowRun:
+    table: Table
+    row: Row
+    run_dir: Path
+    record_file: Path
+    again: bool = False     # train anew though a finished record exists (it goes to the record's "earlier")
+
+    @property
+    def name(self) -> str:
+        same = f" (= {self.row.same_as})" if self.row.same_as else ""
+        return f"{self.table.id}/{self.row.id}{same}"
+
+    def record(self) -> dict | None:
+        return records.load_record(self.record_file)
+
+    def started(self) -> bool:
+        files = RunDir(self.run_dir)
+        return files.state.exists() or files.previous_state.exists() or files.config.exists()
+
+    def outdated(self) -> list[str]:
+        """The table's settings for this row that its finished record was trained without."""
+        return records.unset_settings(self.record(), self.row.overrides)
+
+    def old_run_here(self) -> bool:
+        """Outdated, with the old settings' run folder here: never continued (it is to be moved aside)."""
+        return bool(self.outdated()) and self.started()
+
+    def done(self) -> bool:
+        """Finished here, or a finished record (from any machine) unless the row is to train --again or its
+        record is outdated."""
+        if self.outdated():
+            return False
+        if RunDir(self.run_dir).results.exists():
+            return True
+        record = self.record()
+        return bool(record and record["finished"]) and not self.again
+
+    def status(self) -> str:
+        """done / training now / stopped at epoch k / not started / unavailable, from the record, the run
+        directory and its lock."""
+        if not self.row.runnable:
+            return "unavailable"
+        if self.done():
+            return "done"
+        if unset := self.outdated():
+            aside = f"; move {self.run_dir} aside to train it again" if self.started() else ""
+            return f"outdated: its record was trained without {', '.join(unset)}, which the table now sets{aside}"
+        epochs = len(self.curve()) if self.started() else len((self.record() or {}).get("curve", []))
+        writer = RowLock(self.run_dir).held_by_another() or RunLock(self.run_dir).held_by_another()
+        if writer:
+            return f"training now, {epochs} epoch{'s' * (epochs != 1)} finished ({writer})"
+        if self.started():
+            return f"stopped after epoch {epochs}" if epochs else "started (no epoch finished)"
+        return f"not started (record of another machine: {epochs} epochs)" if epochs else "not started"
+
+    def train_argv(self, extra: list[str], data_dir=None) -> list[str]:
+        """The `ctxlm train` arguments that start or continue this row."""
+        if self.started():
+            argv = ["train", "--resume", str(self.run_dir)] + [a for o in extra if o.startswith("train.") for a in ("--set", o)]
+        else:
+            argv = ["train", "--config", _shown(self.row.preset), "--run-dir", str(self.run_dir)]
+            argv += [a for o in self.row.overrides + extra for a in ("--set", o)]
+        return argv + (["--data-dir", str(data_dir)] if data_dir else [])
+
+    @property
+    def shown_run_dir(self) -> str:
+        """The run directory as a record names it: the default runs folder's, from the project folder."""
+        return f"runs/reproduce/{'/'.join(self.table.record_key(self.row))}"
+
+    def command(self, settings: list[str]) -> str:
+        """The command that trains this row with `settings`, as a record keeps it: paths as from the project folder."""
+        project = self.table.path.resolve().parent.parent
+        argv = ["train", "--config", str(self.row.preset.relative_to(project)), "--run-dir", self.shown_run_dir]
+        return "ctxlm " + shlex.join(argv + [a for o in settings for a in ("--set", o)])
+
+    @property
+    def log(self) -> Path:
+        """RUNS/TABLE/ROW.log: every `ctxlm train` command run on the row, each followed by its output."""
+        return self.run_dir.with_suffix(".log")
+
+    def settings(self, extra: list[str]) -> list[str]:
+        """The settings (`--set` on the preset) the row's run trains with: the row's own and `extra` for a run not
+        begun; for a begun one, those its log says it began with, then the train.* of its latest `--resume` (they
+        apply on top; the other keys of `extra` do not). A run begun without `reproduce`: the row's own settings,
+        then `extra`'s train.*."""
+        if not self.started():
+            return self.row.overrides + extra
+        began, resumed = None, []
+        for line in self.log.read_text(encoding="utf-8").splitlines() if self.log.is_file() else []:
+            argv = shlex.split(line[2:]) if line.startswith("$ ctxlm train ") else []
+            given = [argv[i + 1] for i in range(len(argv) - 1) if argv[i] == "--set"]
+            if "--config" in argv:
+                began, resumed = given, []
+            elif "--resume" in argv:
+                resumed = given
+        if began is None:
+            began, resumed = self.row.overrides, [o for o in extra if o.startswith("train.")]
+        renewed = {_key(o) for o in resumed}
+        return [o for o in began if o in self.row.overrides or _key(o) not in renewed] + resumed
+
+    def curve(self) -> list[dict]:
+        """The epochs this machine's run directory has finished (metrics.jsonl)."""
+        return RunDir(self.run_dir).read_metrics()
+
+    def config(self, settings: list[str]):
+        """The row's preset with `settings` (the row's own among them)."""
+        from ..config import apply_overrides, load_toml
+
+        return apply_overrides(load_toml(self.row.preset), settings)
+
+
+class RowLock:
+    """The right to train a row, held by the `reproduce` that starts its child from before the start to the
+    end (the child takes the run's own lock only once it has imported, seconds later): RUNS/TABLE/.ROW.lock,
+    with .ROW.lock.holder naming the process."""
+
+    def __init__(self, run_dir: Path):
+        self.file = run_dir.parent / f".{run_dir.name}.lock"
+        self.holder_file = self.file.with_name(self.file.name + ".holder")
+        self.lock = None
+
+    def acquire(self) -> bool:
+        """Take it, or False at once when another process has it."""
+        import socket
+
+        if not self._take():
+            return False
+        self.holder_file.write_text(f"ctxlm reproduce, process {os.getpid()} on {socket.gethostname()}, "
+                                    f"since {time.strftime('%Y-%m-%d %H:%M:%S')}\n", encoding="utf-8")
+        return True
+
+    def held_by_another(self) -> str | None:
+        """Who holds the row now (another process), or None; takes and drops the lock to see."""
+        if not self.file.exists():
+            return None
+        if not self._take():
+            return self.holder()
+        self.release()
+        return None
+
+    def _take(self) -> bool:
+        from filelock import FileLock, Timeout
+
+        self.file.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(self.file), timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            return False
+        self.lock = lock
+        return True
+
+    def holder(self) -> str:
+        try:
+            return self.holder_file.read_text(encoding="utf-8").strip() or "holder unknown"
+        except OSError:
+            return "holder unknown"
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+
+def _key(setting: str) -> str:
+    return setting.partition("=")[0].strip()
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def row_runs(tables: list[Table], row_ids: list[str], runs: Path, records_dir: Path, again: bool = False) -> list[RowRun]:
+    """The rows to train; `again`: the named rows train anew though their records are finished."""
+    if row_ids and len(tables) != 1:
+        raise CtxlmError("name one table to pick rows from, e.g. ctxlm reproduce daniluk-4.8 lstm-2layers")
+    if again and not row_ids:
+        raise CtxlmError("--again: name the rows to train again, e.g. ctxlm reproduce daniluk-4.8 attention --again")
+    found, seen = [], set()
+    for table in tables:
+        for row in table.select(row_ids):
+            key = table.record_key(row)
+            if key not in seen:         # a row that is the same run as another is trained once
+                seen.add(key)
+                found.append(RowRun(table, row, runs.joinpath(*key), records.record_path(records_dir, *key), again))
+                if again and found[-1].started():     # --again never continues a run folder
+                    raise CtxlmError(_again_refused(found[-1]))
+    return found
+
+
+def _again_refused(run: RowRun) -> str:
+    """Why --again leaves a row whose run folder is here, and what to do: a run the record has not finished (one a
+    stopped --again began) goes on without --again."""
+    record = run.record()
+    if RunDir(run.run_dir).results.exists() or (record and record["finished"]):
+        return f"--again: {run.name} has a run in {run.run_dir}; move that folder aside to train the row again"
+    return (f"--again: {run.name} has an unfinished run in {run.run_dir}; continue it without --again, "
+            "or move that folder aside to train the row anew")
