@@ -107,6 +107,20 @@ def test_a_link_stays_a_link_and_its_target_gets_the_output(world, case):
     assert os.path.islink(world / "to-device") and is_device(world / "null")
 
 
+def test_a_link_in_an_output_folder_into_the_run_it_reads_is_refused(world):
+    """`curves RUN --out OUT` writes OUT/curves.json: a link of that name into RUN would have it replace the run's file."""
+    out = world / "out"
+    out.mkdir()
+    os.symlink(world / "lstm" / "config.toml", out / "curves.json")
+    os.symlink(world / "elsewhere.txt", out / "other.json")              # a link elsewhere is no danger
+    before = digests(world / "lstm")
+    one_line_error(run_ctxlm("curves", world / "lstm", "--out", out), f"--out {out}: holds curves.json, a link to",
+                   "which this command reads")
+    assert digests(world / "lstm") == before
+    os.unlink(out / "curves.json")
+    assert run_ctxlm("curves", world / "lstm", "--out", out).returncode == 0
+
+
 def test_harness_writes_through_a_device(world, tmp_path):
     pytest.importorskip("lm_eval")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -2,7 +2,7 @@
 
 An output that is one of the command's inputs (the same file, also through a link), or that lies
 inside a folder it reads (a run directory, a folder of texts), or that is a folder into which it writes a
-file that is an input, is refused with one line before any work is done, so `ctxlm export-arpa RUN
+file that is an input (or that holds a link leading to one), is refused with one line before any work is done, so `ctxlm export-arpa RUN
 RUN/model.safetensors` cannot replace the run's weights.
 Writing over an unrelated existing file stays allowed. How a file is then written (replaced atomically,
 or written through when it is a device or FIFO, never a folder) is one rule: `io.atomic_write`.
@@ -71,6 +71,7 @@ def check_outputs(args) -> None:
                                  f"input of this command; writing it would destroy the input: choose another {option}")
     if args.command not in FILES:
         check_writable_folder(output, option)
+        check_links_inside(output, option, inputs)
         return
     check_writable_file(output, option)
     for other, default_name in FILES[args.command].items():
@@ -97,6 +98,20 @@ def check_output(output, option: str, inputs) -> Path:
             raise CtxlmError(f"{option} {output}: inside {given}, which this command reads; writing there could "
                              f"replace its files: choose an {option} outside it")
     return out
+
+
+def check_links_inside(output, option: str, inputs) -> None:
+    """Refuse an output folder holding a link that leads to an input or into a folder the command reads: a file
+    written under the link's name would replace what it leads to (`io.atomic_write` writes a link's target)."""
+    folder = Path(output)
+    for entry in folder.iterdir() if folder.is_dir() else ():
+        if entry.is_symlink():
+            try:
+                check_output(entry, option, inputs)
+            except CtxlmError:
+                raise CtxlmError(f"{option} {output}: holds {entry.name}, a link to {_resolved(entry)}, which this command "
+                                 f"reads; a file written there would replace it: remove the link or choose another "
+                                 f"{option}") from None
 
 
 def check_writable_file(output, option: str) -> None:
