@@ -94,7 +94,7 @@ OPTIONS = [
     ("generate", "--seed", int, lambda v: v >= 0),
     ("info", "--vocab-size", int, lambda v: v >= 2),
     ("attention", "--line", int, lambda v: v >= 1),
-    ("attention", "--top", int, lambda v: v >= 1),
+    ("attention", "--top", int, lambda v: 1 <= v <= 20),
     ("attention", "--start", int, lambda v: v >= 1),
     ("attention", "--words", int, lambda v: v >= 1),
     ("analyze attention-by-position", "--max-tokens", int, lambda v: v >= 0),

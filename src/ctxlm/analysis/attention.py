@@ -5,11 +5,16 @@ from pathlib import Path
 
 import torch
 
+from ..data.batching import IGNORE, SentenceBatches, StreamBatches
 from ..data.vocab import EOS
 from ..errors import CtxlmError
-from ..evaluation.perplexity import StreamBatches
 from ..io import pyplot, save_figure
 from ..models.base import families, spoken
+
+
+def extra_slot(model) -> str:
+    """The name of distance −1: a pointer's sentinel gate g, or the attentive LM's zero slot h0."""
+    return "sentinel" if model.mixes_distributions else "h0"
 
 
 def _require_attention(model, name):
@@ -26,7 +31,8 @@ def explain(run, words: list[str], top: int = 5, first: int = 1, count: int | No
     rows with `count` alone.
 
     Rows: those predictions ("inputs" the word read, "targets" the word to predict, "first" the number of the
-    first, "words" the text's length); columns: the zero slot h_0 (attentive-lm only) and every input read, <eos> first."""
+    first, "words" the text's length); columns: distance −1 (<h0> the attentive LM's zero slot, <sentinel> a pointer's
+    gate; else empty) and every input read, <eos> first."""
     model, vocab = run.model, run.vocab
     _require_attention(model, run.config.model.name)
     inputs = [EOS] + words
@@ -40,8 +46,8 @@ def explain(run, words: list[str], top: int = 5, first: int = 1, count: int | No
     log_probs = model.log_probs(out)[0, begin:end]
     target_ids = vocab.encode(targets[begin:end])
     distances = model.attention_distances(out)[0]
-    matrix = torch.zeros(end - begin, end + 1)      # column 0: the zero slot h_0 (attentive-lm only)
-    # distance d ≥ 0: the slot of input t − d (its word, or the output after it); −1: zero slot
+    matrix = torch.zeros(end - begin, end + 1)      # column 0: distance −1 (zero slot or sentinel)
+    # distance d ≥ 0: the slot of input t − d (its word, or the output after it); −1: zero slot or sentinel
     for row, t in enumerate(range(begin, end)):
         for weight, distance in zip(out.attention[0, t].tolist(), distances[t].tolist()):
             if weight > 0 and t - distance >= 0:
@@ -50,8 +56,9 @@ def explain(run, words: list[str], top: int = 5, first: int = 1, count: int | No
     return {
         "model": run.config.model.name, "first": first, "words": len(words),
         "inputs": inputs[begin:end], "targets": targets[begin:end],
-        "attention_columns": ["<h0>"] + inputs[:end], "attention": matrix.tolist(),
+        "attention_columns": [f"<{extra_slot(model)}>"] + inputs[:end], "attention": matrix.tolist(),
         "target_log_probs": log_probs.gather(-1, target_ids.view(-1, 1)).squeeze(-1).tolist(),
+        "scored_as": [vocab.words[i] for i in target_ids.tolist()],       # <unk> for a word outside the vocabulary
         "top": [[{"word": vocab.words[i], "log_prob": round(lp, 4)} for lp, i in zip(row_lp, row_i)]
                 for row_lp, row_i in zip(best.values.tolist(), best.indices.tolist())],
     }
@@ -69,8 +76,8 @@ def plot_heatmap(result: dict, path: str | Path) -> None:
     columns = result["attention_columns"][1 + lowest:]
     band = matrix[:, 1 + lowest:]
     cut = bool(matrix[:, 1:1 + lowest].any())
-    if matrix[:, 0].any():                          # the zero slot of an attentive LM
-        band, columns = torch.cat([matrix[:, :1], band], 1), ["<h0>"] + columns
+    if matrix[:, 0].any():                          # the zero slot of an attentive LM, a pointer's sentinel
+        band, columns = torch.cat([matrix[:, :1], band], 1), result["attention_columns"][:1] + columns
     size = max(4.0, 0.32 * len(columns) + 2)
     fig, ax = plt.subplots(figsize=(size, max(3.5, 0.3 * rows + 2)))
     image = ax.imshow(band.numpy(), cmap="Blues", vmin=0, vmax=1, aspect="auto")
@@ -86,11 +93,14 @@ def plot_heatmap(result: dict, path: str | Path) -> None:
 
 
 def plot_top_predictions(result: dict, path: str | Path) -> None:
-    """A table: input word, the word to predict, the top-k predictions with log-probabilities (Daniluk 4.3–4.5)."""
+    """A table: input word, the word to predict ("w → <unk>" outside the vocabulary), the top-k predictions with
+    log-probabilities, the one scored green (Daniluk 4.3–4.5)."""
     plt = pyplot()
     rows = []
-    for word, target, top, lp in zip(result["inputs"], result["targets"], result["top"], result["target_log_probs"]):
-        rows.append([word, f"{target} ({lp:.2f})"] + [f"{p['word']} ({p['log_prob']:.2f})" for p in top])
+    for word, target, scored, top, lp in zip(result["inputs"], result["targets"], result["scored_as"], result["top"],
+                                             result["target_log_probs"]):
+        shown = target if scored == target else f"{target} → {scored}"
+        rows.append([word, f"{shown} ({lp:.2f})"] + [f"{p['word']} ({p['log_prob']:.2f})" for p in top])
     header = ["input", "next word (log p)"] + [f"#{i + 1}" for i in range(len(result["top"][0]))]
     fig, ax = plt.subplots(figsize=(2.0 * len(header), 0.32 * len(rows) + 1.2))
     ax.axis("off")
@@ -98,7 +108,7 @@ def plot_top_predictions(result: dict, path: str | Path) -> None:
     table.auto_set_font_size(False)
     table.set_fontsize(8)
     for (row, column), cell in table.get_celld().items():
-        if row > 0 and column >= 2 and rows[row - 1][column].split(" (")[0] == result["targets"][row - 1]:
+        if row > 0 and column >= 2 and rows[row - 1][column].split(" (")[0] == result["scored_as"][row - 1]:
             cell.set_facecolor("#cde6c7")           # the correct word among the top predictions
     fig.tight_layout()
     save_figure(fig, path, dpi=120, bbox_inches="tight")
@@ -116,9 +126,20 @@ def spread_terms(weights: torch.Tensor) -> torch.Tensor:
     return torch.stack([entropy / slots.log(), rows.amax(-1), 1 / slots], -1)
 
 
+def regime_batches(run, ids: torch.Tensor, chunk: int):
+    """`ids` (a split, `<eos>` first) as the run was trained: each sentence alone, or one stream of batch 1."""
+    from ..data.load import sentences_of
+
+    config = run.config
+    if config.data.batching == "sentence":
+        return SentenceBatches(sentences_of(ids, run.vocab, config), config.data.batch_size, run.vocab.eos)
+    return StreamBatches(ids, 1, chunk)
+
+
 @torch.no_grad()
 def attention_by_distance(run, ids: torch.Tensor, max_tokens: int = 0, chunk: int = 1000) -> dict:
-    """Mean attention weight per distance over a stream (Daniluk Figure 4.1), and how peaked it is.
+    """Mean attention weight per distance over a split read in the run's regime (Daniluk Figure 4.1), and how
+    peaked it is.
 
     A slot counts where its weight is positive (masked slots are exactly 0), so positions without
     that much history do not dilute the average; distance −1 is the attentive LM's zero slot.
@@ -130,6 +151,7 @@ def attention_by_distance(run, ids: torch.Tensor, max_tokens: int = 0, chunk: in
     """
     model = run.model
     _require_attention(model, run.config.model.name)
+    model.eval()
     if max_tokens:
         ids = ids[: max_tokens + 1]
     sums: dict[int, float] = {}
@@ -137,11 +159,13 @@ def attention_by_distance(run, ids: torch.Tensor, max_tokens: int = 0, chunk: in
     spread = torch.zeros(3, dtype=torch.float64)     # sums of normalised entropy, largest weight, 1 / slots
     predictions = 0
     state = None
-    for batch in StreamBatches(ids, 1, chunk):
-        out = model(batch.inputs, state)
+    sentences = run.config.data.batching == "sentence"
+    for batch in regime_batches(run, ids, chunk):
+        out = model(batch.inputs, None if sentences else state, batch.reset)
         state = out.state
-        distances = model.attention_distances(out).flatten()
-        weights = out.attention.flatten()
+        keep = batch.targets != IGNORE                 # padding of the sentence regime predicts nothing
+        all_distances = model.attention_distances(out).expand_as(out.attention)[keep]
+        distances, weights = all_distances.flatten(), out.attention[keep].flatten()
         present = weights > 0
         keys, inverse = torch.unique(distances[present], return_inverse=True)
         totals = torch.zeros(keys.numel(), dtype=torch.float64).index_add_(0, inverse, weights[present].double())
@@ -149,7 +173,7 @@ def attention_by_distance(run, ids: torch.Tensor, max_tokens: int = 0, chunk: in
         for d, total, n in zip(keys.tolist(), totals.tolist(), numbers.tolist()):
             sums[d] = sums.get(d, 0.0) + total
             counts[d] = counts.get(d, 0) + n
-        looked_at = out.attention * (model.attention_distances(out) >= 0) if model.mixes_distributions else out.attention
+        looked_at = out.attention[keep] * (all_distances >= 0) if model.mixes_distributions else out.attention[keep]
         terms = spread_terms(looked_at)
         spread += terms.sum(0)
         predictions += len(terms)
@@ -161,18 +185,30 @@ def attention_by_distance(run, ids: torch.Tensor, max_tokens: int = 0, chunk: in
                                                    "uniform_weight": means[2], "predictions": predictions}}
 
 
-def plot_by_distance(rows: list[dict], name: str, path: str | Path, limit: int = 40) -> None:
+PLOTTED = 100           # distances plot_by_distance draws at most (all of them: the JSON)
+
+
+def plot_by_distance(rows: list[dict], name: str, path: str | Path, extra: str = "h0", limit: int = PLOTTED) -> int:
+    """Bars of mean attention per distance up to `limit` (distance −1 labelled `extra`), one tick label in at
+    most 30; returns how many distances past `limit` it leaves out, as the plot says."""
     plt = pyplot()
     shown = [r for r in rows if r["distance"] <= limit]
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    ax.bar([("h0" if r["distance"] < 0 else str(r["distance"])) for r in shown], [r["mean_attention"] for r in shown],
-           color="#3b75af")
-    ax.set_xlabel("distance back from the current word")
+    cut = len(rows) - len(shown)
+    fig, ax = plt.subplots(figsize=(max(7.0, 0.12 * len(shown) + 2), 3.5))
+    ax.bar([r["distance"] for r in shown], [r["mean_attention"] for r in shown], color="#3b75af")
+    step = next(k for k in (1, 2, 5, 10, 20) if len(shown) <= 30 * k)
+    ticks = [r["distance"] for r in shown if r["distance"] < 0 or r["distance"] % step == 0]
+    ax.set_xticks(ticks, [extra if d < 0 else str(d) for d in ticks], fontsize=8)
+    if ticks and ticks[0] < 0:
+        ax.get_xticklabels()[0].set_rotation(90)
+    ax.set_xlabel("distance back from the current word"
+                  + (f" (up to {limit}; {cut} more distances in attention_by_position.json)" if cut else ""))
     ax.set_ylabel("mean attention weight")
     ax.set_title(f"{name}: average attention per position")
     fig.tight_layout()
     save_figure(fig, path, dpi=120, bbox_inches="tight")
     plt.close(fig)
+    return cut
 
 
 def write_json(data, path: str | Path) -> None:

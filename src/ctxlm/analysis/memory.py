@@ -10,7 +10,8 @@ back, 0 = the current word) and the words in them. From those records:
   predict, the mean training-set frequency of (most-attended word, word to predict), by distance
   (Table 3). Distance d counts from the word to predict (d = 1: the current word; d = n: the oldest),
   and a pair's frequency is the number of training sentences in which the attended word occurs 1 to
-  n words before the predicted one (SPEC §5.3.3 REC).
+  n words before the predicted one (SPEC §5.3.3 REC). Peaks on `<eos>` are left out (the boundary
+  before the sentence, it never shares a training sentence with the word to predict).
 """
 from __future__ import annotations
 
@@ -20,10 +21,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..data.batching import IGNORE, SentenceBatches, StreamBatches
+from ..data.batching import IGNORE
 from ..errors import CtxlmError
 from ..io import save_figure
 from ..models.base import families, spoken
+from .attention import regime_batches
 
 
 @dataclass
@@ -43,19 +45,15 @@ def require_memory(run) -> None:
 @torch.no_grad()
 def memory_records(run, ids: torch.Tensor, max_tokens: int = 0, chunk: int = 1000) -> MemoryRecords:
     """Attention and slot words of every prediction of `ids` (a split, `<eos>` first), in the run's regime."""
-    from ..data.load import sentences_of
-
     require_memory(run)
-    model, config = run.model, run.config
+    model = run.model
     model.eval()
     if max_tokens:
         ids = ids[: max_tokens + 1]
-    sentences = config.data.batching == "sentence"
-    batches = (SentenceBatches(sentences_of(ids, run.vocab, config), config.data.batch_size, run.vocab.eos)
-               if sentences else StreamBatches(ids, 1, chunk))
+    sentences = run.config.data.batching == "sentence"
     weights, words, targets = [], [], []
     state, offset = None, 0
-    for batch in batches:
+    for batch in regime_batches(run, ids, chunk):
         out = model(batch.inputs, None if sentences else state, batch.reset)
         state = out.state
         length = batch.inputs.size(1)
@@ -129,12 +127,16 @@ def pair_frequencies(train_ids, pairs: np.ndarray, window: int, eos: int, vocab_
 def cooccurrence(records: MemoryRecords, train_ids, vocab, min_distance: int = 7,
                  examples: int = 3) -> dict:
     """Tran Table 3: by distance d ≥ min_distance of the attention peak from the word to predict, the mean
-    training frequency μ of the (most-attended word, word to predict) pairs."""
+    training frequency μ of the (most-attended word, word to predict) pairs. Peaks on `<eos>` are left out
+    (counted in "eos_predictions"): that `<eos>` is the boundary before the sentence, so the pair never co-occurs."""
     window = records.weights.size(1)
     peak = records.weights.argmax(1)
     distance = peak + 1
-    far = (distance >= min_distance) & (records.words.gather(1, peak.view(-1, 1)).squeeze(1) >= 0)
-    attended = records.words.gather(1, peak.view(-1, 1)).squeeze(1)[far].numpy()
+    attended = records.words.gather(1, peak.view(-1, 1)).squeeze(1)
+    peaked = (distance >= min_distance) & (attended >= 0)
+    on_eos = peaked & (attended == vocab.eos)        # the <eos> before the sentence: never in one with the target
+    far = peaked & ~on_eos
+    attended = attended[far].numpy()
     predicted, distance = records.targets[far].numpy(), distance[far].numpy()
     pairs = np.stack([attended, predicted], 1) if attended.size else np.zeros((0, 2), dtype=np.int64)
     frequency = (pair_frequencies(train_ids, pairs, window, vocab.eos, len(vocab)) if attended.size
@@ -157,16 +159,23 @@ def cooccurrence(records: MemoryRecords, train_ids, vocab, min_distance: int = 7
     correlation = (float(np.corrcoef(np.array(filled).T)[0, 1])
                    if len(filled) > 2 and np.std([m for _, m in filled]) > 0 else None)
     return {"min_distance": min_distance, "window": window, "predictions": int(records.targets.numel()),
-            "far_predictions": int(far.sum()), "rows": rows,
+            "far_predictions": int(far.sum()), "eos_predictions": int(on_eos.sum()), "rows": rows,
             "correlation_d_mu": None if correlation is None else round(correlation, 3)}
+
+
+def eos_note(table: dict) -> str:
+    """The sentence saying how many far peaks on `<eos>` the table leaves out."""
+    return (f"Left out: {table['eos_predictions']:,} predictions whose peak is on <eos> (the boundary before the "
+            "current sentence, which shares no training sentence with the word to predict).")
 
 
 def cooccurrence_markdown(table: dict, title: str) -> str:
     lines = [f"# {title}", "",
-             f"Predictions whose attention peaks d ≥ {table['min_distance']} words before the word to predict: "
+             f"Predictions whose attention peaks on a word d ≥ {table['min_distance']} words before the word to predict: "
              f"{table['far_predictions']:,} of {table['predictions']:,}. μ = mean number of training sentences in "
              f"which the most-attended word occurs 1–{table['window']} words before the word to predict "
-             f"(per prediction; per distinct pair in the next column). Pearson r(d, μ) = {table['correlation_d_mu']}.",
+             f"(per prediction; per distinct pair in the next column). Pearson r(d, μ) = {table['correlation_d_mu']}. "
+             f"{eos_note(table)}",
              "", "| d | pairs | distinct | μ | μ (distinct) | most frequent pairs |", "|---|---|---|---|---|---|"]
     for r in table["rows"]:
         mu = "–" if r["mean_frequency"] is None else f"{r['mean_frequency']:g}"

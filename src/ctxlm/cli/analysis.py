@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..checks import SEED, at_least, option
+from ..checks import SEED, at_least, in_range, option
 from ..errors import CtxlmError
 from ..io import atomic_write_text
 from .common import (
@@ -22,6 +22,8 @@ from .common import (
     split_option,
     with_cache,
 )
+
+TOP = 20        # `attention --top` at most: predictions.png gives each a column
 
 
 def _attending() -> str:
@@ -41,7 +43,8 @@ def add_attention(sub) -> None:
     pretokenized_option(p, "--text")
     split_option(p, "valid", "without --text, explain a line of this split")
     p.add_argument("--line", type=option(int, at_least(1)), default=1, help="1-based line number in --split (default %(default)s)")
-    p.add_argument("--top", type=option(int, at_least(1)), default=5, help="predictions shown per position (default %(default)s)")
+    p.add_argument("--top", type=option(int, in_range(1, TOP)), default=5,
+                   help=f"predictions shown per position, at most {TOP} (default %(default)s)")
     p.add_argument("--start", type=option(int, at_least(1)), default=1,
                    help="1-based number of the first word whose prediction is explained (default %(default)s)")
     p.add_argument("--words", type=option(int, at_least(1)), default=50,
@@ -76,6 +79,10 @@ def cmd_attention(args) -> int:
             raise CtxlmError(f"--line {args.line}: the {args.split} split has {len(lines)} non-empty lines")
         words = lines[args.line - 1]
     result = explain(run, words, args.top, args.start, args.words)
+    unknown = [word for word in dict.fromkeys(words) if word not in run.vocab.index]
+    if unknown:
+        print(f"note: word(s) outside the vocabulary of {args.run}, read and scored as <unk>: {' '.join(unknown)}",
+              file=sys.stderr)
     last = args.start + len(result["targets"]) - 1
     if args.start > 1 or last < len(words) + 1:     # predictions of the text left out, before or after
         print(f"note: explained predictions {args.start}-{last} of {len(words) + 1} "
@@ -167,7 +174,7 @@ def add_analyze(sub) -> None:
 
 
 def cmd_attention_by_position(args) -> int:
-    from ..analysis.attention import attention_by_distance, plot_by_distance, write_json
+    from ..analysis.attention import PLOTTED, attention_by_distance, extra_slot, plot_by_distance, write_json
     from ..run import load
 
     run = load(args.run, start=False)
@@ -175,11 +182,15 @@ def cmd_attention_by_position(args) -> int:
     found = attention_by_distance(run, ids, args.max_tokens)
     out = output_dir(args)
     write_json(found, out / "attention_by_position.json")
-    plot_by_distance(found["by_distance"], run.config.model.name, out / "attention_by_position.png")
-    print(f"{args.split} split")
+    extra = extra_slot(run.model)
+    cut = plot_by_distance(found["by_distance"], run.config.model.name, out / "attention_by_position.png", extra, PLOTTED)
+    print(f"{args.split} split" + (", each sentence read alone (the run's sentence regime)"
+                                   if run.config.data.batching == "sentence" else ""))
     print(f"{'distance':>8}{'mean attention':>16}{'positions':>12}")
     for r in found["by_distance"]:
-        print(f"{('h0' if r['distance'] < 0 else r['distance']):>8}{r['mean_attention']:>16.4f}{r['positions']:>12,}")
+        print(f"{(extra if r['distance'] < 0 else r['distance']):>8}{r['mean_attention']:>16.4f}{r['positions']:>12,}")
+    if cut:
+        print(f"the plot shows distances up to {PLOTTED}; the {cut} beyond are in the table and the JSON")
     spread = found["spread"]
     if spread is None:
         print("spread: no prediction with 2 or more slots to spread over")
@@ -219,6 +230,7 @@ def cmd_memory(args) -> int:
     for r in table["rows"]:
         mu = "-" if r["mean_frequency"] is None else f"{r['mean_frequency']:.1f}"
         print(f"{r['d']:>3}{r['pairs']:>9,}{mu:>10}   " + ", ".join(f"{a}->{w} ({f})" for a, w, f in r["examples"]))
+    print(memory.eos_note(table))
     print(f"wrote {', '.join(str(out / f) for f in ('memory_positions.png', 'memory_samples.png', 'memory_cooccurrence.md'))} "
           "and their JSON")
     return 0
@@ -232,10 +244,10 @@ def cmd_kernel_ngrams(args) -> int:
     run = load(args.run, start=False)
     model = require_feedforward(run, "kernel-ngrams", convolutional=True)
     rows = top_ngrams(model, run.vocab, split_ids(run, args), args.top)
-    try:
-        shown = [rows[int(k) - 1] for k in args.kernels.split(",")] if args.kernels else rows[:8]
-    except (ValueError, IndexError):
-        raise CtxlmError(f"--kernels {args.kernels!r}: kernel numbers from 1 to {len(rows)}, comma-separated") from None
+    numbers = args.kernels.split(",") if args.kernels is not None else []
+    if not all(k.strip().isdecimal() and 1 <= int(k) <= len(rows) for k in numbers):
+        raise CtxlmError(f"--kernels {args.kernels!r}: kernel numbers from 1 to {len(rows)}, comma-separated")
+    shown = [rows[int(k) - 1] for k in numbers] or rows[:8]
     out = output_dir(args)
     write_json(rows, out / "kernel_ngrams.json")
     plot_ngrams(shown, out / "kernel_ngrams.png")

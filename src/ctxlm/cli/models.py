@@ -50,6 +50,10 @@ def cmd_info(args) -> int:
     counts = model.parameter_counts()
     print(config.to_toml())
     print(f"vocabulary size          {vocab_size:,}")
+    if model.count_based and not target.is_dir():
+        print("parameters (θ_W+M)        known only after counting: the n-grams stored; `ctxlm train` counts them, "
+              "then `ctxlm info RUN_DIR` gives the number")
+        return 0
     print(f"parameters (θ_W+M)        {counts['total']:,}  ({counts['total'] / 1e6:.2f}M)")
     print(f"without word embeddings (θ_M) {counts['without_embeddings']:,}  ({counts['without_embeddings'] / 1e6:.2f}M)")
     return 0
