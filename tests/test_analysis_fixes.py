@@ -108,10 +108,10 @@ def test_attention_by_position_says_on_stdout_when_the_plot_leaves_distances_out
     assert "the plot shows distances up to 2; the 1 beyond are in the table and the JSON" in result.stdout
 
 
-@pytest.mark.parametrize("kernels", ["0", "-1", "1,-2", "x"])
+@pytest.mark.parametrize("kernels", ["0", "-1", "1,-2", "x", "9" * 5000])
 def test_kernel_ngrams_refuses_kernel_numbers_below_one(runs, tmp_path, kernels):
     one_line_error(ctxlm("analyze", "kernel-ngrams", runs["cnn"], "--kernels", kernels, "--out", tmp_path),
-                   f"--kernels {kernels!r}", "kernel numbers from 1 to")
+                   f"--kernels {kernels[:40]!r}"[:-1], "kernel numbers from 1 to")
 
 
 def test_attention_top_has_an_upper_bound(runs, tmp_path):

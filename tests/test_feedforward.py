@@ -304,7 +304,7 @@ def test_mixture_of_two_runs_is_exact_and_its_weight_is_chosen_on_valid(runs):
 def test_a_mixture_refuses_what_it_would_ignore(runs, option, tmp_path):
     from conftest import ctxlm, one_line_error
 
-    (tmp_path / "names.txt").write_text("the\n")
+    (tmp_path / "names.txt").write_text("")          # refused for --mix before it is read
     option = [str(tmp_path / "names.txt") if word == "NAMES" else word for word in option]
     one_line_error(ctxlm("eval", runs["cnn"], "--mix", runs["ngram"], "--mix-weight", "0.5", *option),
                    f"does not combine with {option[0]}: drop it")

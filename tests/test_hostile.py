@@ -163,6 +163,20 @@ def test_reading_a_line_is_bounded(world, monkeypatch):
     one_line_error(run_ctxlm("eval", world / "lstm", "--file", world / "long.txt"), "long.txt, line 2")
 
 
+@pytest.mark.parametrize("stop, line, status", [("Terminated", "ctxlm: terminated\n", 143),
+                                                 ("KeyboardInterrupt", "ctxlm: interrupted\n", 130)])
+def test_a_stop_while_training_starts_up_is_one_line(tmp_path, corpus, monkeypatch, stop, line, status):
+    """Before the trainer's loop (loading data, building the model) nothing is saved yet: the command's own line."""
+    from ctxlm import errors
+
+    def stopped(*args, **kwargs):
+        raise getattr(errors, stop, KeyboardInterrupt)
+
+    monkeypatch.setattr(Trainer, "_setup", stopped)
+    result = run_ctxlm("train", "--config", toml(tiny_config(corpus), tmp_path / "c.toml"), "--run-dir", tmp_path / "run")
+    assert (result.returncode, result.stderr, result.stdout) == (status, line, "")
+
+
 def test_ctrl_c_during_the_final_evaluation_says_what_was_saved(tmp_path, corpus, monkeypatch):
     from ctxlm.training import trainer as module
 

@@ -338,6 +338,23 @@ def test_train_refuses_a_users_folder_deleting_nothing_and_leaving_no_lock(world
     assert [p.name for p in only_hidden.iterdir()] == [".thesis.tmp"]
 
 
+def test_a_folder_left_by_a_kill_in_the_first_write_is_trained_and_prepared_again(world):
+    """A kill while the first file was written leaves its temporary (and the lock): that folder is ours, not the user's."""
+    from ctxlm.data.prepared import MARKER
+
+    run = world / "killed-run"
+    run.mkdir()
+    for name in (".ctxlm.lock", ".ctxlm.lock.holder", ".config.toml.ab12_x9z.tmp"):
+        (run / name).write_text("")
+    result = run_ctxlm("train", "--config", world / "lstm" / "config.toml", "--run-dir", run, "--set", "train.epochs=1")
+    assert result.returncode == 0, result.stderr
+    assert not (run / ".config.toml.ab12_x9z.tmp").exists() and (run / "results.json").is_file()
+    prep = world / "killed-prep"
+    prep.mkdir()
+    (prep / f".{MARKER}.ab12_x9z.tmp").write_text("")
+    assert prepare(world / "corpus" / "train.txt", "--valid-sentences", "5", "--out", prep).returncode == 0
+
+
 def test_a_replaced_file_keeps_its_permissions_and_a_new_one_follows_the_umask(tmp_path, monkeypatch):
     private = tmp_path / "private.arpa"
     private.write_text("old")

@@ -540,6 +540,28 @@ def test_a_row_another_process_finishes_meanwhile_is_not_started_again(reference
     assert kept() == before
 
 
+def test_a_stop_while_a_finished_row_is_scored_starts_no_row(reference, monkeypatch):
+    """SIGTERM in the first pass (a finished row's scores) saves its record and ends the call with 143; no row starts."""
+    from ctxlm.errors import Terminated
+    from ctxlm.reproduce import scores
+
+    project, _, _ = reference
+    runs, results = project / "firstpass-runs" / "tiny-1", project / "firstpass-results" / "tiny-1"
+    shutil.copytree(project / "ref-runs" / "tiny-1" / "kn", runs / "kn")
+    results.mkdir(parents=True)
+    shutil.copy(project / "ref-results" / "tiny-1" / "kn.json", results / "kn.json")
+
+    def terminated(*args, **kwargs):
+        raise Terminated
+
+    monkeypatch.setattr(scores, "missing", lambda *args: True)
+    monkeypatch.setattr(scores, "add_scores", terminated)
+    result = ctxlm("reproduce", "tiny-1", "kn", "lstm", *folders(project, "firstpass"), "--set", "train.threads=1")
+    assert result.returncode == 143, result.stdout + result.stderr
+    assert "tiny-1/kn: scoring interrupted" in result.stdout and "stopped (SIGTERM)" in result.stdout
+    assert not (runs / "lstm").exists() and "tiny-1/lstm: started" not in result.stdout
+
+
 def test_a_bad_table_is_one_line_naming_the_file_and_key(tmp_path):
     (tmp_path / "reproductions").mkdir()
     bad = tmp_path / "reproductions" / "bad-1.toml"

@@ -12,5 +12,11 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the command is (as Ctrl-C raises KeyboardInterrupt), so that it ends in one line."""
 
 
+def said(stop: BaseException) -> BaseException:
+    """`stop` (a KeyboardInterrupt) marked as already told to the user, so the command adds no line of its own."""
+    stop.said = True
+    return stop
+
+
 class InvalidValue(CtxlmError, ValueError):
     """An argument outside what `checks.RULES` allows (also a ValueError, as Python's own checks raise)."""

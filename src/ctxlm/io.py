@@ -46,9 +46,9 @@ def atomic_write(path: str | Path, write) -> None:
     try:
         try:
             write(tmp)
-            os.chmod(tmp, _mode_for(target))
-            with open(tmp, "rb+") as f:
+            with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
+            os.chmod(tmp, _mode_for(target))                 # after the fsync: a read-only mode may be kept
             os.replace(tmp, target)
         except (OSError, SafetensorError, RuntimeError) as exc:   # a full disk: ENOSPC, or the writer's own error
             raise write_failed(path, exc, "the file it would replace is unchanged") from None
@@ -198,6 +198,12 @@ class Writer:
             self.close()
         else:
             self.discard()
+
+
+def temporary_of(name: str) -> str | None:
+    """The file an `atomic_write` temporary was to become (".config.toml.ab12_x9z.tmp" -> "config.toml"), else None."""
+    match = re.fullmatch(r"\.(.+)\.[a-z0-9_]{8}\.tmp", name)
+    return match.group(1) if match else None
 
 
 def clear_temporaries(folder: str | Path) -> list[Path]:

@@ -245,7 +245,7 @@ def cmd_kernel_ngrams(args) -> int:
     model = require_feedforward(run, "kernel-ngrams", convolutional=True)
     rows = top_ngrams(model, run.vocab, split_ids(run, args), args.top)
     numbers = args.kernels.split(",") if args.kernels is not None else []
-    if not all(k.strip().isdecimal() and 1 <= int(k) <= len(rows) for k in numbers):
+    if not all(k.strip().isdecimal() and len(k.strip()) <= 6 and 1 <= int(k) <= len(rows) for k in numbers):
         raise CtxlmError(f"--kernels {args.kernels!r}: kernel numbers from 1 to {len(rows)}, comma-separated")
     shown = [rows[int(k) - 1] for k in numbers] or rows[:8]
     out = output_dir(args)

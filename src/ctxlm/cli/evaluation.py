@@ -73,9 +73,9 @@ def cmd_eval(args) -> int:
         raise CtxlmError("--pretokenized says how to read --file; the splits are tokens already: add --file FILE or drop it")
     run = load(args.run, start=False)
     left_to_right(run, "ctxlm eval")
-    names = names_mask(name_words(args.names, run, args.data_dir), run.vocab) if args.names else None   # up front: fails at once
     if args.mix:
         return _eval_mixture(run, args)
+    names = names_mask(name_words(args.names, run, args.data_dir), run.vocab) if args.names else None   # up front: fails at once
     if args.dynamic:
         return eval_dynamic(run, args)
     model, settings = with_cache(run, args)

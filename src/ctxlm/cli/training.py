@@ -45,7 +45,9 @@ def cmd_train(args) -> int:
     try:
         results = train(config, run_dir, args.data_dir, resume=bool(args.resume), allow_changed_data=args.allow_changed_data,
                         overrides=args.set if args.resume else None)
-    except KeyboardInterrupt as stop:            # the trainer has said where its state is: no second line
+    except KeyboardInterrupt as stop:
+        if not getattr(stop, "said", False):    # stopped before the trainer could say where its state is
+            raise                               # `ctxlm: interrupted` / `terminated`, from cli.main
         return 128 + signal.SIGTERM if isinstance(stop, Terminated) else 130
     if main_process():        # under torchrun, one process reports
         print_table(run_dir, results)

@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 from ..errors import CtxlmError
+from ..io import temporary_of
 from .prepared import MANIFEST, MARKER
 
 LOCK = ".prepare.lock"
@@ -31,7 +32,8 @@ def check_ours(folder: Path) -> None:
         return
     if (folder / MARKER).exists() or _format(folder).startswith("ctxlm-prepared"):
         return
-    names = sorted(p.name for p in folder.iterdir() if p.name != LOCK)    # no preparation made it: every file is the user's
+    names = sorted(p.name for p in folder.iterdir()                        # no preparation made it: every file is the
+                   if p.name != LOCK and temporary_of(p.name) != MARKER)    # user's, but a first marker's interrupted write
     if names:
         raise CtxlmError(f"--out {folder}: the folder holds other files ({_listed(names)}) and is no prepared corpus; "
                          "give a new or empty folder, or one `ctxlm prepare` made")

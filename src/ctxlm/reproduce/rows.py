@@ -103,7 +103,7 @@ class RowRun:
         if not self.started():
             return self.row.overrides + extra
         began, resumed = None, []
-        for line in self.log.read_text(encoding="utf-8").splitlines() if self.log.is_file() else []:
+        for line in self.log.read_text(encoding="utf-8", errors="replace").splitlines() if self.log.is_file() else []:
             argv = shlex.split(line[2:]) if line.startswith("$ ctxlm train ") else []
             given = [argv[i + 1] for i in range(len(argv) - 1) if argv[i] == "--set"]
             if "--config" in argv:

@@ -15,7 +15,7 @@ import sys
 import time
 
 from ..checks import RULES
-from ..errors import CtxlmError
+from ..errors import CtxlmError, Terminated
 from ..registry import MODELS
 from ..training.rundir import RunDir, RunLock, git_commit
 from . import records, scores
@@ -37,19 +37,25 @@ def update_record(run: RowRun, extra: list[str], data_dir=None, log=print, commi
     if record is None:
         return previous
     record["set"], config = settings, run.config(settings)
+    stopped = None                  # Ctrl-C or SIGTERM: the record is saved with what is done, then the stop goes on
     if record["finished"] and "fingerprint" not in record and not MODELS[config.model.name].count_based:
         try:
             found = records.first_batches(config, data_dir)
             record["fingerprint"] = {"batches": found["batches"], "train_loss": found["train_loss"], "at": commit or git_commit(),
                                      "machine": records.hardware("cpu")}
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:
             log(f"{run.name}: fingerprint interrupted; the next call computes it")
-    try:
-        scores.add_scores(run.table, record, run.run_dir, run.shown_run_dir, data_dir, commit or git_commit(),
-                          config.train.threads or None, log)
-    except KeyboardInterrupt:
-        log(f"{run.name}: scoring interrupted; the next call scores it")
+            stopped = stop
+    if stopped is None:
+        try:
+            scores.add_scores(run.table, record, run.run_dir, run.shown_run_dir, data_dir, commit or git_commit(),
+                              config.train.threads or None, log)
+        except KeyboardInterrupt as stop:
+            log(f"{run.name}: scoring interrupted; the next call scores it")
+            stopped = stop
     records.save_record(run.record_file, record)
+    if stopped is not None:
+        raise stopped
     return record
 
 
@@ -72,11 +78,14 @@ class Runner:
     def run(self, runs: list[RowRun]) -> int:
         """Train every runnable row that is not done (or left to another process training it), naming those that
         cannot run here; 0 when all that can are done, 130 when stopped early (143 by SIGTERM, as any command)."""
-        for run in runs:     # finished here after its record was written, or not yet scored
-            record = run.record() if run.row.runnable and run.done() else None
-            if run.row.runnable and run.done() and (not (record or {}).get("finished")
-                                                    or scores.missing(run.table, record, run.run_dir)):
-                update_record(run, self.extra, self.data_dir, self.log, self.commit)
+        try:
+            for run in runs:     # finished here after its record was written, or not yet scored
+                record = run.record() if run.row.runnable and run.done() else None
+                if run.row.runnable and run.done() and (not (record or {}).get("finished")
+                                                        or scores.missing(run.table, record, run.run_dir)):
+                    update_record(run, self.extra, self.data_dir, self.log, self.commit)
+        except KeyboardInterrupt as stop:           # while scoring a finished row: no row is started after it
+            self.stopping = "SIGTERM" if isinstance(stop, Terminated) else "SIGINT"
         pending = sorted((r for r in runs if r.row.runnable and not r.done()), key=lambda r: not r.started())  # begun first
         for run in runs:
             if not run.row.runnable:

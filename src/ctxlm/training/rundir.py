@@ -27,13 +27,14 @@ from ..data.text import TextRecipe
 from ..data.vocab import Vocabulary
 from ..errors import CtxlmError
 from ..evaluation.start import FILE as START_FILE
-from ..io import atomic_write_text, clear_temporaries, warn
+from ..io import atomic_write_text, clear_temporaries, temporary_of, warn
 from . import checkpoint
 from .distributed import main_process
 
 LOCK, HOLDER = ".ctxlm.lock", ".ctxlm.lock.holder"
 PROBE_GRACE_S = 0.1     # how long acquire waits: a --plan probe holds the lock for microseconds, never longer
 BOOKKEEPING = frozenset({LOCK, HOLDER})       # not content: a folder holding only these is empty
+FIRST_WRITTEN = frozenset({HOLDER, "names.txt", "config.toml"})   # before config.toml: their temporaries are ours
 
 
 class RunDir:
@@ -228,9 +229,10 @@ class RunLock:
         if undo and not self.found_lock and not RunDir(self.run_dir).config.exists():
             (self.run_dir / HOLDER).unlink(missing_ok=True)
             (self.run_dir / LOCK).unlink(missing_ok=True)
-        self.lock.release()
+        empty = undo and self.made_folder and all(p.name in BOOKKEEPING for p in self.run_dir.iterdir())  # looked at
+        self.lock.release()                                                    # while held, nothing deleted
         self.lock = None
-        if undo and self.made_folder and not content(self.run_dir):
+        if empty:
             try:
                 self.run_dir.rmdir()
             except OSError:
@@ -239,13 +241,18 @@ class RunLock:
 
 def content(run_dir: str | Path) -> list[Path]:
     """What a run directory holds besides the lock's files. Interrupted writes (`.*.tmp`) are deleted only in a
-    run (its config.toml is there): in any other folder they may be the user's, and count as what it holds."""
+    run (its config.toml is there); in any other folder they may be the user's and count as what it holds, but
+    for those of the files a run writes before its config.toml (a kill in its first second)."""
     folder = Path(run_dir)
     if RunDir(folder).config.is_file():
-        held = clear_temporaries(folder)
-    else:
-        held = list(folder.iterdir()) if folder.is_dir() else []
-    return [p for p in held if p.name not in BOOKKEEPING]
+        return [p for p in clear_temporaries(folder) if p.name not in BOOKKEEPING]
+    held = []
+    for entry in folder.iterdir() if folder.is_dir() else ():
+        if temporary_of(entry.name) in FIRST_WRITTEN:
+            entry.unlink(missing_ok=True)
+        elif entry.name not in BOOKKEEPING:
+            held.append(entry)
+    return held
 
 
 def resume_state(run_dir: RunDir, log) -> dict | None:

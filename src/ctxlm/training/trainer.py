@@ -19,7 +19,7 @@ from ..checks import safe_exp
 from ..config import Config
 from ..data.batching import IGNORE, ReadStreamBatches, SentenceBatches, StreamBatches, WindowBatches
 from ..data.load import prepare_data, sentences_of
-from ..errors import CtxlmError, Terminated
+from ..errors import CtxlmError, Terminated, said
 from ..evaluation.perplexity import evaluate_split
 from ..evaluation.start import TOKENS as START_TOKENS
 from ..evaluation.start import store_start
@@ -249,9 +249,9 @@ class Trainer:
                     self.log(f"early stop: the rate {progress['lr']:.3g} is below train.min_lr" if progress["lr"] < cfg.train.min_lr
                              else f"early stop: no validation gain for {cfg.train.early_stop_patience} epochs")
                 self._save(epoch, position, order, carry, progress)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:
             self.log(f"interrupted ({self.stop_requested or 'SIGINT'}); state saved. Continue with: ctxlm train --resume {run_dir}")
-            raise
+            raise said(stop)
         finally:
             for s, h in handlers.items():
                 signal.signal(s, h)
@@ -388,10 +388,10 @@ class Trainer:
                 if split in self.data.ids:
                     results[split] = evaluate_split(self.model, self.config, self.data.ids[split], vocab, self.device,
                                                     f"final evaluation: {split}")
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:
             self.log(f"interrupted during the final evaluation: training is complete and saved (best weights "
                      f"{self.files.weights}, epoch {progress['best_epoch']}); only results.json is "
                      f"missing: ctxlm train --resume {self.run_dir} evaluates again and writes it")
-            raise
+            raise said(stop)
         self.files.write_results(results)
         return results
