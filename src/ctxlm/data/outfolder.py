@@ -30,10 +30,9 @@ def check_ours(folder: Path) -> None:
     """Refuse a folder that holds files and is no preparation (`train --run-dir` refuses a non-empty folder too)."""
     if not folder.is_dir():
         return
-    if (folder / MARKER).exists() or _format(folder).startswith("ctxlm-prepared"):
-        return
-    names = sorted(p.name for p in folder.iterdir()                        # no preparation made it: every file is the
-                   if p.name != LOCK and temporary_of(p.name) != MARKER)    # user's, but a first marker's interrupted write
+    if (folder / MARKER).exists() or (folder / LOCK).exists() or _format(folder).startswith("ctxlm-prepared"):
+        return                        # a preparation's (its lock file comes first, then the marker, the manifest last)
+    names = sorted(p.name for p in folder.iterdir() if temporary_of(p.name) != MARKER)    # all the user's (but that)
     if names:
         raise CtxlmError(f"--out {folder}: the folder holds other files ({_listed(names)}) and is no prepared corpus; "
                          "give a new or empty folder, or one `ctxlm prepare` made")
