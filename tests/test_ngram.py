@@ -127,6 +127,17 @@ def test_arpa_round_trip(tmp_path):
     assert torch.allclose(a, b, atol=1e-6)   # 7 decimals of log10 in the file
 
 
+@pytest.mark.parametrize("word", ["<s>", "</s>"])
+def test_a_vocabulary_with_arpas_reserved_words_is_not_exported(tmp_path, word):
+    from ctxlm.errors import CtxlmError
+
+    words = ["<eos>", "<unk>", "w0", word]
+    model = KneserNeyLM(len(words), 2).estimate(np.array([0, 2, 3, 2, 0, 3, 2, 0]))
+    with pytest.raises(CtxlmError, match=f"the vocabulary holds '{word}' as a word"):
+        write_arpa(model, Vocabulary(words), tmp_path / "m.arpa")
+    assert not (tmp_path / "m.arpa").exists()
+
+
 def test_kenlm_reads_our_arpa_and_agrees(tmp_path):
     kenlm = pytest.importorskip("kenlm")
     words = ["<eos>", "<unk>"] + [f"w{i}" for i in range(10)]
@@ -141,11 +152,56 @@ def test_kenlm_reads_our_arpa_and_agrees(tmp_path):
     assert ours == pytest.approx(theirs, rel=1e-6)
 
 
+PRUNED = """\\data\\
+ngram 1=6
+ngram 2=1
+ngram 3=1
+ngram 4=1
+
+\\1-grams:
+-0.8\t<unk>
+-99\t<s>\t-0.3
+-0.7\t</s>
+-0.6\ta\t-0.2
+-0.6\tb\t-0.1
+-0.9\tc
+
+\\2-grams:
+-0.3\t<s> a\t-0.25
+
+\\3-grams:
+-0.2\t<s> a b\t-0.15
+
+\\4-grams:
+-0.1\t<s> a b c
+
+\\end\\
+"""
+
+
+def test_full_distributions_agree_with_scores_when_a_pruned_arpa_lacks_a_suffix(tmp_path):
+    """SRILM-style pruning keeps `<s> a b` but not its suffix `a b`: the distribution after `<s> a b` still reads the
+    4-gram context (backing off over the missing order), as the per-target scores do."""
+    (tmp_path / "pruned.arpa").write_text(PRUNED)
+    model, vocab = read_arpa(tmp_path / "pruned.arpa")
+    inputs = torch.tensor([[vocab.eos, vocab.index["a"], vocab.index["b"]]])
+    row = model.log_probs(model(inputs))[0, -1]
+    for word in range(len(vocab)):
+        targets = torch.tensor([[vocab.index["a"], vocab.index["b"], word]])
+        assert row[word].item() == pytest.approx(model.target_log_probs(model(inputs), targets)[0, -1].item()), vocab.words[word]
+    assert row[vocab.index["c"]].item() == pytest.approx(-0.1 * math.log(10))      # the 4-gram itself
+
+
 @pytest.mark.parametrize("text, message", [
     ("hello\n", "no \\data\\ header"),
     ("\\data\\\nngram 1=2\n\n\\1-grams:\n-1.0\t</s>\n\\end\\\n", "header says 2 1-grams"),
     ("\\data\\\nngram 1=1\n\n\\1-grams:\nabc\t</s>\n\\end\\\n", "line 5: bad n-gram entry"),
     ("\\data\\\nngram 1=1\n\n\\1-grams:\n-1.0\t</s>\n", "missing \\end\\"),
+    ("\\data\\\nngram 1=3\n\n\\1-grams:\n-1.0\t</s>\n-1.0\ta\n-1.0\ta\n\\end\\\n", "the unigram 'a' appears twice"),
+    ("\\data\\\nngram 1=2\nngram 2=2\n\n\\1-grams:\n-1.0\t</s>\n-1.0\ta\n\\2-grams:\n-0.5\ta a\n-0.5\ta a\n"
+     "\\end\\\n", "the 2-gram 'a a' appears twice"),
+    ("\\data\\\nngram 1=2\nngram 2=1\nngram 3=1\n\n\\1-grams:\n-1.0\t</s>\n-1.0\ta\n\\2-grams:\n-0.5\ta a\n"
+     "\\3-grams:\n-0.2\t</s> a a\n\\end\\\n", "the 3-gram '</s> a a' has no 2-gram prefix entry .'</s> a'."),
 ])
 def test_malformed_arpa_is_a_clear_error(tmp_path, text, message):
     from ctxlm.errors import CtxlmError

@@ -144,7 +144,7 @@ def test_the_table_covers_every_typed_option():
 
 
 @pytest.mark.parametrize("text, size", [("2G", 2**31), ("1.5g", 3 * 2**29), ("512MB", 2**29), ("800KiB", 819_200), ("4096", 4096),
-                                        ("", 0), ("abc", None), ("0", None), ("-1G", None), ("G", None), ("1e3", None), ("nan", None)])
+                                        ("", 0), ("abc", None), ("0", None), ("0.5", None), ("0.5B", None), ("1B", 1), ("-1G", None), ("G", None), ("1e3", None), ("nan", None)])
 def test_size_options_are_checked(text, size):
     assert parse_size(text) == size
     for command, option in SIZE_OPTIONS:

@@ -101,7 +101,7 @@ def parse_size(text: str) -> int | None:
     if not match:
         return None
     value = float(match.group(1)) * 1024 ** " KMGT".find(match.group(2).upper() or " ")
-    return int(value) if 0 < value < 2**63 else None
+    return int(value) if 1 <= value < 2**63 else None      # under a byte is none: 0 means "no budget"
 
 
 PROBABILITY = in_range(0, 1, low_open=True)     # (0, 1]

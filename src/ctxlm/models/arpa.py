@@ -23,6 +23,11 @@ def write_arpa(model: KneserNeyLM, vocab: Vocabulary, path: str | Path, progress
     """Write the model's tables as an ARPA file (log10, 7 decimals; lines built for whole arrays, arpa_lines.py)."""
     from ..io import atomic_write
 
+    reserved = [w for w in ("<s>", "</s>") if w in vocab]
+    if reserved:
+        raise CtxlmError(f"{path}: the vocabulary holds {' and '.join(repr(w) for w in reserved)} as a word (the training "
+                         "text has it), which ARPA reserves for the sentence start and end; an ARPA file would give it "
+                         "two meanings: train without it (it marks nothing in ctxlm's corpora: line ends are <eos>)")
     names = WordBytes([("</s>" if w == EOS else w) for w in vocab.words] + ["<s>"])
     words = [None, np.arange(model.base, dtype=np.int32 if model.base < 2 ** 31 else np.int64)[:, None]]
     for n in range(2, model.order + 1):        # the word ids of each n-gram: its prefix's, then its last word
@@ -117,7 +122,8 @@ def read_arpa(path: str | Path) -> tuple[KneserNeyLM, Vocabulary]:
 
     unigram_words = [word(g[0]) for _, g, _ in entries.get(1, [])]
     if len(set(unigram_words)) != len(unigram_words):
-        raise CtxlmError(f"{path}: a word appears twice among the unigrams")
+        twice = next(w for i, w in enumerate(unigram_words) if w in unigram_words[:i])
+        raise CtxlmError(f"{path}: the unigram {'</s>' if twice == EOS else twice!r} appears twice")
     if EOS not in unigram_words:
         raise CtxlmError(f"{path}: no </s> unigram; an ARPA model gives the end of a sentence a probability")
     vocab = Vocabulary([EOS, UNK] + [w for w in unigram_words if w not in (EOS, "<s>", UNK)])
@@ -140,11 +146,16 @@ def read_arpa(path: str | Path) -> tuple[KneserNeyLM, Vocabulary]:
         prefix = ids[:, 0]
         for k in range(1, n - 1):
             prefix = tables[k].find(prefix * model.base + ids[:, k])
+        shown = lambda i: " ".join(entries[n][int(i)][1])        # noqa: E731  (the n-gram as the file writes it)
         if (prefix < 0).any():
-            raise CtxlmError(f"{path}: some {n}-grams have no {n - 1}-gram prefix entry; not a valid back-off model")
+            first = shown(np.flatnonzero(prefix < 0)[0])
+            raise CtxlmError(f"{path}: the {n}-gram {first!r} has no {n - 1}-gram prefix entry "
+                             f"({first.rsplit(' ', 1)[0]!r}); not a valid back-off model")
         keys = prefix * model.base + ids[:, -1]
-        if np.unique(keys).size != keys.size:
-            raise CtxlmError(f"{path}: some {n}-gram appears twice")
+        unique, first_seen = np.unique(keys, return_index=True)
+        if unique.size != keys.size:
+            again = np.setdiff1d(np.arange(keys.size), first_seen)[0]
+            raise CtxlmError(f"{path}: the {n}-gram {shown(again)!r} appears twice")
         order_by = np.argsort(keys, kind="stable")
         values = np.array([(p, b) for p, _, b in entries.get(n, [])], dtype=np.float64).reshape(-1, 2) * LN10
         tables.append(_Table(keys[order_by], values[order_by, 0], values[order_by, 1]))

@@ -337,8 +337,8 @@ class KneserNeyLM(LanguageModel):
             vector = self.tables[0].log_prob[: self.vocab_size].copy()
             for j in range(1, self.order):
                 context_id = ids[j][p, -1]
-                if context_id < 0:
-                    break
+                if context_id < 0:      # no such context (a pruned ARPA may keep a longer one): backoff 0, go on
+                    continue
                 table = self.tables[j]
                 lo, hi = np.searchsorted(table.keys, [context_id * self.base, (context_id + 1) * self.base])
                 vector += self.tables[j - 1].log_backoff[context_id]
