@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import Config, apply_overrides
+from ..errors import CtxlmError
 from ..models import MODELS
 from .count import estimate_run
 from .rundir import RunDir
@@ -24,5 +25,10 @@ def train(config: Config | None, run_dir: str | Path, data_dir=None, resume: boo
     chosen = config if config is not None else saved
     family = MODELS.get(chosen.model.name) if chosen is not None else None       # an unknown name: Trainer says so
     if family is not None and family.count_based:
+        changed = [o.split("=", 1)[0].strip() for o in overrides or [] if not o.strip().startswith("train.")]
+        if resume and changed:
+            raise CtxlmError(f"--resume {run_dir}: --set {changed[0]}: a {chosen.model.name} run is estimated again with "
+                             "its own config.toml, and only [train] settings can change when resuming (it reads none); "
+                             "train a new run to change it")
         return estimate_run(chosen, run_dir, data_dir, log, again=resume)
     return Trainer(config, run_dir, data_dir, resume, log, allow_changed_data).fit()

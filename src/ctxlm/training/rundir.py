@@ -117,6 +117,11 @@ class RunDir:
         vocab.save(self.vocab)
         text_recipe(config).save(self.text)
 
+    def keep_train_settings(self, config: Config) -> None:
+        """On --resume: write the [train] settings it changed into config.toml (the next resume keeps them)."""
+        if self.read_config("nothing to resume").train != config.train:
+            atomic_write_text(self.config, config.with_absolute_paths().to_toml())
+
     def read_text_recipe(self) -> TextRecipe | None:
         """The recipe the run recorded; None for a run from before recipes were recorded."""
         return TextRecipe.load(self.text)
@@ -237,6 +242,28 @@ class RunLock:
                 self.run_dir.rmdir()
             except OSError:
                 pass
+
+
+# [train] settings a resumed run carries in its trainer state (the rate reached, the optimizer's own state, the
+# random streams): changed on --resume they would be ignored, so they are refused by name
+CARRIED = ("optimizer", "lr", "weight_decay", "seed")
+
+
+def resumed_config(files: RunDir, given: Config | None) -> Config:
+    """On --resume the run's own config wins; only [train] settings may change, and not those it carries."""
+    saved = files.read_config("nothing to resume")
+    if given is not None:
+        given_paths, saved_paths = given.with_absolute_paths(), saved.with_absolute_paths()
+        for section in ("data", "model", "output"):
+            if getattr(given_paths, section) != getattr(saved_paths, section):
+                raise CtxlmError(f"--resume: [{section}] differs from {files.config}; only [train] settings can change "
+                                 "when resuming")
+        for key in CARRIED:
+            if getattr(given.train, key) != getattr(saved.train, key):
+                raise CtxlmError(f"--resume: train.{key} cannot change ({getattr(saved.train, key)!r} in {files.config}): "
+                                 "the run's state carries it on; start a new run to try another")
+        saved.train = given.train
+    return saved
 
 
 def content(run_dir: str | Path) -> list[Path]:

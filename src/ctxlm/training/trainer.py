@@ -31,7 +31,7 @@ from .names_list import corpus_names
 from .optim import build_optimizer, next_lr
 from .precision import emulated_bf16
 from .preflight import check_config, pick_device
-from .rundir import RunDir, RunLock, check_same_data, content, data_fingerprint, git_commit, identity, resume_state
+from .rundir import RunDir, RunLock, check_same_data, content, data_fingerprint, git_commit, identity, resume_state, resumed_config
 from .step import capped_threads, compiled, loss_denominator, train_step  # noqa: F401 (also imported from here)
 
 
@@ -42,7 +42,7 @@ class Trainer:
                  allow_changed_data: bool = False):
         self.run_dir, self.files, self.log = Path(run_dir), RunDir(run_dir), log
         if resume:
-            config = self._merge_resume_config(config)
+            config = resumed_config(self.files, config)
         check_config(config)                # before any folder is made
         self.lock = RunLock(self.run_dir).acquire()       # one writer: held until fit() ends
         try:
@@ -55,6 +55,7 @@ class Trainer:
         # rank 0 owns the folder: it deletes what writes interrupted by a kill left (another rank would race its lock file)
         existing = content(self.run_dir) if main_process() else []
         if resume:      # no state at all (killed before its first checkpoint): start again, with its config
+            self.files.keep_train_settings(config)
             self.resume_state = resume_state(self.files, self.log)
         else:
             if existing:
@@ -97,17 +98,6 @@ class Trainer:
         self.stop_requested: str | None = None
         self.on_batch = None    # optional callback(trainer, epoch, batch_number), used by tests and tools
         self.identity = identity(config.model.name, self.data.vocab)
-
-    def _merge_resume_config(self, given: Config) -> Config:
-        """On --resume the run's own config wins; only train.* settings may be changed."""
-        saved = self.files.read_config("nothing to resume")
-        if given is not None:
-            given_paths, saved_paths = given.with_absolute_paths(), saved.with_absolute_paths()
-            for section in ("data", "model"):
-                if getattr(given_paths, section) != getattr(saved_paths, section):
-                    raise CtxlmError(f"--resume: [{section}] differs from {self.files.config}; only [train] settings can change when resuming")
-            saved.train = given.train
-        return saved
 
     # ---------------------------------------------------------------- state
     def _batches(self):

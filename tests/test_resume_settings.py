@@ -1,0 +1,45 @@
+"""`train --resume --set`: the [train] settings it may change are kept in config.toml; the others are refused by name."""
+import pytest
+
+from conftest import ctxlm, one_line_error, tiny_config, toml, write_corpus
+from ctxlm.config import load_toml
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A tiny LSTM run of one epoch and a Kneser-Ney run, both finished."""
+    root = tmp_path_factory.mktemp("resume_settings")
+    corpus = write_corpus(root)
+    config = tiny_config(corpus)
+    config.train.epochs = 1
+    assert ctxlm("train", "--config", toml(config, root / "lstm.toml"), "--run-dir", root / "lstm").returncode == 0
+    kn = tiny_config(corpus, name="kneser-ney", order=3)
+    assert ctxlm("train", "--config", toml(kn, root / "kn.toml"), "--run-dir", root / "kn").returncode == 0
+    return root
+
+
+def test_a_changed_train_setting_is_kept_for_the_next_resume(finished):
+    run = finished / "lstm"
+    result = ctxlm("train", "--resume", run, "--set", "train.epochs=2")
+    assert result.returncode == 0, result.stderr
+    assert load_toml(run / "config.toml", saved=True).train.epochs == 2          # a plain resume keeps going to 2
+    assert "has finished (2 epochs)" in ctxlm("train", "--resume", run).stdout
+
+
+@pytest.mark.parametrize("setting, needle", [
+    ("train.lr=0.5", "train.lr cannot change"), ("train.optimizer=sgd", "train.optimizer cannot change"),
+    ("train.weight_decay=0.1", "train.weight_decay cannot change"), ("train.seed=7", "train.seed cannot change"),
+    ("output.layer=class", "[output] differs from"), ("model.hidden_size=8", "[model] differs from"),
+])
+def test_a_setting_the_run_carries_or_its_model_is_refused_on_resume(finished, setting, needle):
+    before = (finished / "lstm" / "config.toml").read_bytes()
+    one_line_error(ctxlm("train", "--resume", finished / "lstm", "--set", setting), f"--resume: {needle}")
+    assert (finished / "lstm" / "config.toml").read_bytes() == before
+
+
+def test_a_kneser_ney_resume_takes_no_model_or_data_change(finished):
+    weights = (finished / "kn" / "model.safetensors").read_bytes()
+    one_line_error(ctxlm("train", "--resume", finished / "kn", "--set", "model.order=2"), "--set model.order",
+                   "only [train] settings can change")
+    assert (finished / "kn" / "model.safetensors").read_bytes() == weights
+    assert ctxlm("train", "--resume", finished / "kn", "--set", "train.threads=1").returncode == 0   # as reproduce resumes
