@@ -55,7 +55,6 @@ class Trainer:
         # rank 0 owns the folder: it deletes what writes interrupted by a kill left (another rank would race its lock file)
         existing = content(self.run_dir) if main_process() else []
         if resume:      # no state at all (killed before its first checkpoint): start again, with its config
-            self.files.keep_train_settings(config)
             self.resume_state = resume_state(self.files, self.log)
         else:
             if existing:
@@ -85,6 +84,8 @@ class Trainer:
         self.fingerprint = data_fingerprint(self.data)
         if self.resume_state is not None:
             check_same_data(self.resume_state.get("data"), self.fingerprint, self.run_dir, config, allow_changed_data)
+        if resume:                          # all checked: the [train] settings this resume changed are the run's now
+            self.files.keep_train_settings(config)
         if not resume:
             corpus_names(config, self.run_dir, data_dir, self.log)      # model.names = "capitalised"
         torch.manual_seed(config.train.seed)
