@@ -49,3 +49,28 @@ def test_match_params_finds_the_tables_sizes(name, sizes):
     config.model.emb_size = config.model.hidden_size = 12
     match_params(config.model, 10_000, "lstm:300x300")
     assert (config.model.emb_size, config.model.hidden_size) == sizes
+
+
+def test_match_params_counts_the_output_layer_and_goes_past_4096():
+    from ctxlm.config import OutputConfig
+    from ctxlm.models.budget import count_parameters, parse_budget
+
+    config = load_toml(CONFIGS / "daniluk" / "ptb-lstm.toml")
+    adaptive = OutputConfig(layer="adaptive", cutoffs="2000")
+    budget = count_parameters(parse_budget("lstm:300x300", config.model), 10_000)
+    match_params(config.model, 10_000, "lstm:300x300", adaptive)
+    assert config.model.emb_size > 300                          # the adaptive softmax is smaller: more room
+    assert count_parameters(config.model, 10_000, adaptive) <= budget
+    config.model.emb_size += 1
+    config.model.hidden_size += 1
+    assert count_parameters(config.model, 10_000, adaptive) > budget
+    match_params(config.model, 10_000, "lstm:5000x5000")        # a budget past the old search's 4096 ceiling
+    assert (config.model.emb_size, config.model.hidden_size) == (5000, 5000)
+
+
+def test_match_params_refuses_a_model_its_sizes_do_not_size():
+    from ctxlm.errors import CtxlmError
+
+    config = load_toml(CONFIGS / "ngram" / "ptb-kn5.toml")
+    with pytest.raises(CtxlmError, match="kneser-ney's size does not follow model.emb_size"):
+        match_params(config.model, 10_000, "lstm:300x300")

@@ -49,7 +49,8 @@ def set_option(p, help: str | None = None) -> None:
 
 def match_params_option(p) -> None:
     p.add_argument("--match-params", metavar="MODEL:WxK", help="pick emb/hidden sizes so the model has at most the "
-                   "parameters of MODEL with embedding W and hidden K, e.g. lstm:300x300 (Daniluk's budgets)")
+                   "parameters of MODEL with embedding W and hidden K and a softmax output, e.g. lstm:300x300 "
+                   "(Daniluk's budgets); the model is counted with its own [output] layer")
 
 
 def run_argument(p, help: str = "run directory") -> None:
@@ -124,7 +125,7 @@ def config_from_args(args):
         from ..models.budget import match_params
 
         vocab_size = getattr(args, "vocab_size", None) or len(prepare_data(config, args.data_dir).vocab)
-        match_params(config.model, vocab_size, args.match_params)
+        match_params(config.model, vocab_size, args.match_params, config.output)
         print(f"--match-params {args.match_params}: emb_size = {config.model.emb_size}, hidden_size = {config.model.hidden_size}")
     return config
 
