@@ -43,3 +43,28 @@ def test_a_kneser_ney_resume_takes_no_model_or_data_change(finished):
                    "only [train] settings can change")
     assert (finished / "kn" / "model.safetensors").read_bytes() == weights
     assert ctxlm("train", "--resume", finished / "kn", "--set", "train.threads=1").returncode == 0   # as reproduce resumes
+
+
+def test_train_epochs_below_the_epochs_trained_is_refused(tmp_path):
+    corpus = write_corpus(tmp_path)
+    config = tiny_config(corpus)
+    config.train.epochs = 2
+    run = tmp_path / "run"
+    assert ctxlm("train", "--config", toml(config, tmp_path / "lstm.toml"), "--run-dir", run).returncode == 0
+    before = (run / "config.toml").read_bytes()
+    one_line_error(ctxlm("train", "--resume", run, "--set", "train.epochs=1"),
+                   "train.epochs = 1:", "has trained 2 epochs already", "train.epochs = 2 or more")
+    assert (run / "config.toml").read_bytes() == before
+
+
+def test_an_early_stop_is_judged_by_the_resumes_settings(tmp_path):
+    corpus = write_corpus(tmp_path)
+    config = tiny_config(corpus)
+    config.train.epochs, config.train.min_lr = 3, 1.0          # the rate is below min_lr: it stops after epoch 1
+    run = tmp_path / "run"
+    assert ctxlm("train", "--config", toml(config, tmp_path / "lstm.toml"), "--run-dir", run).returncode == 0
+    stopped = ctxlm("train", "--resume", run)
+    assert "has finished (1 epoch, stopped early): nothing to train; to go on, raise train.early_stop_patience" in stopped.stdout
+    resumed = ctxlm("train", "--resume", run, "--set", "train.min_lr=0")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming" in resumed.stdout and "epoch 3:" in resumed.stdout

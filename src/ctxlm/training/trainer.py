@@ -84,6 +84,10 @@ class Trainer:
         self.fingerprint = data_fingerprint(self.data)
         if self.resume_state is not None:
             check_same_data(self.resume_state.get("data"), self.fingerprint, self.run_dir, config, allow_changed_data)
+        trained = self.resume_state["epoch"] - 1 if self.resume_state else 0
+        if config.train.epochs < trained:
+            raise CtxlmError(f"train.epochs = {config.train.epochs}: {self.run_dir} has trained {trained} epochs already, which "
+                             f"cannot be undone; set train.epochs = {trained} or more, or train a new --run-dir")
         if resume:                          # all checked: the [train] settings this resume changed are the run's now
             self.files.keep_train_settings(config)
         if not resume:
@@ -199,9 +203,12 @@ class Trainer:
         if self.resume_state is not None:
             epoch, position, order, carry = self._restore(self.resume_state)
             progress.update({k: self.resume_state.get(k, progress[k]) for k in progress})
+            progress["early_stopped"] = self._stops_early(progress)     # by this resume's settings
             if progress["early_stopped"] or epoch > cfg.train.epochs:
-                self.log(f"{run_dir} has finished ({epoch - 1} epoch{'s' * (epoch != 2)}" + (", stopped early)" if progress["early_stopped"] else
-                         f"): nothing to train; to go on, --set train.epochs={epoch} or more") + "; its results:")
+                self.log(f"{run_dir} has finished ({epoch - 1} epoch{'s' * (epoch != 2)}" + (
+                    ", stopped early): nothing to train; to go on, raise train.early_stop_patience (0 = never) or lower "
+                    "train.min_lr" if progress["early_stopped"] else
+                    f"): nothing to train; to go on, --set train.epochs={epoch} or more") + "; its results:")
             else:
                 self.log(f"resuming {run_dir} at epoch {epoch}, batch {position}")
         else:
@@ -353,10 +360,12 @@ class Trainer:
                  + (f"; back to the weights of epoch {progress['best_epoch']}" if rolled_back else ""))
         progress["lr"] = next_lr(progress["lr"], cfg.train.schedule, cfg.train.lr_factor, cfg.train.decay_start, epoch, improved)
         progress["epoch_nll"], progress["epoch_tokens"] = 0.0, 0
-        if cfg.train.early_stop_patience and progress["bad_epochs"] >= cfg.train.early_stop_patience:
-            progress["early_stopped"] = True
-        if progress["lr"] < cfg.train.min_lr:
-            progress["early_stopped"] = True
+        progress["early_stopped"] = self._stops_early(progress)
+
+    def _stops_early(self, progress: dict) -> bool:
+        """Whether training stops before train.epochs: no validation gain for the patience, or the rate below min_lr."""
+        patience = self.config.train.early_stop_patience
+        return bool(patience and progress["bad_epochs"] >= patience) or progress["lr"] < self.config.train.min_lr
 
     def _write_metrics(self, history: list[dict]) -> None:
         if self.world.main:
