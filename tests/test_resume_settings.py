@@ -68,3 +68,35 @@ def test_an_early_stop_is_judged_by_the_resumes_settings(tmp_path):
     resumed = ctxlm("train", "--resume", run, "--set", "train.min_lr=0")
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming" in resumed.stdout and "epoch 3:" in resumed.stdout
+
+
+def test_a_kneser_ney_resume_may_change_its_working_memory(finished):
+    result = ctxlm("train", "--resume", finished / "kn", "--memory", "64M")
+    assert result.returncode == 0, result.stderr
+    assert load_toml(finished / "kn" / "config.toml", saved=True).model.options.memory_budget == "64M"
+
+
+def test_a_resume_refused_by_its_checkpoint_leaves_config_toml_as_it_was(finished, tmp_path):
+    import shutil
+
+    run = tmp_path / "changed"
+    shutil.copytree(finished / "lstm", run)
+    (run / "config.toml").write_text((run / "config.toml").read_text().replace("hidden_size = 16", "hidden_size = 24"))
+    before = (run / "config.toml").read_bytes()
+    one_line_error(ctxlm("train", "--resume", run, "--set", "train.epochs=5"), "checkpoint does not fit the model")
+    assert (run / "config.toml").read_bytes() == before
+
+
+def test_a_run_without_a_checkpoint_may_change_what_a_state_would_carry(tmp_path):
+    corpus = write_corpus(tmp_path)
+    config = tiny_config(corpus)
+    config.train.epochs = 1
+    run = tmp_path / "run"
+    assert ctxlm("train", "--config", toml(config, tmp_path / "lstm.toml"), "--run-dir", run).returncode == 0
+    for made in run.iterdir():                  # as a kill before the first checkpoint leaves it: what write_start wrote
+        if made.name not in ("config.toml", "vocab.txt", "text.json") and not made.name.startswith(".ctxlm.lock"):
+            made.unlink()
+    result = ctxlm("train", "--resume", run, "--set", "train.lr=0.002")
+    assert result.returncode == 0, result.stderr
+    assert "starting it from the beginning" in result.stdout
+    assert load_toml(run / "config.toml", saved=True).train.lr == 0.002

@@ -24,7 +24,7 @@ def estimate_run(config: Config, run_dir: str | Path, data_dir=None, log=print, 
     check_config(config)
     lock = RunLock(run_dir).acquire()
     try:
-        if content(run_dir) and not again:
+        if content(run_dir, resume=again) and not again:
             raise CtxlmError(f"run directory {run_dir} is not empty; pick another --run-dir")
         return _estimate(config, RunDir(run_dir), data_dir, log)
     finally:

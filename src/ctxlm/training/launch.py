@@ -10,6 +10,8 @@ from .count import estimate_run
 from .rundir import RunDir
 from .trainer import Trainer
 
+WORKING_SPACE = ("model.memory_budget", "model.tmp_dir")    # where counting works, not what it counts: free on resume
+
 
 def train(config: Config | None, run_dir: str | Path, data_dir=None, resume: bool = False, allow_changed_data: bool = False,
           overrides: list[str] | None = None, log=print) -> dict:
@@ -25,10 +27,11 @@ def train(config: Config | None, run_dir: str | Path, data_dir=None, resume: boo
     chosen = config if config is not None else saved
     family = MODELS.get(chosen.model.name) if chosen is not None else None       # an unknown name: Trainer says so
     if family is not None and family.count_based:
-        changed = [o.split("=", 1)[0].strip() for o in overrides or [] if not o.strip().startswith("train.")]
+        changed = [key for key in (o.split("=", 1)[0].strip() for o in overrides or [])
+                   if not key.startswith("train.") and key not in WORKING_SPACE]
         if resume and changed:
             raise CtxlmError(f"--resume {run_dir}: --set {changed[0]}: a {chosen.model.name} run is estimated again with "
-                             "its own config.toml, and only [train] settings can change when resuming (it reads none); "
-                             "train a new run to change it")
+                             "its own config.toml, and only [train] settings can change when resuming (it reads none; "
+                             "--memory and model.tmp_dir may change); train a new run to change it")
         return estimate_run(chosen, run_dir, data_dir, log, again=resume)
     return Trainer(config, run_dir, data_dir, resume, log, allow_changed_data).fit()

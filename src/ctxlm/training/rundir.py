@@ -185,7 +185,7 @@ class RunLock:
     def __init__(self, run_dir: str | Path):
         self.run_dir = Path(run_dir)
         self.lock = None
-        self.made_folder = self.found_lock = False
+        self.made_folder = self.found_lock = self.found_config = False
 
     def acquire(self) -> "RunLock":
         from filelock import FileLock, Timeout
@@ -193,6 +193,7 @@ class RunLock:
         if not main_process():      # torchrun: rank 0 holds it for the run
             return self
         self.made_folder, self.found_lock = not self.run_dir.exists(), (self.run_dir / LOCK).exists()
+        self.found_config = RunDir(self.run_dir).config.exists()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(self.run_dir / LOCK), timeout=PROBE_GRACE_S)   # outlasts a --plan probe (held_by_another)
         try:
@@ -227,11 +228,12 @@ class RunLock:
             return "holder unknown"
 
     def release(self, undo: bool = False) -> None:
-        """Let go; with `undo` (a start refused or failed before the run had its config.toml), leave the folder
-        as it was found: the lock's files deleted unless they were there before, the folder too if made here."""
+        """Let go; with `undo` (a start refused or failed), leave the folder as it was found: the lock's files
+        deleted unless they were there before or the run wrote its config.toml meanwhile (a finished estimate),
+        the folder too if made here."""
         if self.lock is None:
             return
-        if undo and not self.found_lock and not RunDir(self.run_dir).config.exists():
+        if undo and not self.found_lock and (self.found_config or not RunDir(self.run_dir).config.exists()):
             (self.run_dir / HOLDER).unlink(missing_ok=True)
             (self.run_dir / LOCK).unlink(missing_ok=True)
         empty = undo and self.made_folder and all(p.name in BOOKKEEPING for p in self.run_dir.iterdir())  # looked at
@@ -258,7 +260,7 @@ def resumed_config(files: RunDir, given: Config | None) -> Config:
             if getattr(given_paths, section) != getattr(saved_paths, section):
                 raise CtxlmError(f"--resume: [{section}] differs from {files.config}; only [train] settings can change "
                                  "when resuming")
-        for key in CARRIED:
+        for key in CARRIED if files.state.exists() or files.previous_state.exists() else ():  # no state: begun again
             if getattr(given.train, key) != getattr(saved.train, key):
                 raise CtxlmError(f"--resume: train.{key} cannot change ({getattr(saved.train, key)!r} in {files.config}): "
                                  "the run's state carries it on; start a new run to try another")
@@ -266,12 +268,12 @@ def resumed_config(files: RunDir, given: Config | None) -> Config:
     return saved
 
 
-def content(run_dir: str | Path) -> list[Path]:
+def content(run_dir: str | Path, resume: bool = False) -> list[Path]:
     """What a run directory holds besides the lock's files. Interrupted writes (`.*.tmp`) are deleted only in a
-    run (its config.toml is there); in any other folder they may be the user's and count as what it holds, but
-    for those of the files a run writes before its config.toml (a kill in its first second)."""
+    run being resumed (its config.toml read); in any other folder they may be the user's and count as what it
+    holds, but for those of the files a run writes before its config.toml (a kill in its first second)."""
     folder = Path(run_dir)
-    if RunDir(folder).config.is_file():
+    if resume and RunDir(folder).config.is_file():
         return [p for p in clear_temporaries(folder) if p.name not in BOOKKEEPING]
     held = []
     for entry in folder.iterdir() if folder.is_dir() else ():

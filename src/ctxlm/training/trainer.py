@@ -53,7 +53,7 @@ class Trainer:
 
     def _setup(self, config: Config, data_dir, resume: bool, allow_changed_data: bool) -> None:
         # rank 0 owns the folder: it deletes what writes interrupted by a kill left (another rank would race its lock file)
-        existing = content(self.run_dir) if main_process() else []
+        existing = content(self.run_dir, resume) if main_process() else []
         if resume:      # no state at all (killed before its first checkpoint): start again, with its config
             self.resume_state = resume_state(self.files, self.log)
         else:
@@ -88,8 +88,6 @@ class Trainer:
         if config.train.epochs < trained:
             raise CtxlmError(f"train.epochs = {config.train.epochs}: {self.run_dir} has trained {trained} epochs already, which "
                              f"cannot be undone; set train.epochs = {trained} or more, or train a new --run-dir")
-        if resume:                          # all checked: the [train] settings this resume changed are the run's now
-            self.files.keep_train_settings(config)
         if not resume:
             corpus_names(config, self.run_dir, data_dir, self.log)      # model.names = "capitalised"
         torch.manual_seed(config.train.seed)
@@ -203,6 +201,8 @@ class Trainer:
         if self.resume_state is not None:
             epoch, position, order, carry = self._restore(self.resume_state)
             progress.update({k: self.resume_state.get(k, progress[k]) for k in progress})
+            if self.world.main:             # all checked: the [train] settings this resume changed are the run's now
+                self.files.keep_train_settings(cfg)
             progress["early_stopped"] = self._stops_early(progress)     # by this resume's settings
             if progress["early_stopped"] or epoch > cfg.train.epochs:
                 self.log(f"{run_dir} has finished ({epoch - 1} epoch{'s' * (epoch != 2)}" + (
