@@ -118,7 +118,23 @@ def test_a_link_in_an_output_folder_into_the_run_it_reads_is_refused(world):
                    "which this command reads")
     assert digests(world / "lstm") == before
     os.unlink(out / "curves.json")
+    os.symlink(world / "lstm", out / "the-run")                          # under a name it never writes: no danger
+    os.symlink(world / "lstm" / "config.toml", out / "its-config.toml")
     assert run_ctxlm("curves", world / "lstm", "--out", out).returncode == 0
+
+
+@pytest.mark.parametrize("case", [
+    ("curves", "lstm"), ("attention", "attention", "--text", "the cat sat on a mat"),
+    ("analyze", "attention-by-position", "attention"), ("analyze", "memory", "rm"), ("analyze", "kernel-ngrams", "cnn"),
+    ("analyze", "position-weights", "cnn"), ("analyze", "lesion", "cnn"), ("analyze", "categories", "lstm"),
+], ids=" ".join)
+def test_the_files_a_folder_command_writes_are_the_names_its_link_check_knows(runs, tmp_path, case):
+    from ctxlm.outputs import WRITTEN
+
+    result = run_ctxlm(case[0], *[runs.get(part, part) for part in case[1:]], "--out", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    key = " ".join(case[:2]) if case[0] == "analyze" else case[0]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(WRITTEN[key])
 
 
 def test_harness_writes_through_a_device(world, tmp_path):

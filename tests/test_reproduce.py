@@ -651,3 +651,17 @@ def test_the_runner_holds_the_training_code_it_started_with():
                             capture_output=True, text=True, check=True).stdout
     for module in ("ctxlm.training.trainer", "ctxlm.training.step", "ctxlm.training.distributed"):
         assert module in loaded
+
+
+def test_a_row_log_line_cut_short_is_passed_over(tmp_path):
+    """A kill while a command was logged can leave half a line (an open quote): the settings come from the rest."""
+    from ctxlm.reproduce.rows import RowRun
+
+    make_project(tmp_path)
+    table = next(t for t in load_tables(tmp_path / "reproductions") if t.id == "tiny-1")
+    run = RowRun(table, table.rows[0], tmp_path / "runs" / "lstm", tmp_path / "lstm.json")
+    run.run_dir.mkdir(parents=True)
+    (run.run_dir / "config.toml").write_text("")                # begun
+    run.log.write_text("$ ctxlm train --config configs/lstm.toml --run-dir r --set model.hidden_size=24\n...\n"
+                       "$ ctxlm train --resume r --set 'train.threads=1\n")
+    assert run.settings(["train.threads=2"]) == ["model.hidden_size=24"]

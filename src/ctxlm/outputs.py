@@ -2,7 +2,7 @@
 
 An output that is one of the command's inputs (the same file, also through a link), or that lies
 inside a folder it reads (a run directory, a folder of texts), or that is a folder into which it writes a
-file that is an input (or that holds a link leading to one), is refused with one line before any work is done, so `ctxlm export-arpa RUN
+file that is an input (or holds a link of that file's name leading to one), is refused with one line before any work is done, so `ctxlm export-arpa RUN
 RUN/model.safetensors` cannot replace the run's weights.
 Writing over an unrelated existing file stays allowed. How a file is then written (replaced atomically,
 or written through when it is a device or FIFO, never a folder) is one rule: `io.atomic_write`.
@@ -37,9 +37,26 @@ OUTPUTS = {
 FILES = {"export-arpa": {}, "export-onnx": {}, "complete": {}, "lambada": {}, "harness": {}, "names": {},
          "rescore": {"one_best": "one_best.txt"}}
 # the files a folder-writing command writes into its output folder over whatever is there ({name}: its arguments),
-# none of which may be an input; the others refuse a folder holding files not their own (train, import-arpa, prepare)
-# or read run folders only (attention, analyze, curves)
-WRITTEN = {"lambada-task": ("{name}.jsonl", "{name}.yaml")}
+# none of which may be an input nor a link leading to one; the others refuse a folder holding files not their own
+# (train, import-arpa, prepare)
+WRITTEN = {
+    "lambada-task": ("{name}.jsonl", "{name}.yaml"),
+    "attention": ("attention.json", "attention.png", "predictions.png"),
+    "curves": ("curves.json", "curves.png"),
+    "analyze attention-by-position": ("attention_by_position.json", "attention_by_position.png"),
+    "analyze memory": ("memory_positions.json", "memory_samples.json", "memory_cooccurrence.json",
+                       "memory_positions.png", "memory_samples.png", "memory_cooccurrence.md"),
+    "analyze kernel-ngrams": ("kernel_ngrams.json", "kernel_ngrams.png"),
+    "analyze position-weights": ("position_weights.json", "position_weights.png"),
+    "analyze lesion": ("lesion.json", "lesion.png"),
+    "analyze categories": ("categories.json", "categories.png"),
+}
+
+
+def written_names(args) -> list[str]:
+    """The names `args.command` writes into its output folder (WRITTEN), its arguments filled in."""
+    key = f"analyze {args.analysis}" if args.command == "analyze" else args.command
+    return [name.format(**vars(args)) for name in WRITTEN.get(key, ())]
 
 
 def check_outputs(args) -> None:
@@ -63,15 +80,15 @@ def check_outputs(args) -> None:
     option = "--run-dir" if args.command == "train" else "--out" if attribute == "out" else attribute.upper()
     inputs = [p for p in inputs if p is not None and str(p) != "-"]
     check_output(output, option, inputs)
-    for name in WRITTEN.get(args.command, ()):
-        written = Path(output) / name.format(**vars(args))
+    for name in written_names(args):
+        written = Path(output) / name
         for given in inputs:
             if _same_file(written, Path(given)):
                 raise CtxlmError(f"{option} {output}: this command writes {written.name} there, and that is {given}, an "
                                  f"input of this command; writing it would destroy the input: choose another {option}")
     if args.command not in FILES:
         check_writable_folder(output, option)
-        check_links_inside(output, option, inputs)
+        check_links_inside(output, option, inputs, written_names(args))
         return
     check_writable_file(output, option)
     for other, default_name in FILES[args.command].items():
@@ -100,17 +117,18 @@ def check_output(output, option: str, inputs) -> Path:
     return out
 
 
-def check_links_inside(output, option: str, inputs) -> None:
-    """Refuse an output folder holding a link that leads to an input or into a folder the command reads: a file
-    written under the link's name would replace what it leads to (`io.atomic_write` writes a link's target)."""
+def check_links_inside(output, option: str, inputs, names: list[str]) -> None:
+    """Refuse an output folder holding, under one of the `names` the command writes, a link that leads to an input
+    or into a folder the command reads: the file written would replace what it leads to (`io.atomic_write`
+    writes a link's target). Links under other names are left alone."""
     folder = Path(output)
-    for entry in folder.iterdir() if folder.is_dir() else ():
+    for entry in (folder / name for name in names):
         if entry.is_symlink():
             try:
                 check_output(entry, option, inputs)
             except CtxlmError:
                 raise CtxlmError(f"{option} {output}: holds {entry.name}, a link to {_resolved(entry)}, which this command "
-                                 f"reads; a file written there would replace it: remove the link or choose another "
+                                 f"reads; the {entry.name} it writes would replace it: remove the link or choose another "
                                  f"{option}") from None
 
 

@@ -104,7 +104,7 @@ class RowRun:
             return self.row.overrides + extra
         began, resumed = None, []
         for line in self.log.read_text(encoding="utf-8", errors="replace").splitlines() if self.log.is_file() else []:
-            argv = shlex.split(line[2:]) if line.startswith("$ ctxlm train ") else []
+            argv = _command(line[2:]) if line.startswith("$ ctxlm train ") else []
             given = [argv[i + 1] for i in range(len(argv) - 1) if argv[i] == "--set"]
             if "--config" in argv:
                 began, resumed = given, []
@@ -216,3 +216,11 @@ def _again_refused(run: RowRun) -> str:
         return f"--again: {run.name} has a run in {run.run_dir}; move that folder aside to train the row again"
     return (f"--again: {run.name} has an unfinished run in {run.run_dir}; continue it without --again, "
             "or move that folder aside to train the row anew")
+
+
+def _command(line: str) -> list[str]:
+    """A logged command's words; none for a line cut short (a kill while the log was written) or not shell words."""
+    try:
+        return shlex.split(line)
+    except ValueError:
+        return []
