@@ -431,16 +431,19 @@ def test_the_plan_shows_state_cost_and_command(reference):
 
 def test_the_runs_folder_is_the_project_folders_wherever_the_call_is_made(tmp_path, monkeypatch):
     """Without --runs the rows train in the project folder's runs/reproduce, found as the tables and records are (it
-    was runs/reproduce under the current folder: a call from docs/ trained there, and --plan from the root missed it)."""
+    was runs/reproduce under the current folder: a call from docs/ trained there, and --plan from the root missed it);
+    the project of --tables is the folder holding them (it was this source checkout's)."""
     from ctxlm.cli import reproduce
 
     project = make_project(tmp_path / "project")
     (tmp_path / "docs").mkdir()
-    monkeypatch.chdir(tmp_path / "docs")          # no reproductions/ here: the project folder is this source checkout
-    checkout = Path(reproduce.__file__).resolve().parents[3]
-    result = ctxlm("reproduce", "tiny-1", "lstm", "--plan", "--tables", project / "reproductions", "--records", project / "results")
+    monkeypatch.chdir(tmp_path / "docs")
+    result = ctxlm("reproduce", "tiny-1", "lstm", "--plan", "--tables", project / "reproductions")
     assert result.returncode == 0, result.stderr
-    assert f"--run-dir {checkout / 'runs' / 'reproduce' / 'tiny-1' / 'lstm'} " in result.stdout.splitlines()[1]
+    assert f"--run-dir {project / 'runs' / 'reproduce' / 'tiny-1' / 'lstm'} " in result.stdout.splitlines()[1]
+    checkout = Path(reproduce.__file__).resolve().parents[3]       # no reproductions/ here: this source checkout's
+    plan = ctxlm("reproduce", "daniluk-4.8", "lstm", "--plan", "--records", project / "results").stdout
+    assert f"--run-dir {checkout / 'runs' / 'reproduce' / 'daniluk-4.8' / 'lstm'} " in plan
 
 
 def test_the_plan_counts_epochs_left_to_the_rate_floor():

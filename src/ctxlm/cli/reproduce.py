@@ -35,8 +35,9 @@ def add_reproduce(sub) -> None:
                    "today's code no longer trains as recorded")
     p.add_argument("--list", action="store_true", help="list the tables")
     p.add_argument("--runs", help="folder of the rows' run directories (default runs/reproduce/ in the project folder: "
-                   "the current one if it has reproductions/, else this source checkout)")
-    p.add_argument("--tables", help="folder of table files (default reproductions/ in the project folder)")
+                   "the one holding --tables, else the current one if it has reproductions/, else this source checkout)")
+    p.add_argument("--tables", help="folder of table files (default reproductions/ in the project folder); its folder "
+                   "is the project folder")
     p.add_argument("--records", help="folder of records (default results/ in the project folder)")
     data_dir_option(p)
     p.set_defaults(func=cmd_reproduce)
@@ -47,7 +48,7 @@ def cmd_reproduce(args) -> int:
     from ..reproduce.tables import load_tables
 
     stop_after = runner.parse_duration(args.stop_after) if args.stop_after else None
-    root = _project_root()
+    root = _project_root(args.tables)
     tables_dir, records_dir = Path(args.tables or root / "reproductions"), Path(args.records or root / "results")
     runs_dir = Path(args.runs or root / "runs" / "reproduce")
     if args.list:
@@ -87,9 +88,13 @@ def cmd_reproduce(args) -> int:
     return runner.Runner(args.jobs, stop_after, extra, args.data_dir).run(runs)
 
 
-def _project_root() -> Path:
-    """The folder with reproductions/, results/ and runs/reproduce/: the current one, else this source checkout."""
-    here = Path.cwd()
-    if (here / "reproductions").is_dir():
-        return here
-    return Path(__file__).resolve().parents[3]
+def _project_root(tables: str | None) -> Path:
+    """The folder with reproductions/, results/ and runs/reproduce/: the one holding --tables, else the current
+    one, else this source checkout."""
+    if tables:
+        return Path(tables).resolve().parent
+    for folder in (Path.cwd(), Path(__file__).resolve().parents[3]):
+        if (folder / "reproductions").is_dir():
+            return folder
+    raise CtxlmError("no project folder (one holding reproductions/) here or around this ctxlm: run ctxlm reproduce "
+                     "in ctxlm's source folder, or give --tables (its folder's results/ and runs/reproduce/ are used)")
