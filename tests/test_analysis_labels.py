@@ -12,8 +12,9 @@ def test_categories_keeps_two_runs_whose_folders_share_a_name(runs, tmp_path):
     shutil.copytree(runs["ngram"], second)
     result = ctxlm("analyze", "categories", first, second, "--out", tmp_path / "out")
     assert result.returncode == 0, result.stderr
-    tables = json.loads((tmp_path / "out" / "categories.json").read_text())
-    assert sorted(tables) == sorted([str(first), str(second)])
+    written = json.loads((tmp_path / "out" / "categories.json").read_text())
+    tables = written["runs"]
+    assert written["split"] == "test" and sorted(tables) == sorted([str(first), str(second)])
     assert tables[str(first)] != tables[str(second)]
     assert str(first) in result.stdout and str(second) in result.stdout          # whole labels in the table
     one_line_error(ctxlm("analyze", "categories", first, first, "--out", tmp_path / "again"), "given twice")

@@ -104,7 +104,7 @@ def test_a_bad_budget_or_folder_is_one_clear_line(tmp_path, corpus):
     kn = ["train", "--set", "model.name=kneser-ney", *files]
     one_line_error(ctxlm(*kn, "--set", "model.memory_budget=lots"), "model.memory_budget must be a memory size such as \"2G\"", "'lots'")
     one_line_error(ctxlm(*kn, "--memory", "2X"), "--memory", "must be a memory size")
-    one_line_error(ctxlm("train", "--memory", "1G", *files), "unknown key model.memory_budget for model 'lstm'")
+    one_line_error(ctxlm("train", "--memory", "1G", *files), "--memory 1G: only a count-based model", "lstm trains by")
     one_line_error(ctxlm(*kn, "--memory", "1M", "--set", f"model.tmp_dir={tmp_path / 'nowhere'}"),
                    "cannot make a folder for the sorted runs", "nowhere", "model.tmp_dir")
 

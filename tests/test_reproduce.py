@@ -220,7 +220,7 @@ def test_a_record_trained_without_a_setting_the_table_now_sets_is_outdated(refer
     assert "tiny-1/rnn: outdated: its record was trained without train.epochs=12, which the table now sets" in plan
     assert plan.splitlines()[-1] == "3 runnable rows: 2 done, 0 training now, 0 stopped, 0 not started, 1 outdated; 1 unavailable"
     page = ctxlm("reproduce", "--report", "--tables", project / "reproductions", "--records", project / "outdated-results").stdout
-    assert page.startswith("4 rows in 1 tables: 3 runnable here, 2 measured")
+    assert page.startswith("4 rows in 1 table: 3 runnable here, 2 measured")
     assert "| outdated: trained without train.epochs=12, which the table now sets |" in page
     result = ctxlm("reproduce", "tiny-1", "rnn", *folders(project, "outdated"), "--set", "train.threads=1")
     assert result.returncode == 0 and "tiny-1/rnn: finished" in result.stdout, result.stdout + result.stderr
@@ -233,7 +233,7 @@ def test_a_record_trained_without_a_setting_the_table_now_sets_is_outdated(refer
     plan = ctxlm("reproduce", "tiny-1", "rnn", "--plan", *folders(project, "kept")).stdout.splitlines()
     assert plan[0] == (f"tiny-1/rnn: outdated: its record was trained without train.epochs=12, which the table now sets; "
                        f"move {project / 'kept-runs' / 'tiny-1' / 'rnn'} aside to train it again")    # no cost, no command
-    assert plan[1].startswith("1 runnable rows: 0 done,") and len(plan) == 2, plan
+    assert plan[1].startswith("1 runnable row: 0 done,") and len(plan) == 2, plan
     result = ctxlm("reproduce", "tiny-1", "rnn", *folders(project, "kept"), "--set", "train.threads=1")
     assert result.returncode == 0 and f"move {project / 'kept-runs' / 'tiny-1' / 'rnn'} aside" in result.stdout
     assert json.loads((project / "kept-results" / "tiny-1" / "rnn.json").read_text()) == old     # never continued
@@ -330,7 +330,7 @@ def test_the_report_comes_from_the_records_alone(reference, tmp_path):
     rnn_line = next(line for line in result.stdout.splitlines() if line.startswith("| RNN, more epochs |"))
     assert "✓ claim: below 1000.0" in rnn_line
     assert "not here: the corpus is not here" in result.stdout
-    assert result.stdout.startswith("4 rows in 1 tables: 3 runnable here, 3 measured")
+    assert result.stdout.startswith("4 rows in 1 table: 3 runnable here, 3 measured")
     shown = report.compared_rows(load_tables(tmp_path / "reproductions"), tmp_path / "results")   # the plot's points
     assert shown == [{"table": "tiny-1", "row": "LSTM", "source": 30.0, "ours": records["lstm"]["test_ppl"], "band": 0.03}]
     plotted = ctxlm("reproduce", "--report", "--plot", tmp_path / "rows.png", "--tables", tmp_path / "reproductions",
@@ -342,7 +342,7 @@ def test_the_report_comes_from_the_records_alone(reference, tmp_path):
     page = report.report_markdown(load_tables(tmp_path / "reproductions"), tmp_path / "results")
     lstm_line = next(line for line in page.splitlines() if line.startswith("| LSTM |"))
     assert f"{records['lstm']['test_ppl']:.2f}" in lstm_line and "an earlier run, trained again now: 1 epoch so far" in lstm_line
-    assert page.startswith("4 rows in 1 tables: 3 runnable here, 3 measured")     # the measured figure stays on the page
+    assert page.startswith("4 rows in 1 table: 3 runnable here, 3 measured")     # the measured figure stays on the page
 
 
 def test_the_report_shows_the_named_rows_and_the_page_every_row(tmp_path):
@@ -355,7 +355,7 @@ def test_the_report_shows_the_named_rows_and_the_page_every_row(tmp_path):
     args = ("--tables", project / "reproductions", "--records", project / "results")
     shown = ctxlm("reproduce", "tiny-1", "lstm", "--report", *args)
     assert shown.returncode == 0, shown.stderr
-    assert shown.stdout.startswith("1 rows in 1 tables: 1 runnable here, 1 measured")
+    assert shown.stdout.startswith("1 row in 1 table: 1 runnable here, 1 measured")
     assert "| LSTM | 31.00 |" in shown.stdout and "RNN" not in shown.stdout and "Kneser" not in shown.stdout
     page = project / "results.md"
     page.write_text(f"{report.PAGE_BEGIN}\n{report.PAGE_END}\n")
@@ -471,12 +471,12 @@ def test_the_plan_tells_a_row_in_training_from_a_stopped_one(reference):
     with lock_held_by_another_process(run) as holder:
         lines = plan()
         assert lines[0].startswith(f"tiny-1/lstm: training now, 2 epochs finished (process {holder.pid} on ")
-        assert lines[1].startswith("1 runnable rows: 0 done, 1 training now,")
+        assert lines[1].startswith("1 runnable row: 0 done, 1 training now,")
     assert plan()[0].startswith("tiny-1/lstm: stopped after epoch 2;")
     for name in ("metrics.jsonl", "trainer_state.pt"):     # stopped before its first epoch ended
         (run / name).unlink(missing_ok=True)
     assert plan()[0].startswith("tiny-1/lstm: started (no epoch finished);")
-    assert plan()[-1].startswith("1 runnable rows: 0 done, 0 training now, 1 stopped,")
+    assert plan()[-1].startswith("1 runnable row: 0 done, 0 training now, 1 stopped,")
 
 
 def test_a_second_reproduce_leaves_a_row_another_process_trains_to_it(reference):
@@ -668,3 +668,5 @@ def test_a_row_log_line_cut_short_is_passed_over(tmp_path):
     run.log.write_text("$ ctxlm train --config configs/lstm.toml --run-dir r --set model.hidden_size=24\n...\n"
                        "$ ctxlm train --resume r --set 'train.threads=1\n")
     assert run.settings(["train.threads=2"]) == ["model.hidden_size=24"]
+    dotted = [RowRun(table, table.rows[0], tmp_path / "runs" / name, tmp_path / "r.json").log for name in ("x.1", "x.2")]
+    assert [log.name for log in dotted] == ["x.1.log", "x.2.log"]         # row ids with a dot keep their own logs

@@ -74,6 +74,8 @@ def test_a_kneser_ney_resume_may_change_its_working_memory(finished):
     result = ctxlm("train", "--resume", finished / "kn", "--memory", "64M")
     assert result.returncode == 0, result.stderr
     assert load_toml(finished / "kn" / "config.toml", saved=True).model.options.memory_budget == "64M"
+    one_line_error(ctxlm("train", "--resume", finished / "lstm", "--memory", "64M"), "--memory 64M: only a count-based",
+                   "lstm trains by gradient steps")
 
 
 def test_a_resume_refused_by_its_checkpoint_leaves_config_toml_as_it_was(finished, tmp_path):

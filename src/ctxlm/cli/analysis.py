@@ -322,7 +322,7 @@ def cmd_categories(args) -> int:
                                                                                    tags, data.counts("train"))
     check_same_targets(tables, args.split, command)
     out = output_dir(args)
-    write_json(tables, out / "categories.json")
+    write_json({"split": args.split, "runs": tables}, out / "categories.json")
     plot_categories(tables, out / "categories.png")
     first = next(iter(tables.values()))
     if not any(r["group"] == "part of speech" for r in first):

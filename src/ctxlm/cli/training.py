@@ -33,16 +33,21 @@ def cmd_train(args) -> int:
     from ..training.launch import train
     from .common import config_from_args
 
-    if args.memory:
-        args.set = [*(args.set or []), f"model.memory_budget={args.memory}"]
     if args.resume:
         if args.config or args.match_params or args.run_dir:
             raise CtxlmError("--resume continues a run with its own config.toml in its own folder; only --set train.KEY=VALUE may change it")
         config, run_dir = None, args.resume
+        if args.memory:
+            from ..training.rundir import RunDir
+
+            counted(RunDir(run_dir).saved_config(), args.memory)
+            args.set = [*(args.set or []), f"model.memory_budget={args.memory}"]
     else:
         if args.allow_changed_data:
             raise CtxlmError("--allow-changed-data goes with --resume RUN_DIR (a new run records its data)")
         config = config_from_args(args)
+        if args.memory:
+            counted(config, args.memory).model.options.memory_budget = args.memory
         run_dir = args.run_dir or Path("runs") / (Path(args.config).stem if args.config else config.model.name)
     try:
         results = train(config, run_dir, args.data_dir, resume=bool(args.resume), allow_changed_data=args.allow_changed_data,
@@ -54,6 +59,17 @@ def cmd_train(args) -> int:
     if main_process():        # under torchrun, one process reports
         print_table(run_dir, results)
     return 0
+
+
+def counted(config, memory: str):
+    """`config` if its model is estimated from counts (the one kind --memory bounds), else one line saying so."""
+    from ..registry import MODELS
+
+    family = MODELS.get(config.model.name) if config is not None else None
+    if family is not None and not family.count_based:
+        raise CtxlmError(f"--memory {memory}: only a count-based model (kneser-ney) counts in a memory budget; "
+                         f"{config.model.name} trains by gradient steps: leave --memory out")
+    return config
 
 
 def print_table(run_dir, results) -> None:

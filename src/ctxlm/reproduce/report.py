@@ -76,9 +76,9 @@ def plan_text(runs: list[RowRun], extra: list[str], measure: bool, data_dir=None
         if status != "done" and trainable and not status.startswith("training now"):
             lines.append("    ctxlm " + shlex.join(run.train_argv(extra, data_dir)))
     for (table, reason), rows in unavailable.items():
-        lines.append(f"{table}: {len(rows)} row{'s' * (len(rows) > 1)} unavailable ({reason}): {', '.join(rows)}")
+        lines.append(f"{table}: {_many(len(rows), 'row')} unavailable ({reason}): {', '.join(rows)}")
     outdated = f", {states.count('outdated:')} outdated" if "outdated:" in states else ""
-    lines.append(f"{len(states)} runnable rows: {states.count('done')} done, {states.count('training')} training now, "
+    lines.append(f"{_many(len(states), 'runnable row')}: {states.count('done')} done, {states.count('training')} training now, "
                  f"{states.count('stopped')} stopped, {states.count('not')} not started{outdated}; "
                  f"{sum(map(len, unavailable.values()))} unavailable")
     return "\n".join(lines)
@@ -187,7 +187,7 @@ def report_markdown(tables: list[Table], records_dir: Path) -> str:
     measured = [key for key in runs if (found[key] or {}).get("finished") and not records.unset_settings(found[key], runs[key][1].overrides)]
     held = [key for key in measured if verdict(*runs[key], found[key]).startswith("✓")]
     repeated = sum(r.runnable for _, r in rows) - len(runs)
-    summary = (f"{len(rows)} rows in {len(tables)} tables: {len(runs)} runnable here"
+    summary = (f"{_many(len(rows), 'row')} in {_many(len(tables), 'table')}: {len(runs)} runnable here"
                + (f" (and {repeated} that repeat one of them in another table)" if repeated else "")
                + f", {len(measured)} measured, {len(held)} of them reproduced (within the band or the claim holds).")
     here = [t for t in tables if any(r.runnable for r in t.rows)]
@@ -264,3 +264,8 @@ def page_report(page: Path) -> str:
     """The report as the page holds it (what a test compares with `report_markdown`)."""
     text = page.read_text(encoding="utf-8")
     return text.split(PAGE_BEGIN, 1)[1].split(PAGE_END, 1)[0].lstrip("\n")
+
+
+def _many(count: int, noun: str) -> str:
+    """'1 row', '2 rows'."""
+    return f"{count} {noun}{'s' * (count != 1)}"

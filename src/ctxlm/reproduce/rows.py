@@ -93,7 +93,7 @@ class RowRun:
     @property
     def log(self) -> Path:
         """RUNS/TABLE/ROW.log: every `ctxlm train` command run on the row, each followed by its output."""
-        return self.run_dir.with_suffix(".log")
+        return self.run_dir.with_name(self.run_dir.name + ".log")      # a row id with a dot keeps it: `x.1.log`
 
     def settings(self, extra: list[str]) -> list[str]:
         """The settings (`--set` on the preset) the row's run trains with: the row's own and `extra` for a run not
