@@ -7,6 +7,8 @@ import re
 import sys
 import zlib
 from dataclasses import dataclass
+from functools import partial
+from itertools import chain
 from pathlib import Path
 from typing import Iterator
 
@@ -25,15 +27,15 @@ def read_text(path: str | Path, encoding: str | tuple[str, ...] = "utf-8",
         raise CtxlmError(f"{path}: file not found") from None
     except IsADirectoryError:
         raise CtxlmError(f"{path}: is a directory, expected a text file") from None
-    if raw[:2] == b"\x1f\x8b":
+    if raw[:2] == GZIP_MAGIC:
         try:
             raw = gzip.decompress(raw)
         except (OSError, EOFError, zlib.error) as exc:
-            raise CtxlmError(f"{path}: corrupt gzip file ({exc}); download it again") from None
+            raise _corrupt_gzip(path, exc) from None
     if not raw.strip():
         raise CtxlmError(f"{path}: file is empty; {needs}")
-    if b"\x00" in raw[:65536]:
-        raise CtxlmError(f"{path}: looks binary (contains NUL bytes); expected plain text, one sentence per line")
+    if b"\x00" in raw[:BINARY_CHECKED]:
+        raise _binary(path)
     *others, last = (encoding,) if isinstance(encoding, str) else encoding
     for name in others:
         try:
@@ -43,8 +45,88 @@ def read_text(path: str | Path, encoding: str | tuple[str, ...] = "utf-8",
     try:
         return _without_bom(raw.decode(last))
     except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise CtxlmError(f"{path}, line {line}: not valid {last} text; convert the file to UTF-8") from None
+        raise _undecodable(path, raw[: exc.start].count(b"\n") + 1, last) from None
+
+
+GZIP_MAGIC, BINARY_CHECKED = b"\x1f\x8b", 65536        # a gzip file's first bytes; the bytes read_text looks at for NULs
+
+
+def _corrupt_gzip(path, exc) -> CtxlmError:
+    """A corrupt gzip stream, as every reader here says it."""
+    return CtxlmError(f"{path}: corrupt gzip file ({exc}); download it again")
+
+
+def _binary(path) -> CtxlmError:
+    """NULs where text was expected (read_text, text_blocks)."""
+    return CtxlmError(f"{path}: looks binary (contains NUL bytes); expected plain text, one sentence per line")
+
+
+def _undecodable(path, line: int, encoding: str = "utf-8") -> CtxlmError:
+    """Text not valid in `encoding` from line `line` (read_text, text_blocks)."""
+    return CtxlmError(f"{path}, line {line}: not valid {encoding} text; convert the file to UTF-8")
+
+
+# read_text's errors outrank one another (a corrupt gzip stream, an empty file, NULs in the first BINARY_CHECKED bytes,
+# the first undecodable line) and any error its caller finds in the lines: text_blocks says one once the rest of the
+# file is read, where an error of a higher rank may be, and its caller reads the rest before saying one of its own.
+def text_blocks(path: str | Path, chunk: int = 1 << 20, start: tuple[int, int] = (0, 0)) -> Iterator[tuple[int, int, list[str]]]:
+    """`read_text(path).split("\\n")` by blocks of whole lines, read `chunk` bytes at a time: (first index, byte offset, lines)."""
+    path = Path(path)
+    offset, number = start
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        raise CtxlmError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise CtxlmError(f"{path}: is a directory, expected a text file") from None
+    with handle:
+        packed = handle.peek(2)[:2] == GZIP_MAGIC
+        stream = gzip.GzipFile(fileobj=handle) if packed else handle
+
+        def read(size: int) -> bytes:        # the next bytes, unpacked
+            try:
+                return stream.read(size)
+            except (OSError, EOFError, zlib.error) as exc:
+                if not packed:
+                    raise
+                raise _corrupt_gzip(path, exc) from None
+
+        def rest() -> None:                 # the file read to its end: a gzip error there outranks the one at hand
+            while read(chunk):
+                pass
+
+        def decode(data: bytes, first: int) -> list[str]:   # the lines from the one at index `first` on
+            try:
+                lines = data.decode("utf-8").split("\n")
+            except UnicodeDecodeError as exc:
+                rest()
+                raise _undecodable(path, first + data[: exc.start].count(b"\n") + 1) from None
+            if not first:
+                lines[0] = _without_bom(lines[0])
+            return lines
+
+        if offset:
+            stream.seek(offset)
+        head = read(BINARY_CHECKED) if not offset else b""
+        if b"\x00" in head:
+            rest()
+            raise _binary(path)
+        pieces = chain((head[i:i + chunk] for i in range(0, len(head), chunk)), iter(partial(read, chunk), b""))
+        pending, blank = [], not offset
+        for piece in pieces:
+            blank = blank and not piece.strip()
+            cut = piece.rfind(b"\n") + 1
+            if not cut:
+                pending.append(piece)
+                continue
+            pending.append(piece[:cut - 1])
+            data, pending = b"".join(pending), [piece[cut:]]
+            lines = decode(data, number)
+            yield number, offset, lines
+            number, offset = number + len(lines), offset + len(data) + 1
+        if blank:
+            raise CtxlmError(f"{path}: file is empty; a corpus needs at least one line of text")
+        yield number, offset, decode(b"".join(pending), number)
 
 
 def _without_bom(text: str) -> str:
@@ -112,13 +194,13 @@ def _bounded(handle) -> Iterator[bytes]:
 
 
 def _raw_lines(handle, name: str) -> Iterator[bytes]:
-    if handle.peek(2)[:2] != b"\x1f\x8b":
+    if handle.peek(2)[:2] != GZIP_MAGIC:
         yield from _bounded(handle)
         return
     try:
         yield from _bounded(gzip.GzipFile(fileobj=handle))
     except (OSError, EOFError, zlib.error) as exc:
-        raise CtxlmError(f"{name}: corrupt gzip file ({exc}); download it again") from None
+        raise _corrupt_gzip(name, exc) from None
 
 
 def iter_tokens(path: str | Path) -> Iterator[str]:
