@@ -322,3 +322,24 @@ def world(made, tmp_path):
     (tmp_path / "questions.csv").write_text("id,question,a),b),c),d),e)\n1,the cat _____ on a mat,sat,ran,flew,dog,red\n")
     (tmp_path / "passages.txt").write_text("the cat sat on a mat\nthe dog ran to big red house\n")
     return tmp_path
+
+
+def edit_arpa(lines: list[str], kind: str, i: int, j: int, junk: str) -> list[str]:
+    """An ARPA file's lines with one edit of `kind` at line i (field j, text `junk`), as the fuzz tests damage them."""
+    i %= len(lines)
+    if kind == "count":         # a wrong count in the header
+        k = next(n for n, line in enumerate(lines) if line.startswith("ngram "))
+        lines[k + i % 3] = f"ngram {1 + i % 3}={junk}"
+    elif kind == "field":       # one field of an entry replaced
+        fields = lines[i].split("\t")
+        fields[j % len(fields)] = junk
+        lines[i] = "\t".join(fields)
+    elif kind == "delete":
+        del lines[i]
+    elif kind == "duplicate":
+        lines.insert(i, lines[i])
+    elif kind == "swap":
+        lines[i], lines[j % len(lines)] = lines[j % len(lines)], lines[i]
+    else:
+        lines.insert(i, junk)
+    return lines

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import arpa_oracle
-from conftest import examples
+from conftest import edit_arpa, examples
 from ctxlm.data.corpus import read_text, text_blocks
 from ctxlm.data.vocab import Vocabulary
 from ctxlm.errors import CtxlmError
@@ -146,23 +146,6 @@ def small_arpa(tmp_path_factory):
     return exported(3, 11, tmp_path_factory.mktemp("arpa"))
 
 
-def _edit(lines, kind, i, j, junk):
-    i %= len(lines)
-    if kind == "field":
-        fields = lines[i].split("\t")
-        fields[j % len(fields)] = junk
-        lines[i] = "\t".join(fields)
-    elif kind == "delete":
-        del lines[i]
-    elif kind == "duplicate":
-        lines.insert(i, lines[i])
-    elif kind == "swap":
-        lines[i], lines[j % len(lines)] = lines[j % len(lines)], lines[i]
-    else:
-        lines.insert(i, junk)
-    return lines
-
-
 JUNK = st.one_of(st.sampled_from(["", "x", "nan", "-inf", "1e999", "0.5", "-0", "-99", "12", "-1", "w1", "</s>", "<s> <s>",
                                   "\\1-grams:", "\\2-grams:", "\\3-grams:", "\\end\\", "ngram 3=1", "ngram 2=99999999", " \t ",
                                   "-1\tw1 w1", "-1\tw1 w1 w1", "-1\tw9 w9 zz", "-1 w2 w3\t-1", "\ufeffx"]), st.text(max_size=8))
@@ -180,7 +163,7 @@ def test_a_damaged_file_gives_the_whole_file_readers_model_or_error(tmp_path_fac
     text = {"file": small_arpa, "shuffled": shuffled(small_arpa), "reordered": reordered(small_arpa)}[order]
     lines = text.split("\n")
     for edit in edits:
-        lines = _edit(lines, *edit)
+        lines = edit_arpa(lines, *edit)
     data = "\n".join(lines).encode()
     data = data if cut is None else data[:cut % (len(data) + 1)]
     if damage:

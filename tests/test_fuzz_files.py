@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file
 
 import ctxlm
-from conftest import WORDS, examples, one_line_error
+from conftest import WORDS, edit_arpa, examples, one_line_error
 from conftest import ctxlm as run_ctxlm
 from ctxlm.evaluation import evaluate_stream
 
@@ -155,26 +155,6 @@ def arpa(runs, tmp_path_factory):
     return path.read_text()
 
 
-def _edit(lines, kind, i, j, junk):
-    i %= len(lines)
-    if kind == "count":         # a wrong count in the header
-        k = next(n for n, line in enumerate(lines) if line.startswith("ngram "))
-        lines[k + i % 3] = f"ngram {1 + i % 3}={junk}"
-    elif kind == "field":       # one field of an entry replaced
-        fields = lines[i].split("\t")
-        fields[j % len(fields)] = junk
-        lines[i] = "\t".join(fields)
-    elif kind == "delete":
-        del lines[i]
-    elif kind == "duplicate":
-        lines.insert(i, lines[i])
-    elif kind == "swap":
-        lines[i], lines[j % len(lines)] = lines[j % len(lines)], lines[i]
-    else:
-        lines.insert(i, junk)
-    return lines
-
-
 JUNK = st.one_of(st.sampled_from(["", "x", "nan", "inf", "-inf", "1e999", "0.5", "-0", "-99", "12", "-1", "the", "</s>",
                                   "<s> <s>", "\\1-grams:", "\\end\\", "ngram 4=1"]), st.text(max_size=8))
 EDITS = st.lists(st.tuples(st.sampled_from(["count", "field", "delete", "duplicate", "swap", "insert"]),
@@ -187,7 +167,7 @@ EDITS = st.lists(st.tuples(st.sampled_from(["count", "field", "delete", "duplica
 def test_import_arpa_of_a_damaged_file(runs, arpa, tmp_path, cut, edits):
     lines = arpa.split("\n")
     for edit in edits:
-        lines = _edit(lines, *edit)
+        lines = edit_arpa(lines, *edit)
     text = "\n".join(lines)
     text = text if cut is None else text[:cut % (len(text) + 1)]
     folder = Path(tempfile.mkdtemp(dir=tmp_path))

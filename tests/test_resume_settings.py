@@ -18,6 +18,16 @@ def finished(tmp_path_factory):
     return root
 
 
+def trained(folder, **train):
+    """A tiny LSTM run trained in `folder`/run with these [train] settings."""
+    config = tiny_config(write_corpus(folder))
+    for key, value in train.items():
+        setattr(config.train, key, value)
+    run = folder / "run"
+    assert ctxlm("train", "--config", toml(config, folder / "lstm.toml"), "--run-dir", run).returncode == 0
+    return run
+
+
 def test_a_changed_train_setting_is_kept_for_the_next_resume(finished):
     run = finished / "lstm"
     result = ctxlm("train", "--resume", run, "--set", "train.epochs=2")
@@ -46,11 +56,7 @@ def test_a_kneser_ney_resume_takes_no_model_or_data_change(finished):
 
 
 def test_train_epochs_below_the_epochs_trained_is_refused(tmp_path):
-    corpus = write_corpus(tmp_path)
-    config = tiny_config(corpus)
-    config.train.epochs = 2
-    run = tmp_path / "run"
-    assert ctxlm("train", "--config", toml(config, tmp_path / "lstm.toml"), "--run-dir", run).returncode == 0
+    run = trained(tmp_path, epochs=2)
     before = (run / "config.toml").read_bytes()
     one_line_error(ctxlm("train", "--resume", run, "--set", "train.epochs=1"),
                    "train.epochs = 1:", "has trained 2 epochs already", "train.epochs = 2 or more")
@@ -58,11 +64,7 @@ def test_train_epochs_below_the_epochs_trained_is_refused(tmp_path):
 
 
 def test_an_early_stop_is_judged_by_the_resumes_settings(tmp_path):
-    corpus = write_corpus(tmp_path)
-    config = tiny_config(corpus)
-    config.train.epochs, config.train.min_lr = 3, 1.0          # the rate is below min_lr: it stops after epoch 1
-    run = tmp_path / "run"
-    assert ctxlm("train", "--config", toml(config, tmp_path / "lstm.toml"), "--run-dir", run).returncode == 0
+    run = trained(tmp_path, epochs=3, min_lr=1.0)         # the rate is below min_lr: it stops after epoch 1
     stopped = ctxlm("train", "--resume", run)
     assert "has finished (1 epoch, stopped early): nothing to train; to go on, raise train.early_stop_patience" in stopped.stdout
     resumed = ctxlm("train", "--resume", run, "--set", "train.min_lr=0")
@@ -90,11 +92,7 @@ def test_a_resume_refused_by_its_checkpoint_leaves_config_toml_as_it_was(finishe
 
 
 def test_a_run_without_a_checkpoint_may_change_what_a_state_would_carry(tmp_path):
-    corpus = write_corpus(tmp_path)
-    config = tiny_config(corpus)
-    config.train.epochs = 1
-    run = tmp_path / "run"
-    assert ctxlm("train", "--config", toml(config, tmp_path / "lstm.toml"), "--run-dir", run).returncode == 0
+    run = trained(tmp_path, epochs=1)
     for made in run.iterdir():                  # as a kill before the first checkpoint leaves it: what write_start wrote
         if made.name not in ("config.toml", "vocab.txt", "text.json") and not made.name.startswith(".ctxlm.lock"):
             made.unlink()
