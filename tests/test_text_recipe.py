@@ -1,6 +1,6 @@
 """The text recipe (data/text.py, docs/prepare.md): a run carries its corpus's tokeniser and normalisation, and raw
 text scores exactly as the same text tokenised by that recipe in the API, `score`, `eval --file`, explore, rescore
-and the harness; `--pretokenized` / `pretokenized=True` opt out; unknown words are counted."""
+`complete` and the harness; `--pretokenized` / `pretokenized=True` opt out; unknown words are counted."""
 import importlib
 import json
 import os
@@ -152,6 +152,19 @@ def test_rescore(world, tmp_path):
         outputs.append([json.loads(line)["lm"] for line in out.read_text().splitlines()])
     assert outputs[0] == outputs[1]
     assert outputs[0][0] == pytest.approx(load(world / "kn").score([RAW[0]])[0].total, abs=1e-5)
+
+
+def test_complete_reads_the_candidates_by_the_recipe(world, tmp_path):
+    """Each filled question scores as `sentence_log_probs` of the same raw sentence (it was read by Holmes's rule,
+    which keeps "don't" whole: two unknown words here, and other scores)."""
+    questions = tmp_path / "q.csv"
+    questions.write_text('id,question,a),b),c),d),e)\n1,"Holmes said, ""I don\'t _____ so.""",think,howled,hat,the,zebra\n')
+    result = ctxlm("complete", world / "lstm", "--questions", questions, "--out", tmp_path / "c.json")
+    assert result.returncode == 0, result.stderr
+    [record] = json.loads((tmp_path / "c.json").read_text())["records"]
+    filled = [f'Holmes said, "I don\'t {option} so."' for option in record["options"]]
+    assert record["scores"] == pytest.approx(load(world / "lstm").sentence_log_probs(filled), abs=1e-4)
+    assert record["unknown"] == [False, False, False, False, True] and record["unknown_in_question"] == 0
 
 
 @pytest.mark.skipif(importlib.util.find_spec("lm_eval") is None, reason="lm-eval is not installed")

@@ -299,6 +299,7 @@ def add_complete(sub) -> None:
 
 
 def cmd_complete(args) -> int:
+    from ..data.corpus import msr_tokens
     from ..data.questions import read_msr_completion
     from ..data.registry import locate
     from ..evaluation.completion import answer_questions, compare_answers, read_answers
@@ -314,7 +315,8 @@ def cmd_complete(args) -> int:
     other = read_answers(args.against, questions) if args.against else None
     run = with_dynamic(load(args.run, pick_device(args.device, "--device"), data_dir=args.data_dir), args)
     bar = Progress(len(questions), "complete", unit="questions")
-    summary, records = answer_questions(run.model, run.vocab, questions, args.batch_size, bar.update, run.dynamic)
+    tokenize = run.words if run.recipe is not None else msr_tokens      # a run from before recipes: Holmes's reading
+    summary, records = answer_questions(run.model, run.vocab, questions, args.batch_size, bar.update, run.dynamic, tokenize)
     bar.close()
     summary.update(run=str(args.run), model=run.config.model.name, questions_file=str(questions_file),
                    dynamic=vars(run.dynamic.setting) if run.dynamic else None,
@@ -325,8 +327,8 @@ def cmd_complete(args) -> int:
     if args.json:
         print(json_text(summary, indent=2))
         return 0
-    print(f"{questions_file}: {summary['questions']:,} question{'s' * (summary['questions'] != 1)}, {summary['unknown_candidates']:,} candidates outside "
-          f"the vocabulary of {args.run} ({summary['seconds']:.0f} s)")
+    print(f"{questions_file}: {summary['questions']:,} question{'s' * (summary['questions'] != 1)}, {summary['unknown_candidates']:,} candidates "
+          f"and {summary['unknown_question_words']:,} question words outside the vocabulary of {args.run} ({summary['seconds']:.0f} s)")
     if summary["answered"]:
         print(f"accuracy {100 * summary['accuracy']:.2f}% ({summary['correct']:,} of {summary['answered']:,})")
     else:

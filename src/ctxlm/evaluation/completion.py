@@ -1,7 +1,8 @@
 """MSR Sentence Completion (SPEC §0.1, §3.3, §4.6 Table 4; REC §6.4 item 33).
 
-Each blank is filled with each of the five candidates; the sentence is tokenised and lower-cased like
-the training text (`corpus.msr_tokens`), words outside the run's vocabulary become `<unk>`, and it is
+Each blank is filled with each of the five candidates; the sentence is tokenised like the training text
+(the run's text recipe; `corpus.msr_tokens`, Holmes's, for a run that recorded none), words outside the
+run's vocabulary become `<unk>`, and it is
 scored as one sentence on its own: input `<eos>` + words, the score is the sum of the natural-log
 probabilities of every word and of the final `<eos>` (SPEC §6.1 REC 2). The highest score is the
 choice (ties: the earlier letter). Sentences of several questions go through the model together,
@@ -20,6 +21,7 @@ import json
 import math
 import time
 from itertools import chain, repeat
+from typing import Callable
 
 import numpy as np
 import torch
@@ -34,9 +36,9 @@ from .dynamic import DynamicWeights
 from .scoring import score_item
 
 
-def candidate_sentences(question: CompletionQuestion) -> list[list[str]]:
-    """The question with each option in its blank, as tokens ending in `<eos>`."""
-    return [msr_tokens(question.question.replace(BLANK, option)) + [EOS] for option in question.options]
+def candidate_sentences(question: CompletionQuestion, tokenize: Callable[[str], list[str]] = msr_tokens) -> list[list[str]]:
+    """The question with each option in its blank, as `tokenize` reads it, ending in `<eos>`."""
+    return [tokenize(question.question.replace(BLANK, option)) + [EOS] for option in question.options]
 
 
 def sentence_scores(model, vocab, sentences: list[list[str]], batch_size: int = 50, progress=None,
@@ -74,10 +76,12 @@ def sentence_scores(model, vocab, sentences: list[list[str]], batch_size: int = 
 
 
 def answer_questions(model, vocab, questions: list[CompletionQuestion], batch_size: int = 50,
-                     progress=None, dynamic: DynamicWeights | None = None) -> tuple[dict, list[dict]]:
-    """(summary, one record per question): scores of the five candidates, the choice, and whether it is right."""
+                     progress=None, dynamic: DynamicWeights | None = None,
+                     tokenize: Callable[[str], list[str]] = msr_tokens) -> tuple[dict, list[dict]]:
+    """(summary, one record per question): scores of the five candidates, the choice, and whether it is right;
+    `tokenize` reads raw text as the run's training text was read."""
     started = time.time()
-    sentences = [s for q in questions for s in candidate_sentences(q)]
+    sentences = [s for q in questions for s in candidate_sentences(q, tokenize)]
     done = set()
 
     def tick(rows):
@@ -96,12 +100,15 @@ def answer_questions(model, vocab, questions: list[CompletionQuestion], batch_si
             "scores": [round(x, 4) for x in row], "choice": choice,
             "choice_word": question.options[LETTERS.index(choice)], "answer": question.answer,
             "correct": None if question.answer is None else choice == question.answer,
-            "unknown": [any(t not in vocab.index for t in msr_tokens(o)) for o in question.options],
+            "unknown": [any(t not in vocab.index for t in tokenize(o)) for o in question.options],
+            "unknown_in_question": sum(t not in vocab.index for part in question.question.split(BLANK)
+                                       for t in tokenize(part)),
         })
     answered = [r for r in records if r["correct"] is not None]
     summary = {"questions": len(records), "answered": len(answered), "correct": sum(r["correct"] for r in answered),
                "accuracy": sum(r["correct"] for r in answered) / len(answered) if answered else math.nan,
                "unknown_candidates": sum(sum(r["unknown"]) for r in records),
+               "unknown_question_words": sum(r["unknown_in_question"] for r in records),
                "seconds": round(time.time() - started, 1)}
     return summary, records
 
