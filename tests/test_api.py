@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ctxlm, one_line_error
+from conftest import ctxlm, one_line_error, tiny_config, write_corpus
 from ctxlm.data.batching import split_sentences
 from ctxlm.errors import CtxlmError
 from ctxlm.evaluation.dynamic import DynamicSetting, DynamicWeights
 from ctxlm.evaluation.perplexity import evaluate_dynamic, evaluate_sentences, evaluate_stream
 from ctxlm.run import Run, load
+from ctxlm.training.trainer import Trainer
 from test_contract import EVERY, VOCAB, config_of, folder, ready, sentences  # noqa: F401  (folder: a fixture)
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "python.md"
@@ -236,3 +237,16 @@ def test_score_and_perplexity_share_one_default(runs):
     document = math.exp(-sum(s.total for s in together) / sum(len(s.tokens) for s in together))
     assert run.perplexity(texts, document=True) == pytest.approx(document, rel=1e-12)
     assert abs(document - alone) > 1e-3 * alone                    # the two readings differ: the default matters
+
+
+def test_eval_file_reads_a_sentence_runs_text_as_it_reads_its_splits(tmp_path):
+    """A run trained on sentences alone never saw a state carried across a line: `eval --file` reads the file's
+    sentences alone, as `eval --split` does (it read them as one stream: ~5x the perplexity)."""
+    corpus = write_corpus(tmp_path)
+    config = tiny_config(corpus)
+    config.data.batching, config.train.epochs = "sentence", 1
+    Trainer(config, tmp_path / "run", log=lambda *a: None).fit()
+    split = json.loads(ctxlm("eval", tmp_path / "run", "--split", "valid", "--json").stdout)["valid"]
+    file = json.loads(ctxlm("eval", tmp_path / "run", "--file", corpus["valid"], "--json").stdout)[corpus["valid"]]
+    assert (file["nll"], file["tokens"]) == (split["nll"], split["tokens"])
+    assert file["ppl"] == pytest.approx(load(tmp_path / "run").perplexity(Path(corpus["valid"])), rel=1e-6)

@@ -36,8 +36,8 @@ def add_eval(sub) -> None:
     run_argument(p)
     what = p.add_mutually_exclusive_group()
     what.add_argument("--split", action="append", choices=SPLITS, help="split(s) to evaluate (default valid and test)")
-    what.add_argument("--file", help="evaluate a text file (one sentence per line, read as a stream, tokenised by the run's "
-                      "text recipe) instead")
+    what.add_argument("--file", help="evaluate a text file (one sentence per line, tokenised by the run's text recipe; read "
+                      "as a stream, or each sentence alone for a run trained on sentences alone) instead")
     pretokenized_option(p, "--file")
     p.add_argument("--batch-size", type=option(int, at_least(1)), help="parallel streams (default from the run: 1)")
     p.add_argument("--chunk", type=option(int, at_least(1)), help="tokens per forward pass (default from the run: 1000)")
@@ -90,7 +90,7 @@ def cmd_eval(args) -> int:
         if args.file:
             results[args.file] = evaluate_file(model, run.vocab, args.file, run.config.data.eval_batch_size,
                                                run.config.data.eval_chunk, recipe=None if args.pretokenized else run.text_recipe(),
-                                               desc=f"eval {args.file}")
+                                               desc=f"eval {args.file}", config=run.config)
         else:
             data = split_data(run, args, *(args.split or []))
             for split in args.split or [s for s in ("valid", "test") if s in data.ids]:     # holmes has no test

@@ -69,11 +69,15 @@ def evaluate_dynamic(model, ids: torch.Tensor, weights: DynamicWeights, desc: st
 
 
 def evaluate_file(model, vocab, path: str | Path, batch_size: int = 1, chunk: int = 1000, device="cpu",
-                  recipe: TextRecipe | None = None, desc: str | None = None) -> dict[str, float]:
+                  recipe: TextRecipe | None = None, desc: str | None = None, config=None) -> dict[str, float]:
     """`evaluate_stream` of a text file (`<eos>` first, then its tokens by `recipe`, else its lines split on whitespace),
     in memory independent of its length: the ids are written to a temporary file and read back chunk by chunk.
-    `unknown`: the tokens scored as `<unk>`."""
+    With the `config` of a run trained on sentences alone, its sentences are read alone, as `evaluate_split` reads
+    a split of that run. `unknown`: the tokens scored as `<unk>`."""
     tokens = itertools.chain([EOS], file_tokens(path, recipe))
+    if config is not None and config.data.batching == "sentence":
+        ids = vocab.encode(list(tokens))
+        return {**evaluate_split(model, config, ids, vocab, device, desc), "unknown": unknown_targets(ids, vocab)}
     unknown = [0]
 
     def encoded(block: list[str]) -> torch.Tensor:
