@@ -170,6 +170,8 @@ def text_file(tmp_path) -> Path:
     (["--valid-sentences", "60%", "--test-sentences", "60%"],
      "--valid-sentences 60% (12) and --test-sentences 60% (12) together hold out 24 sentences, but the corpus has only 20"),
     (["--valid-sentences", "2", "--numbers", "a b"], "--numbers 'a b': give one token without spaces"),
+    (["--valid-sentences", "2", "--numbers", "<eos>"], "--numbers <eos>: that token has a meaning of its own"),
+    (["--valid-sentences", "2", "--numbers", "<unk>"], "--numbers <unk>: that token has a meaning of its own"),
     (["--valid-sentences", "2", "--tokenize", "moses", "--lang", "xx-nonsense"], "--lang 'xx-nonsense': sacremoses has no rules"),
     (["--valid-sentences", "2", "--lang", "de"], "--lang de: only --tokenize moses reads the language"),
 ])

@@ -108,6 +108,9 @@ class TextRecipe:
         """A CtxlmError unless --numbers is one token and --lang a language sacremoses knows (for moses)."""
         if self.numbers and (len(self.numbers.split()) != 1 or self.numbers.strip() != self.numbers):
             raise CtxlmError(f"--numbers {self.numbers!r}: give one token without spaces (PTB writes N)")
+        if self.numbers in SPECIAL_FORMS:
+            raise CtxlmError(f"--numbers {self.numbers}: that token has a meaning of its own (<eos> ends a sentence, <unk> "
+                             "is a word outside the vocabulary); give another, e.g. N")
         if self.tokenize == "moses":
             known = _moses_languages()
             if known and self.lang not in known:
