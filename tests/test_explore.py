@@ -26,8 +26,9 @@ from ctxlm.training.trainer import Trainer
 
 MODELS = {"lstm": {}, "attention": {"name": "attention", "window": 3},
           "salton": {"name": "attentive-lm", "layers": 1, "dropout": 0.0}, "kn": {"name": "kneser-ney", "order": 3}}
-# three lines, 62 tokens: more than one chunk (the tiny runs score in chunks of 50), one unknown word
-TEXT = "\n".join([" ".join(WORDS[i % len(WORDS)] for i in range(0, 40, 2)), "the zebra sat on a mat",
+# three lines, 63 tokens: more than one chunk (the tiny runs score in chunks of 50), one word outside the
+# vocabulary and one literal <unk>
+TEXT = "\n".join([" ".join(WORDS[i % len(WORDS)] for i in range(0, 40, 2)), "the zebra sat on <unk> a mat",
                   " ".join(WORDS[i % len(WORDS)] for i in range(7, 40, 1))])
 
 
@@ -84,12 +85,13 @@ def test_log_probs_equal_ctxlm_score(server, run_dirs, stream, monkeypatch, caps
     for run_dir, scored in zip(run_dirs, answer["runs"]):
         rows = ctxlm_score(run_dir, TEXT, stream, monkeypatch, capsys)
         expected = [x for row in rows for x in row["log_probs"]]
-        assert scored["run"] == run_dir.name and len(scored["log_probs"]) == len(expected) == 62
-        assert max(abs(a - b) for a, b in zip(scored["log_probs"], expected)) < 2e-5, run_dir.name
+        assert scored["run"] == run_dir.name and len(scored["log_probs"]) == len(expected) == 63
+        assert max(abs(a - b) for a, b in zip(scored["log_probs"], expected)) < 2e-6, run_dir.name
         assert scored["unknown"] == [u for row in rows for u in row["unknown"]]
-        assert scored["unknown_count"] == 1
+        assert scored["unknown_count"] == 2
         total = sum(row["total"] for row in rows)
-        assert scored["ppl"] == pytest.approx(math.exp(-total / 62), rel=1e-5)
+        assert scored["total_log_prob"] == pytest.approx(total, abs=2e-4)         # its own 4 decimals
+        assert scored["ppl"] == pytest.approx(math.exp(-total / 63), abs=6e-5)             # 4 decimals
 
 
 def test_top_k_sorted_sums_to_at_most_one_and_ranks_the_actual_word(server):

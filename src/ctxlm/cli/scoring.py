@@ -35,7 +35,7 @@ def cmd_score(args) -> int:
     lines = iter_lines(args.input or "-", allow_empty=True)
     for scored in run.iter_score(lines, document=args.stream, pretokenized=args.pretokenized):
         print(json_text({"text": scored.text, "tokens": scored.tokens, "unknown": scored.unknown, "unknown_count": scored.unknown_count,
-                          "log_probs": [round(x, 5) for x in scored.log_probs], "total": round(scored.total, 5),
+                          "log_probs": [round(x, 6) for x in scored.log_probs], "total": round(scored.total, 6),
                           "ppl": round(scored.perplexity, 4)}))
     return 0
 

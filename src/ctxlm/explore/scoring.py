@@ -140,10 +140,11 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
             result["mixture_weight"] += [round(x, 4) for x in model.mixture_weight(out)[0].tolist()]
         read[0] = end
 
+    total = 0.0
     for log_probs in score_stream(model, blocks, vocab.eos, run.config.data.eval_chunk, run.dynamic, fresh=not stream, on_output=inspect):
+        total += float(log_probs.double().sum())                # of the values, not of their rounded forms
         result["log_probs"] += [round(x, 6) for x in log_probs.tolist()]
-    total = sum(result["log_probs"])
-    unknown = [t not in vocab.index for t in tokens]
+    unknown = [vocab.index.get(t, vocab.unk) == vocab.unk for t in tokens]     # a literal <unk> too, as score counts
     return {"model": run.config.model.name, "vocab_size": len(vocab), "tokens": len(tokens),
             "unknown": unknown, "unknown_count": sum(unknown), "total_log_prob": round(total, 4),
             "ppl": round(safe_exp(-total / len(tokens)), 4), **result,
