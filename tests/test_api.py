@@ -52,6 +52,7 @@ def test_sentence_mode_is_evaluate_sentences(run):
     ids = sentences(11, 4)
     if not run.model.left_to_right:
         return
+    run.config.data.eval_chunk = 1000           # every text shorter: batched whole
     scored = run.score(texts_of(ids), batch_size=4)
     sentence_ids = list(split_sentences(ids, VOCAB.eos))
     expected = evaluate_sentences(run.model, sentence_ids, VOCAB.eos, batch_size=4)
@@ -59,6 +60,23 @@ def test_sentence_mode_is_evaluate_sentences(run):
     for text, s in zip(texts_of(ids), scored):           # batched with padding = each alone
         alone = run.score([text], document=True)[0]
         assert s.log_probs == pytest.approx(alone.log_probs, abs=1e-5)
+
+
+def test_a_text_longer_than_the_chunk_is_read_alone_in_chunks(run):
+    """A text past data.eval_chunk tokens (7 here) is read in chunks, as a document is, not in one pass whose
+    memory grows with its length: the same log-probabilities."""
+    if not run.model.left_to_right:
+        return
+    text = " ".join(VOCAB.words[2 + i % (len(VOCAB) - 2)] for i in range(40))
+    lengths = []
+    hook = run.model.register_forward_pre_hook(lambda module, args: lengths.append(args[0].size(1)))
+    chunked = run.score([text, "the cat"])
+    hook.remove()
+    assert max(lengths, default=0) <= 7            # (none for the n-gram tables, scored without a forward pass)
+    run.config.data.eval_chunk = 1000
+    whole = run.score([text, "the cat"])
+    for a, b in zip(chunked, whole):
+        assert a.log_probs == pytest.approx(b.log_probs, abs=1e-5)
 
 
 def test_the_next_word_distribution_sums_to_one_and_is_what_scoring_gives(run):
