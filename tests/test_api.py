@@ -268,3 +268,10 @@ def test_eval_file_reads_a_sentence_runs_text_as_it_reads_its_splits(tmp_path):
     file = json.loads(ctxlm("eval", tmp_path / "run", "--file", corpus["valid"], "--json").stdout)[corpus["valid"]]
     assert (file["nll"], file["tokens"]) == (split["nll"], split["tokens"])
     assert file["ppl"] == pytest.approx(load(tmp_path / "run").perplexity(Path(corpus["valid"])), rel=1e-6)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_generate_on_a_gpu_draws_what_the_cpu_draws(runs):
+    """The prompt and each drawn word go to the model's device, the draw is the seed's CPU draw: the same words."""
+    on_cpu = load(runs["lstm"]).generate("the cat", max_tokens=8, seed=3)
+    assert load(runs["lstm"], device="cuda").generate("the cat", max_tokens=8, seed=3) == on_cpu

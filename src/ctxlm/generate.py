@@ -6,6 +6,7 @@ import torch
 from .checks import PROBABILITY, at_least
 from .data.vocab import EOS
 from .errors import CtxlmError
+from .models.base import model_device
 
 # what each sampling setting allows, for `ctxlm generate`'s options and `Run.generate` alike
 LIMITS = {"max_tokens": (int, at_least(1)), "temperature": (float, at_least(0)), "top_k": (int, at_least(0)),
@@ -42,7 +43,8 @@ def sample(model, vocab, prompt: list[str], max_tokens: int, temperature: float 
     over the other words (top-k and top-p then choose among those). `stop_at_eos`: `<eos>` may be drawn, and
     ends the sample (it is not returned)."""
     check_settings(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
-    ids = vocab.encode([EOS] + prompt).unsqueeze(0)
+    device = model_device(model)
+    ids = vocab.encode([EOS] + prompt).unsqueeze(0).to(device)
     out = model(ids, model.start_state(1))
     barred = [] if special else [vocab.unk] + ([] if stop_at_eos else [vocab.eos])
     words = []
@@ -55,9 +57,9 @@ def sample(model, vocab, prompt: list[str], max_tokens: int, temperature: float 
         else:
             scaled = (logits - logits.max()).double() / temperature     # finite for any temperature > 0 (−∞ barred)
             probs = torch.softmax(filter_logits(scaled, top_k, top_p), -1)
-            choice = int(torch.multinomial(probs, 1, generator=generator))
+            choice = int(torch.multinomial(probs.cpu(), 1, generator=generator))     # the generator's CPU draw
         if stop_at_eos and choice == vocab.eos:
             break
         words.append(vocab.words[choice])
-        out = model(torch.tensor([[choice]]), out.state)
+        out = model(torch.tensor([[choice]], device=device), out.state)
     return words
