@@ -208,8 +208,10 @@ def test_scores_on_a_gpu_equal_the_cpu_scores(runs, tmp_path, name):
 def test_missing_files_are_one_line(runs, tmp_path):
     one_line_error(ctxlm("complete", runs["ngram"], "--questions", tmp_path / "none.csv"), "none.csv: file not found")
     one_line_error(ctxlm("complete", tmp_path / "norun", "--questions", _write(tmp_path / "q.csv", CSV)), "not a run directory")
-    with pytest.raises(CtxlmError, match="file is empty"):
+    with pytest.raises(CtxlmError, match="file is empty; a questions file holds at least one question"):
         read_msr_completion(_write(tmp_path / "empty.csv", ""))
+    with pytest.raises(CtxlmError, match="file is empty; an answers file holds at least one answer"):
+        read_msr_completion(_write(tmp_path / "q.csv", CSV), _write(tmp_path / "none.csv", ""))
 
 
 @pytest.mark.data

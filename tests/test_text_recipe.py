@@ -281,6 +281,9 @@ def test_generate_reads_a_line_break_in_the_prompt_as_the_next_word_methods_do(w
     run = load(world / "lstm")
     prompt = RAW[0] + "\n"
     assert run.generate(prompt, 1, temperature=0) == [run.top_next_words(prompt, 1)[0][0]]
+    printed = ctxlm("generate", world / "lstm", "--prompt", "Watson waited.\nThe hound", "--max-tokens", "2").stdout
+    assert printed.splitlines()[0] == "watson waited ."               # the prompt's lines as the model read them
+    assert printed.splitlines()[1].startswith("the hound ")
 
 
 def test_a_folder_prepared_lower_case_first_is_named_so_when_prepared_again(tmp_path):

@@ -315,7 +315,8 @@ def cmd_complete(args) -> int:
     other = read_answers(args.against, questions) if args.against else None
     run = with_dynamic(load(args.run, pick_device(args.device, "--device"), data_dir=args.data_dir), args)
     bar = Progress(len(questions), "complete", unit="questions")
-    tokenize = run.words if run.recipe is not None else msr_tokens      # a run from before recipes: Holmes's reading
+    # the questions are raw text: a run that only splits on whitespace (or records no recipe) reads them as Holmes's was
+    tokenize = msr_tokens if run.recipe is None or run.recipe.whitespace else run.words
     summary, records = answer_questions(run.model, run.vocab, questions, args.batch_size, bar.update, run.dynamic, tokenize)
     bar.close()
     summary.update(run=str(args.run), model=run.config.model.name, questions_file=str(questions_file),

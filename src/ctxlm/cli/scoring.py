@@ -67,17 +67,19 @@ def add_generate(sub) -> None:
 
 
 def cmd_generate(args) -> int:
+    import functools
+
     import torch
 
     from ..io import warn
-    from ..run import load
+    from ..run import load, pair_words
 
     run = load(args.run, data_dir=args.data_dir)
     generator = torch.Generator().manual_seed(args.seed)        # one generator: the samples differ, reproducibly
     for number in range(args.num):
         words = run.generate(args.prompt, args.max_tokens, args.temperature, args.top_k, args.top_p, generator,
                              args.special, args.stop_at_eos, pretokenized=args.pretokenized)
-        prompt = run.words(args.prompt, args.pretokenized)
+        prompt = pair_words(args.prompt, split=functools.partial(run.words, pretokenized=args.pretokenized))[0]  # as read
         lines = " ".join(prompt + words).split("<eos>")
         print(("\n" if number else "") + "\n".join(line.strip() for line in lines if line.strip()))
     unknown = [word for word in dict.fromkeys(prompt) if word not in run.vocab.index]

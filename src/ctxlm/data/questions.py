@@ -36,7 +36,7 @@ def read_msr_completion(questions: str | Path, answers: str | Path | None = None
     are not in `questions` are ignored (a subset of questions scored against the full key), a question without
     an answer is an error.
     """
-    text = read_text(questions).lstrip("\ufeff")
+    text = read_text(questions, needs="a questions file holds at least one question").lstrip("\ufeff")
     machine = bool(_MACHINE_LINE.match(text.split("\n", 1)[0]))
     found = _machine_questions(questions, text) if machine else _csv_questions(questions, text)
     if answers:
@@ -119,7 +119,7 @@ def _check_question(path, line: int, qid: str, seen: set, one_blank: bool, optio
 def _answers(path, questions: dict[str, CompletionQuestion]) -> dict[str, str]:
     """Question id -> answer letter for `questions`, from `id,answer` CSV or machine-format answer lines; an id
     given twice, or a machine line whose [word] is not its letter's option, is refused."""
-    text = read_text(path).lstrip("\ufeff")
+    text = read_text(path, needs="an answers file holds at least one answer").lstrip("\ufeff")
     key, first = {}, {}
 
     def answer(line: int, qid: str, letter: str) -> None:

@@ -1,7 +1,8 @@
 """MSR Sentence Completion (SPEC §0.1, §3.3, §4.6 Table 4; REC §6.4 item 33).
 
 Each blank is filled with each of the five candidates; the sentence is tokenised like the training text
-(the run's text recipe; `corpus.msr_tokens`, Holmes's, for a run that recorded none), words outside the
+(the run's text recipe; `corpus.msr_tokens`, Holmes's, for a run whose recipe only splits on whitespace or that
+recorded none: the questions are raw text), words outside the
 run's vocabulary become `<unk>`, and it is
 scored as one sentence on its own: input `<eos>` + words, the score is the sum of the natural-log
 probabilities of every word and of the final `<eos>` (SPEC §6.1 REC 2). The highest score is the
