@@ -286,3 +286,10 @@ def test_base_presets_form_a_chain_or_a_clear_error(tmp_path, bases):
         one_line_error(result, f"p{current}.toml not found")
     else:
         one_line_error(result, "base presets form a cycle", f"p{current}.toml")
+
+
+def test_info_refuses_a_preset_train_refuses(tmp_path):
+    """`ctxlm info PRESET` runs train's checks: a combination train refuses before reading data, info refuses too."""
+    preset = tmp_path / "p.toml"
+    preset.write_text('[data]\nbatching = "window"\n')          # an LSTM reads streams
+    one_line_error(ctxlm("info", preset, "--vocab-size", "50"), "data.batching = window", "'lstm' reads streams")

@@ -37,8 +37,11 @@ def cmd_info(args) -> int:
         run = load(target)
         config, vocab_size, model = run.config, len(run.vocab), run.model
     else:
+        from ..training.preflight import check_config
+
         args.config = str(target)
         config = config_from_args(args)
+        check_config(config)                # what `ctxlm train` refuses, info refuses
         if args.vocab_size:
             vocab_size = args.vocab_size
         else:
