@@ -71,12 +71,23 @@ def tiny_config(paths: dict[str, str], **model) -> Config:
     config = Config()
     config.data.dataset = "files"
     config.data.train, config.data.valid, config.data.test = paths["train"], paths["valid"], paths["test"]
-    config.data.batch_size, config.data.bptt, config.data.eval_chunk = 4, 7, 50
-    unread = MODELS[model.get("name", "lstm")].unread_keys            # e.g. no sizes for kneser-ney
-    small = {key: value for key, value in {"emb_size": 16, "hidden_size": 16, "dropout": 0.1}.items() if key not in unread}
+    config.data.eval_chunk = 50
+    family = MODELS[model.get("name", "lstm")]
+    small = {key: value for key, value in {"emb_size": 16, "hidden_size": 16, "dropout": 0.1}.items()
+             if key not in family.unread_keys}                       # e.g. no sizes for kneser-ney
     config.model = ModelConfig.of(**{**small, **model})
-    config.train.epochs, config.train.checkpoint_every = 2, 0
-    config.train.device = "cpu"
+    if not family.count_based:          # kneser-ney reads no training batches and no [train] key but threads
+        config.data.batch_size, config.data.bptt = 4, 7
+        config.train.epochs, config.train.checkpoint_every = 2, 0
+        config.train.device = "cpu"
+    return config
+
+
+def batched(config: Config, batching: str) -> Config:
+    """`config` in another batching regime, data.bptt back at its default off the stream regime (nothing reads it there)."""
+    config.data.batching = batching
+    if batching != "stream":
+        config.data.bptt = Config().data.bptt
     return config
 
 
@@ -154,7 +165,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     ngram = tiny_config(corpus, name="kneser-ney", order=3)
     estimate_run(ngram, root / "ngram", log=lambda *a: None)
     cnn = tiny_config(corpus, name="mlpconv", context=4)
-    cnn.data.batching, cnn.train.epochs = "window", 1
+    batched(cnn, "window").train.epochs = 1
     Trainer(cnn, root / "cnn", log=lambda *a: None).fit()
     before = _contents(root)
     yield {name: root / name for name in ("lstm", "other", "attention", "rm", "ngram", "cnn", "corpus")}

@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from conftest import tiny_config
+from conftest import batched, tiny_config
 from ctxlm.training.trainer import Trainer
 
 
@@ -15,7 +15,7 @@ from ctxlm.training.trainer import Trainer
 def test_attention_and_by_position_commands(tmp_path, corpus, name, extra):
     config = tiny_config(corpus, name=name, **extra)
     if name == "attentive-lm":
-        config.data.batching = "sentence"
+        batched(config, "sentence")
     config.train.epochs = 1
     Trainer(config, tmp_path / "run", log=lambda *a: None).fit()
     cli = [sys.executable, "-m", "ctxlm"]

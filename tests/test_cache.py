@@ -115,11 +115,11 @@ def test_bad_settings_are_refused():
 def test_tune_cache_says_when_its_stream_is_not_the_runs_sentence_regime(tmp_path, corpus):
     """A run that reads each sentence alone (batching = "sentence") is told that the cache reads the split as one
     stream, so its 'without cache' figure can differ from `ctxlm eval`'s."""
-    from conftest import ctxlm, tiny_config
+    from conftest import batched, ctxlm, tiny_config
     from ctxlm.training.trainer import Trainer
 
     config = tiny_config(corpus, dropout=0.0)
-    config.data.batching = "sentence"
+    batched(config, "sentence")
     Trainer(config, tmp_path / "run", log=lambda *a: None).fit()
     done = ctxlm("tune-cache", tmp_path / "run", "--windows", "5", "--thetas", "0.2", "--lambdas", "0.1")
     assert done.returncode == 0, done.stderr

@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from conftest import tiny_config
+from conftest import batched, tiny_config
 from ctxlm.training.trainer import Trainer
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
@@ -39,7 +39,7 @@ def test_two_processes_take_the_same_steps_as_one(tmp_path, corpus, model, batch
     window samples 3+2, each process with the context rows of its own samples (no batch norm: its
     statistics are per process)."""
     config = tiny_config(corpus, name=model, dropout=0.0, **{"attention": {"window": 3}, "rmr": {"memory": 3}}.get(model, {}))
-    config.data.batching, config.data.batch_size = batching, batch_size
+    batched(config, batching).data.batch_size = batch_size
     config.train.epochs, config.train.max_batches = 1, 4
     (tmp_path / "config.toml").write_text(config.to_toml())
     Trainer(config, tmp_path / "one", log=lambda *a: None).fit()

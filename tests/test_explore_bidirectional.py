@@ -1,7 +1,7 @@
 """`ctxlm explore` refuses a run with no next-word distribution (bidirectional-rm) when it starts, not per request."""
 import pytest
 
-from conftest import ctxlm, one_line_error, tiny_config, write_corpus
+from conftest import batched, ctxlm, one_line_error, tiny_config, write_corpus
 from ctxlm.errors import CtxlmError
 from ctxlm.explore.scoring import load_runs
 from ctxlm.explore.server import ExploreServer
@@ -13,7 +13,7 @@ def birm_and_lstm(tmp_path_factory):
     root = tmp_path_factory.mktemp("explore_birm")
     corpus = write_corpus(root)
     birm = tiny_config(corpus, name="bidirectional-rm", memory=2)
-    birm.train.epochs, birm.data.batching = 1, "sentence"
+    batched(birm, "sentence").train.epochs = 1
     Trainer(birm, root / "birm", log=lambda *a: None).fit()
     lstm = tiny_config(corpus)
     lstm.train.epochs = 1

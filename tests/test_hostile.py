@@ -13,8 +13,8 @@ import torch
 from safetensors import SafetensorError
 
 import ctxlm
+from conftest import batched, digests, one_line_error, tiny_config, toml
 from conftest import ctxlm as run_ctxlm
-from conftest import digests, one_line_error, tiny_config, toml
 from ctxlm.checks import safe_exp
 from ctxlm.errors import CtxlmError
 from ctxlm.training import checkpoint, table_file
@@ -112,7 +112,7 @@ def test_sentence_batching_cuts_one_huge_line_and_says_so(tmp_path):
         paths[split] = str(tmp_path / f"{split}.txt")
         Path(paths[split]).write_text(" ".join(words[i % len(words)] for i in range(n)) + "\n")
     config = tiny_config(paths)
-    config.data.batching, config.train.epochs = "sentence", 1
+    batched(config, "sentence").train.epochs = 1
     result = run_ctxlm("train", "--config", toml(config, tmp_path / "c.toml"), "--run-dir", tmp_path / "run")
     assert result.returncode == 0, result.stderr
     assert "longer than 2,048 tokens (the longest 5,001); sentence batching cuts them" in result.stderr

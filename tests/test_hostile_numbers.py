@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import ctxlm
+from conftest import batched, one_line_error, tiny_config
 from conftest import ctxlm as run_ctxlm
-from conftest import one_line_error, tiny_config
 from ctxlm.errors import CtxlmError
 from ctxlm.evaluation.dynamic import DynamicSetting
 from ctxlm.models.cache import CacheSettings
@@ -84,7 +84,7 @@ def bidirectional(tmp_path_factory):
     root = tmp_path_factory.mktemp("birm")
     (root / "corpus").mkdir()
     config = tiny_config(write_corpus(root / "corpus"), name="bidirectional-rm", memory=2)
-    config.train.epochs, config.data.batching = 1, "sentence"
+    batched(config, "sentence").train.epochs = 1
     Trainer(config, root / "run", log=lambda *a: None).fit()
     return root / "run"
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import ctxlm
+from conftest import batched, one_line_error, tiny_config, write_corpus
 from conftest import ctxlm as ctxlm_command
-from conftest import one_line_error, tiny_config, write_corpus
 from ctxlm.analysis import memory as analysis_memory
 from ctxlm.analysis.memory import memory_records, pair_frequencies
 from ctxlm.config import ModelConfig, load_toml
@@ -212,7 +212,7 @@ def test_bidirectional_is_not_a_left_to_right_model():
 
 def test_training_a_bidirectional_rm_names_its_numbers_pseudo_perplexities(tmp_path):
     config = tiny_config(write_corpus(tmp_path), name="bidirectional-rm", memory=2)
-    config.train.epochs, config.data.batching = 1, "sentence"
+    batched(config, "sentence").train.epochs = 1
     (tmp_path / "c.toml").write_text(config.to_toml())
     result = ctxlm_command("train", "--config", tmp_path / "c.toml", "--run-dir", tmp_path / "run")
     assert result.returncode == 0, result.stderr
@@ -270,7 +270,7 @@ def memory_runs(tmp_path_factory):
     runs = {}
     for batching in ("stream", "sentence"):
         config = tiny_config(corpus, name="rm", memory=8, dropout=0.0)
-        config.data.batching, config.train.epochs = batching, 1
+        batched(config, batching).train.epochs = 1
         Trainer(config, root / batching, log=lambda *a: None).fit()
         runs[batching] = root / batching
     return runs
@@ -341,7 +341,7 @@ def test_attention_command_and_explore_show_the_memory_words(runs, tmp_path):
 def test_interrupted_and_resumed_training_is_bit_identical(tmp_path, corpus, name, batching):
     """The carried word ids and validity go into the checkpoint and come back."""
     config = tiny_config(corpus, name=name, memory=5, **({"emb_size": 16} if name == "memn" else {}))
-    config.data.batching, config.train.epochs = batching, 2
+    batched(config, batching).train.epochs = 2
 
     def interrupt(trainer, epoch, batch):
         if epoch == 2 and batch == 3:
@@ -362,7 +362,7 @@ def test_bidirectional_rm_trains_on_sentences_and_ctxlm_eval_refuses_it(tmp_path
     config = tiny_config(corpus, name="bidirectional-rm", memory=3, layers=2)
     with pytest.raises(CtxlmError, match='data.batching = "sentence" only'):
         Trainer(config, tmp_path / "stream", log=lambda *a: None)
-    config.data.batching, config.train.epochs = "sentence", 1
+    batched(config, "sentence").train.epochs = 1
     results = Trainer(config, tmp_path / "run", log=lambda *a: None).fit()
     assert 1 < results["valid"]["ppl"] < 40
     one_line_error(ctxlm_command("eval", tmp_path / "run"), "has no perplexity", "ctxlm complete")

@@ -265,6 +265,13 @@ def test_a_killed_preparation_is_detected_and_done_again(tmp_path, point, earlie
         assert (folder / name).read_bytes() == (clean / name).read_bytes(), name
 
 
+def on_folder(config: Config, folder) -> Config:
+    """`config` on the prepared `folder` instead of its text files (which it then no longer names)."""
+    config.data.dataset, config.data.prepared = "prepared", str(folder)
+    config.data.train = config.data.valid = config.data.test = ""
+    return config
+
+
 def test_training_streams_the_split_and_equals_training_on_the_text(corpus, tmp_path):
     from ctxlm.training.count import estimate_run
     from ctxlm.training.trainer import Trainer
@@ -274,7 +281,7 @@ def test_training_streams_the_split_and_equals_training_on_the_text(corpus, tmp_
     for name in ("files", "prepared"):
         config = tiny_config(corpus)
         if name == "prepared":
-            config.data.dataset, config.data.prepared = "prepared", str(tmp_path / "prep")
+            on_folder(config, tmp_path / "prep")
         trainer = Trainer(config, tmp_path / name, log=lambda *a: None)
         results[name] = trainer.fit()
         if name == "prepared":
@@ -288,7 +295,7 @@ def test_training_streams_the_split_and_equals_training_on_the_text(corpus, tmp_
     for name in ("files", "prepared"):                             # the n-gram estimator reads the folder too
         config = tiny_config(corpus, name="kneser-ney", order=3)
         if name == "prepared":
-            config.data.dataset, config.data.prepared = "prepared", str(tmp_path / "prep")
+            on_folder(config, tmp_path / "prep")
         ngram[name] = estimate_run(config, tmp_path / f"kn-{name}", log=lambda *a: None)["test"]["ppl"]
     assert ngram["files"] == ngram["prepared"]
     assert np.load(tmp_path / "prep" / "train.npy").dtype == np.int32

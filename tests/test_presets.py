@@ -7,6 +7,7 @@ import torch
 from ctxlm.config import load_toml
 from ctxlm.models import build_model
 from ctxlm.models.budget import match_params
+from ctxlm.training.preflight import check_config
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -37,9 +38,10 @@ def test_salton_ptb_has_the_papers_14_5M_parameters():
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.rglob("*.toml")), ids=lambda p: p.stem)
-def test_every_preset_loads(path):
+def test_every_preset_loads_and_passes_trains_checks(path):
     config = load_toml(path)
     assert config.model.name and config.data.dataset
+    check_config(config)            # no setting nothing reads, as `ctxlm train` and `ctxlm info` check it
 
 
 @pytest.mark.parametrize("name, sizes", [("key-value", (249, 498)), ("key-value-predict", (215, 645)),

@@ -321,6 +321,17 @@ def test_a_stop_while_a_finished_row_is_scored_starts_no_row(reference, monkeypa
     assert not (runs / "lstm").exists() and "tiny-1/lstm: started" not in result.stdout
 
 
+def test_a_count_based_row_is_given_no_train_setting_but_threads(tmp_path):
+    """`--set train.KEY` for every row: a Kneser-Ney row (which would refuse it) trains without it, and says so."""
+    project = make_project(tmp_path)
+    result = ctxlm("reproduce", "tiny-1", "kn", *folders(project, "kn"), "--set", "train.threads=1", "--set", "train.epochs=1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert ("tiny-1/kn: started (log " in result.stdout and ", without --set train.epochs=1: a count-based model reads no [train] "
+            "key but train.threads" in result.stdout)
+    record = records_of(project, "kn")["kn"]
+    assert record["finished"] and record["set"] == ["train.threads=1"] and "train.epochs" not in record["command"]
+
+
 def test_the_runner_holds_the_training_code_it_started_with():
     """A runner's fingerprints train with its own commit's code: a module it imports late would be the working
     tree's at that moment (a lane that outlived a commit once failed so, mixing two versions)."""

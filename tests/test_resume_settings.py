@@ -100,3 +100,10 @@ def test_a_run_without_a_checkpoint_may_change_what_a_state_would_carry(tmp_path
     assert result.returncode == 0, result.stderr
     assert "starting it from the beginning" in result.stdout
     assert load_toml(run / "config.toml", saved=True).train.lr == 0.002
+
+
+def test_a_kneser_ney_resume_refuses_the_train_settings_it_does_not_read(finished):
+    before = (finished / "kn" / "config.toml").read_bytes()
+    one_line_error(ctxlm("train", "--resume", finished / "kn", "--set", "train.epochs=3"),
+                   "train.epochs = 3 is not read by model 'kneser-ney'", "train.threads only")
+    assert (finished / "kn" / "config.toml").read_bytes() == before

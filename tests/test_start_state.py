@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import ctxlm, one_line_error, tiny_config
+from conftest import batched, ctxlm, one_line_error, tiny_config
 from ctxlm.evaluation.completion import sentence_scores
 from ctxlm.evaluation.lambada import score_passages
 from ctxlm.evaluation.start import FILE
@@ -116,7 +116,7 @@ def test_a_sentence_regime_run_keeps_the_zero_state(corpus, tmp_path):
     from ctxlm.training.trainer import Trainer
 
     config = tiny_config(corpus)
-    config.data.batching, config.train.epochs = "sentence", 1
+    batched(config, "sentence").train.epochs = 1
     Trainer(config, tmp_path / "run", log=lambda *a, **k: None).fit()
     assert not (tmp_path / "run" / FILE).exists() and load(tmp_path / "run").model.start is None
     assert "nothing to store" in ctxlm("start-state", tmp_path / "run").stdout

@@ -51,10 +51,10 @@ def world(tmp_path_factory):
     result = ctxlm("prepare", "text", root / "raw.txt", "--tokenize", "moses", "--lower", "--valid-sentences", "4",
                    "--out", root / "prepared")
     assert result.returncode == 0, result.stderr
-    for name, model in (("lstm", ["--set", "model.emb_size=8", "--set", "model.hidden_size=8", "--set", "train.epochs=1"]),
+    for name, model in (("lstm", ["--set", "model.emb_size=8", "--set", "model.hidden_size=8", "--set", "train.epochs=1",
+                                  "--set", "data.batch_size=2", "--set", "data.bptt=5", "--set", "train.device=cpu"]),
                         ("kn", ["--set", "model.name=kneser-ney", "--set", "model.order=3"])):
-        result = ctxlm("train", "--set", "data.dataset=prepared", "--set", f"data.prepared={root / 'prepared'}",
-                       "--set", "data.batch_size=2", "--set", "data.bptt=5", "--set", "train.device=cpu", *model,
+        result = ctxlm("train", "--set", "data.dataset=prepared", "--set", f"data.prepared={root / 'prepared'}", *model,
                        "--run-dir", root / name)
         assert result.returncode == 0, result.stderr
     return root

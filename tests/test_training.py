@@ -5,7 +5,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import tiny_config
+from conftest import batched, tiny_config
 from ctxlm.run import load
 from ctxlm.training.trainer import Trainer
 
@@ -17,8 +17,7 @@ def metrics(run_dir):
 
 @pytest.mark.parametrize("batching", ["stream", "sentence"])
 def test_interrupted_and_resumed_run_is_bit_identical(tmp_path, corpus, batching):
-    config = tiny_config(corpus)
-    config.data.batching = batching
+    config = batched(tiny_config(corpus), batching)
     config.train.epochs = 3
     straight = Trainer(config, tmp_path / "straight").fit()
 

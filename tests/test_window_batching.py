@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import ctxlm, one_line_error, tiny_config
+from conftest import batched, ctxlm, one_line_error, tiny_config
 from ctxlm.config import ModelConfig
 from ctxlm.data.batching import IGNORE, WindowBatches
 from ctxlm.evaluation.perplexity import evaluate_stream
@@ -66,7 +66,7 @@ def test_window_samples_score_the_same_targets_and_nll_as_stream_evaluation(name
 
 def window_config(corpus, **model):
     config = tiny_config(corpus, **{"name": "mlpconv", "context": 4, **model})
-    config.data.batching, config.data.batch_size = "window", 16
+    batched(config, "window").data.batch_size = 16
     config.train.optimizer, config.train.lr, config.train.loss_normalization = "sgd", 0.05, "sum"
     config.train.clip, config.model.init_range = 12.0, 0.01
     return config
@@ -131,8 +131,7 @@ def test_min_lr_stops_training(tmp_path, corpus):
 
 
 def test_window_batching_refuses_a_stream_model(tmp_path, corpus):
-    config = tiny_config(corpus)
-    config.data.batching = "window"
+    config = batched(tiny_config(corpus), "window")
     (tmp_path / "lstm.toml").write_text(config.to_toml())
     one_line_error(ctxlm("train", "--config", tmp_path / "lstm.toml", "--run-dir", tmp_path / "run"),
                    "data.batching = window", "'lstm' reads streams")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..errors import CtxlmError
 from ..training.rundir import RunDir, RunLock
+from ..training.unread import read_train_settings
 from . import records
 from .tables import Row, Table
 
@@ -70,8 +71,18 @@ class RowRun:
             return f"stopped after epoch {epochs}" if epochs else "started (no epoch finished)"
         return f"not started (record of another machine: {epochs} epochs)" if epochs else "not started"
 
+    def given(self, extra: list[str]) -> list[str]:
+        """Of the settings `reproduce --set` gives every row, those this row's family reads: a count-based row
+        (Kneser-Ney) gets no [train] key but train.threads, as training would refuse the others."""
+        try:
+            config = self.config(self.row.overrides + [o for o in extra if not o.startswith("train.")])
+        except CtxlmError:          # a preset that does not load: the row's own `ctxlm train` says why, in its log
+            return extra
+        return read_train_settings(config, extra)
+
     def train_argv(self, extra: list[str], data_dir=None) -> list[str]:
         """The `ctxlm train` arguments that start or continue this row."""
+        extra = self.given(extra)
         if self.started():
             argv = ["train", "--resume", str(self.run_dir)] + [a for o in extra if o.startswith("train.") for a in ("--set", o)]
         else:
@@ -99,7 +110,8 @@ class RowRun:
         """The settings (`--set` on the preset) the row's run trains with: the row's own and `extra` for a run not
         begun; for a begun one, those its log says it began with, then the train.* of its latest `--resume` (they
         apply on top; the other keys of `extra` do not). A run begun without `reproduce`: the row's own settings,
-        then `extra`'s train.*."""
+        then `extra`'s train.*. Only the settings of `extra` the row reads count (`given`)."""
+        extra = self.given(extra)
         if not self.started():
             return self.row.overrides + extra
         began, resumed = None, []

@@ -137,7 +137,9 @@ class Runner:
         process = subprocess.Popen([sys.executable, "-m", "ctxlm", *argv], stdout=log_file, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True)   # our signals reach it through us
         self.active[process] = (run, argv, log_file, row)
-        self.log(f"{run.name}: {'resumed' if '--resume' in argv else 'started'} (log {run.log})")
+        unread = [f"--set {o}" for o in self.extra if o not in run.given(self.extra)]
+        without = f", without {', '.join(unread)}: a count-based model reads no [train] key but train.threads" if unread else ""
+        self.log(f"{run.name}: {'resumed' if '--resume' in argv else 'started'} (log {run.log}){without}")
 
     def _record_new_epochs(self) -> None:
         """Keep each running row's record up to date after every epoch (the curve survives the run directory)."""

@@ -7,6 +7,8 @@ import resource
 import time
 from pathlib import Path
 
+import torch
+
 from ..config import Config, apply_overrides
 from ..data.load import prepare_data
 from ..data.text import WHITESPACE
@@ -16,6 +18,7 @@ from ..io import warn
 from ..models.base import build_model
 from .preflight import check_config
 from .rundir import RunDir, RunLock, content, git_commit, identity
+from .step import capped_threads
 
 
 def estimate_run(config: Config, run_dir: str | Path, data_dir=None, log=print, again: bool = False) -> dict:
@@ -32,6 +35,8 @@ def estimate_run(config: Config, run_dir: str | Path, data_dir=None, log=print, 
 
 
 def _estimate(config: Config, run_dir: RunDir, data_dir, log) -> dict:
+    if config.train.threads:            # the one [train] key a count-based model reads (training/unread.py)
+        torch.set_num_threads(capped_threads(config.train.threads))
     data = prepare_data(config, data_dir)
     model = build_model(config.model, len(data.vocab), config.output)
     started = time.time()

@@ -31,7 +31,7 @@ def train(config: Config | None, run_dir: str | Path, data_dir=None, resume: boo
                    if not key.startswith("train.") and key not in WORKING_SPACE]
         if resume and changed:
             raise CtxlmError(f"--resume {run_dir}: --set {changed[0]}: a {chosen.model.name} run is estimated again with "
-                             "its own config.toml, and only [train] settings can change when resuming (it reads none; "
-                             "--memory and model.tmp_dir may change); train a new run to change it")
+                             "its own config.toml, and only [train] settings can change when resuming (of which it reads "
+                             "train.threads alone; --memory and model.tmp_dir may change too); train a new run to change it")
         return estimate_run(chosen, run_dir, data_dir, log, again=resume)
     return Trainer(config, run_dir, data_dir, resume, log, allow_changed_data).fit()

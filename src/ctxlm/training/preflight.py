@@ -8,6 +8,7 @@ from ..errors import CtxlmError
 from ..layers.output import refuse_unread_output_keys
 from ..models.base import build_model, families, refuse_unread_keys, spoken
 from .optim import build_optimizer
+from .unread import refuse_unread_settings
 
 
 def pick_device(name: str, option: str = "train.device") -> torch.device:
@@ -40,3 +41,4 @@ def check_config(config: Config) -> None:
                          f"({spoken(families(lambda cls: cls.fixed_window))}); {config.model.name!r} reads streams: "
                          "use stream or sentence batching")
     build_optimizer(config.train.optimizer, [torch.zeros(1, requires_grad=True)], config.train.lr, config.train.weight_decay)
+    refuse_unread_settings(config)
