@@ -19,6 +19,7 @@ from ctxlm.checks import parse_size
 from ctxlm.config import Config, apply_overrides, load_toml, shared_fields
 from ctxlm.errors import CtxlmError
 from ctxlm.models import MODELS
+from ctxlm.training.preflight import check_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -293,3 +294,11 @@ def test_info_refuses_a_preset_train_refuses(tmp_path):
     preset = tmp_path / "p.toml"
     preset.write_text('[data]\nbatching = "window"\n')          # an LSTM reads streams
     one_line_error(ctxlm("info", preset, "--vocab-size", "50"), "data.batching = window", "'lstm' reads streams")
+
+
+@pytest.mark.parametrize("value", ["1", "2"])
+def test_a_vocabulary_too_small_for_a_word_is_refused(tmp_path, value):
+    one_line_error(ctxlm("train", "--set", f"data.max_vocab={value}", "--data-dir", tmp_path, "--run-dir", tmp_path / "run"),
+                   f"data.max_vocab = {value} leaves no room for a word beside <eos> and <unk>", "give 3 or more (0 = no limit)")
+    assert not (tmp_path / "run").exists()
+    check_config(apply_overrides(Config(), ["data.max_vocab=3"]))

@@ -1,11 +1,14 @@
 """Datasets by name: files found and verified in the data directory, conventions as docs/datasets.md says."""
 import gzip
+from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import DATA_DIR, ctxlm, needs_data, one_line_error, tiny_config
+from ctxlm.config import Config, apply_overrides
 from ctxlm.data.corpus import lines_to_tokens, read_text
-from ctxlm.data.load import load_corpus
+from ctxlm.data.load import load_corpus, prepare_data, text_recipe
 from ctxlm.data.registry import locate
 from ctxlm.data.vocab import EOS, UNK, Vocabulary
 from ctxlm.errors import CtxlmError
@@ -104,3 +107,18 @@ def test_your_own_files_need_no_test_split(corpus, tmp_path):
     config.data.valid = ""
     with pytest.raises(CtxlmError, match="needs data.valid"):
         estimate_run(config, tmp_path / "other", log=lambda *a: None)
+
+
+def test_data_paths_may_start_with_the_home_folder(tmp_path, corpus, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    for split in ("train", "valid", "test"):
+        (home / f"{split}.txt").write_text(Path(corpus[split]).read_text())
+    want = prepare_data(tiny_config(corpus))
+    got = prepare_data(tiny_config({split: f"~/{split}.txt" for split in ("train", "valid", "test")}))
+    assert got.vocab.words == want.vocab.words and torch.equal(got.ids["valid"], want.ids["valid"])
+    done = ctxlm("prepare", "text", corpus["train"], "--valid", corpus["valid"], "--lower", "--out", home / "prep")
+    assert done.returncode == 0, done.stderr
+    prepared = apply_overrides(Config(), ["data.dataset=prepared", "data.prepared=~/prep"])
+    assert prepare_data(prepared).vocab.words == want.vocab.words and text_recipe(prepared).lower

@@ -29,6 +29,14 @@ def test_names_are_marked_from_the_list(tmp_path):
     assert model.is_name.nonzero().flatten().tolist() == [4, 5, 7]      # moriarty is not in the vocabulary
 
 
+def test_the_names_list_may_start_with_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "names.txt").write_text("watson\n")
+    model = build_model(ModelConfig.of(name="names-mixture", emb_size=8, hidden_size=8, names="~/names.txt"), len(WORDS))
+    model.use_vocabulary(Vocabulary(WORDS))
+    assert model.is_name.nonzero().flatten().tolist() == [5]
+
+
 def test_mixture_sums_to_one_and_splits_by_the_gate(tmp_path):
     model = make(tmp_path).eval()
     inputs = torch.randint(0, len(WORDS), (2, 9))

@@ -4,11 +4,12 @@ import json
 import pytest
 import torch
 
-from conftest import ctxlm, tiny_config
+from conftest import ctxlm, one_line_error, tiny_config
 from ctxlm.config import Config, ModelConfig, OutputConfig, apply_overrides
 from ctxlm.errors import CtxlmError
 from ctxlm.models import build_model
 from ctxlm.models.base import families
+from ctxlm.training.preflight import check_config
 
 V = 40
 SOFTMAX_ONLY = families(lambda cls: cls.count_based or not cls.any_output_layer)   # kneser-ney, names-mixture
@@ -64,3 +65,35 @@ def test_output_keys_are_checked():
     assert config.output.layer == "adaptive" and config.to_dict()["output"]["cutoffs"] == "2000,10000"
     with pytest.raises(CtxlmError, match="output.layer must be one of softmax, class, adaptive, nce, got 'hsm'"):
         apply_overrides(Config(), ["output.layer=hsm"])
+
+
+@pytest.mark.parametrize("cutoffs", ["20,10", "10,10", "0,10", "a,b", ",", "10;20"])
+def test_badly_formed_cutoffs_are_refused_before_the_data_is_read(tmp_path, cutoffs):
+    one_line_error(ctxlm("train", "--set", "output.layer=adaptive", "--set", f"output.cutoffs={cutoffs}", "--data-dir", tmp_path,
+                         "--run-dir", tmp_path / "run"),
+                   f'output.cutoffs = "{cutoffs}": give increasing word counts of at least 1', '"2000,10000"')
+    assert not (tmp_path / "run").exists()
+
+
+def test_cutoffs_beyond_the_vocabulary_are_refused_in_ctxlm_s_words(tmp_path, corpus):
+    config = tiny_config(corpus)
+    config.output.layer, config.output.cutoffs = "adaptive", "5,5000"
+    (tmp_path / "c.toml").write_text(config.to_toml())
+    needle = 'output.cutoffs = "5,5000": 5,000 is not below the vocabulary\'s 50 words'
+    one_line_error(ctxlm("info", tmp_path / "c.toml", "--vocab-size", "50"), needle)
+    one_line_error(ctxlm("train", "--config", tmp_path / "c.toml", "--run-dir", tmp_path / "run"), "output.cutoffs", "is not below the vocabulary")
+
+
+@pytest.mark.parametrize("name", ["attentive-lm", "attentive-context"])
+def test_the_attentive_lms_keep_their_tied_output_or_are_refused(name):
+    sizes = [f"model.name={name}", "model.emb_size=16", "model.hidden_size=16"]
+    for layer in ("class", "adaptive"):
+        with pytest.raises(CtxlmError, match=rf"^model '{name}' ties its output weights to the input embeddings \(SPEC §1.15 eq 8\); "
+                                             rf'output.layer = "{layer}" has no V x d weight to tie'):
+            check_config(apply_overrides(Config(), [*sizes, f"output.layer={layer}"]))
+    with pytest.raises(CtxlmError, match='output.layer = "nce" would untie them: set model.tie_weights = true'):
+        check_config(apply_overrides(Config(), [*sizes, "output.layer=nce"]))
+    tied = apply_overrides(Config(), [*sizes, "output.layer=nce", "model.tie_weights=true"])
+    check_config(tied)
+    model = build_model(tied.model, 50, tied.output, torch.arange(50, 0, -1))
+    assert type(model.output).__name__ == "NCEOutput" and model.ties_weights()

@@ -210,10 +210,13 @@ def test_bad_settings_are_clear_errors():
         with pytest.raises(ValueError, match="tying works with softmax and nce"):
             build_output(OutputConfig(name), 16, 60, None, embedding)
     for settings, message in [(OutputConfig("hsm"), "unknown output.layer"), (OutputConfig("class", classes=61), "classes"),
-                              (OutputConfig("adaptive", cutoffs="5;20"), "cutoffs"), (OutputConfig("adaptive", cutoffs="20,5"), "cutoffs"),
                               (OutputConfig("adaptive", cutoffs="5,20", div_value=8.0), "div_value"), (OutputConfig("nce", noise_samples=0), "noise_samples")]:
         with pytest.raises(ValueError, match=message):
             build_output(settings, 16, 60, None)
+    for cutoffs, message in [("5;20", "give increasing word counts"), ("20,5", "give increasing word counts"),
+                             ("5,60", "60 is not below the vocabulary's 60 words")]:      # ctxlm's words, not PyTorch's
+        with pytest.raises(CtxlmError, match=f'^output.cutoffs = "{cutoffs}": {message}'):
+            build_output(OutputConfig("adaptive", cutoffs=cutoffs), 16, 60, None)
     with pytest.raises(ValueError, match="counts"):
         build_output(OutputConfig("nce"), 16, 60, torch.ones(59))
 

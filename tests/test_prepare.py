@@ -325,8 +325,9 @@ def test_an_empty_held_out_file_or_a_vocabulary_of_one_is_refused(text, tmp_path
     one_line_error(run_ctxlm("prepare", "text", text["train"], "--valid", empty, "--out", tmp_path / "e"), "--valid", "no words")
     one_line_error(run_ctxlm("prepare", "text", text["train"], "--valid", text["valid"], "--test", empty, "--out", tmp_path / "t"),
                    "--test", "no words")
-    one_line_error(run_ctxlm("prepare", "text", text["train"], "--valid-sentences", "5", "--max-vocab", "1", "--out", tmp_path / "v"),
-                   "--max-vocab 1", "2 or more")
+    for size in ("1", "2"):         # <eos> and <unk> at most: no room for a word
+        one_line_error(run_ctxlm("prepare", "text", text["train"], "--valid-sentences", "5", "--max-vocab", size, "--out", tmp_path / "v"),
+                       f"--max-vocab {size}: leaves no room for a word beside <eos> and <unk>", "3 or more")
     one_line_error(run_ctxlm("prepare", "text", text["train"], "--valid-sentences", "99.99%", "--out", tmp_path / "p"),
                    "--valid-sentences 99.99% (", "hold out fewer")
     assert not any((tmp_path / name / "manifest.json").exists() for name in "etvp")

@@ -30,8 +30,8 @@ class DataConfig:
     max_sentence_len: int = setting(0, at_least(0))  # sentence: truncate training sentences (0 = no limit)
     sentence_ends: str = ""         # sentence: tokens that also end a sentence, e.g. ". ? !" (lines always do)
     eval_batch_size: int = setting(1, at_least(1))  # SPEC §0.2: stream evaluation, batch size 1, large chunks
-    eval_chunk: int = setting(1000, at_least(1))
-    max_vocab: int = setting(0, at_least(0))  # 0 = no limit
+    eval_chunk: int = setting(1000, at_least(1))  # tokens per chunk of stream evaluation and scoring (same result, memory bounded by it)
+    max_vocab: int = setting(0, at_least(0))  # at most this many entries, <eos> and <unk> among them: 0 (no limit) or 3 or more
     min_count: int = setting(0, at_least(0))  # 0 = the dataset's default (1, or 4 for Brown)
     max_train_tokens: int = setting(0, at_least(0))  # train on the first whole sentences up to this many tokens (0 = all)
 
@@ -227,6 +227,9 @@ def validate(config: Config) -> None:
                          f"({family_options(config.model.name).__qualname__})")
     for f in fields(config.model.options):
         apply(config, "model", f.name, getattr(config.model.options, f.name), "config")
+    if 0 < config.data.max_vocab < 3:
+        raise CtxlmError(f"config: data.max_vocab = {config.data.max_vocab} leaves no room for a word beside <eos> and <unk>; "
+                         "give 3 or more (0 = no limit)")
     if config.train.schedule != "constant" and config.train.lr_factor <= 1:
         raise CtxlmError(f"config: train.lr_factor must be > 1 with schedule {config.train.schedule!r} "
                          f"(it divides the rate), got {config.train.lr_factor}")

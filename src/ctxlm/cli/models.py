@@ -192,7 +192,8 @@ def cmd_models(args) -> int:
         if key in MODELS[args.name].unread_keys:
             comment = f"not read by {args.name}: leave it out"
         elif key == "tie_weights" and softmax_ties(args.name, tie_weights=False):
-            default, comment = True, f"{args.name} always ties its softmax to the input embeddings, whatever this says"
+            default, comment = True, (f"{args.name} always ties its softmax to the input embeddings (set it true for "
+                                      "output.layer = \"nce\"; class and adaptive are refused)")
         elif key == "tie_weights" and not softmax_ties(args.name):
             comment = f"{args.name}'s softmax is untied: true only with output.layer = \"nce\""
         print(f"{key} = {_toml_value(args.name if key == 'name' else default)}".ljust(28) + f"# {comment}")

@@ -51,12 +51,12 @@ def load_corpus(dataset: str, data_dir: str | Path | None = None, files: dict[st
         missing = [s for s in ("train", "valid") if not (files or {}).get(s)]
         if missing:
             raise CtxlmError(f"dataset = \"files\" needs data.{missing[0]} = PATH (train and valid files; test is optional)")
-        corpus = Corpus("files", {s: readers.read_tokens(p) for s, p in files.items() if p})
+        corpus = Corpus("files", {s: readers.read_tokens(Path(p).expanduser()) for s, p in files.items() if p})
         return _truncated(corpus, max_train_tokens)
     if dataset == "prepared":
         if not prepared:
             raise CtxlmError('dataset = "prepared" needs data.prepared = FOLDER (made by `ctxlm prepare text`)')
-        return _prepared("prepared", Prepared(Path(prepared)), max_train_tokens)
+        return _prepared("prepared", Prepared(Path(prepared).expanduser()), max_train_tokens)
     info = spec(dataset)
     if not info.lm_corpus:
         raise CtxlmError(f"dataset {dataset!r} is an evaluation task set, not a training corpus; train on another corpus and use it for evaluation")
@@ -191,9 +191,9 @@ def text_recipe(config: Config) -> TextRecipe:
     if config.data.dataset == "files":
         return WHITESPACE
     if config.data.dataset == "prepared":
-        manifest = read_manifest(Path(config.data.prepared)) or {}
-        recorded = manifest.get("recipe", {}).get("text")
-        return WHITESPACE if recorded is None else TextRecipe.of(recorded, str(Path(config.data.prepared)))
+        folder = Path(config.data.prepared).expanduser()
+        recorded = (read_manifest(folder) or {}).get("recipe", {}).get("text")
+        return WHITESPACE if recorded is None else TextRecipe.of(recorded, str(folder))
     return spec(config.data.dataset).text
 
 
@@ -204,6 +204,7 @@ def training_prefix(config: Config, data_dir, vocab: Vocabulary, tokens: int) ->
         path = config.data.train if dataset == "files" else locate(dataset, "train", data_dir, download=False)
         if not path:
             raise CtxlmError('dataset = "files" needs data.train = PATH')
+        path = Path(path).expanduser()
         with closing(readers.iter_tokens(path)) as words:
             return vocab.encode([EOS] + list(itertools.islice(words, tokens)))
     return prepare_data(config, data_dir, vocab).prefix("train", tokens + 1)

@@ -77,8 +77,8 @@ def prepare(recipe: Recipe, folder: Path, force: bool = False, command: str = ""
     if folder.is_symlink():            # a link stays a link: the folder it leads to is prepared (or replaced)
         folder = Path(os.path.realpath(folder))
     recipe.text.check()
-    if recipe.max_vocab == 1:
-        raise CtxlmError("--max-vocab 1: a vocabulary holds <eos> and <unk> at least; give 0 (no limit) or 2 or more")
+    if 0 < recipe.max_vocab < 3:
+        raise CtxlmError(f"--max-vocab {recipe.max_vocab}: leaves no room for a word beside <eos> and <unk>; give 3 or more (0 = no limit)")
     if not recipe.valid:
         raise CtxlmError("no validation split: give --valid FILE or --valid-sentences N (random sentences held out)")
     for split, rule in (("valid", recipe.valid), ("test", recipe.test)):

@@ -290,9 +290,13 @@ class ClassOutput(nn.Module):
         return -self.target_log_probs(hidden, targets).sum(), int((targets != IGNORE).sum())
 
 
-def parse_cutoffs(text: str, vocab_size: int) -> list[int]:
-    """Cluster bounds "2000,10000"; "" = a head of min(2000, V/4) words, then ×5 per cluster while below V
+def parse_cutoffs(text: str, vocab_size: int | None) -> list[int]:
+    """Cluster bounds "2000,10000": increasing word counts, each at least 1 and below V (`vocab_size`; None: not
+    known yet, the form alone is checked). "" = a head of min(2000, V/4) words, then ×5 per cluster while below V
     (WikiText-2: 2000, 10000; PTB: 2000)."""
+    from ..config import _toml_value
+    from ..errors import CtxlmError
+
     if not text.strip():
         cutoffs, cut = [], max(1, min(2000, vocab_size // 4))
         while cut < vocab_size:
@@ -300,9 +304,16 @@ def parse_cutoffs(text: str, vocab_size: int) -> list[int]:
             cut *= 5
         return cutoffs
     try:
-        return [int(part) for part in text.split(",")]
+        cutoffs = [int(part) for part in text.split(",")]
     except ValueError:
-        raise ValueError(f"output.cutoffs must be comma-separated word counts such as \"2000,10000\", got {text!r}") from None
+        cutoffs = []
+    if not cutoffs or cutoffs[0] < 1 or any(b <= a for a, b in zip(cutoffs, cutoffs[1:])):
+        raise CtxlmError(f"output.cutoffs = {_toml_value(text)}: give increasing word counts of at least 1, separated by commas, "
+                         'such as "2000,10000" (or "" to choose them from the vocabulary)')
+    if vocab_size is not None and cutoffs[-1] >= vocab_size:
+        raise CtxlmError(f"output.cutoffs = {_toml_value(text)}: {cutoffs[-1]:,} is not below the vocabulary's {vocab_size:,} "
+                         'words, so its cluster would be empty; give smaller cutoffs (or "" to choose them from the vocabulary)')
+    return cutoffs
 
 
 class AdaptiveOutput(nn.Module):

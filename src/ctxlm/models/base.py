@@ -71,6 +71,21 @@ def refuse_unread_keys(config, model: "LanguageModel", output_layer: str) -> Non
                          f"nothing; set it to false, or tie through output.layer = \"nce\"")
 
 
+def refuse_untying(config, model: "LanguageModel", output_layer: str) -> None:
+    """A family whose own softmax is always tied to the input embeddings, as its equations say (the attentive
+    LMs, SPEC §1.15 eq 8), keeps the tie under another output layer or is refused: nce ties only with
+    model.tie_weights = true, class and adaptive have no V x d weight to tie. `model`: built with its own softmax."""
+    always = model.ties_weights() and not config.tie_weights
+    if not always or output_layer == "softmax":
+        return
+    if output_layer == "nce":
+        fix = "would untie them: set model.tie_weights = true to tie it"
+    else:
+        fix = 'has no V x d weight to tie: use output.layer = "softmax", or "nce" with model.tie_weights = true'
+    raise CtxlmError(f"model {config.name!r} ties its output weights to the input embeddings (SPEC §1.15 eq 8); "
+                     f"output.layer = \"{output_layer}\" {fix}")
+
+
 def softmax_ties(name: str, tie_weights: bool = True) -> bool:
     """Whether family `name`, built at its defaults with this tie_weights, ties its softmax to the embeddings."""
     from ..config import ModelConfig

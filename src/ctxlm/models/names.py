@@ -19,6 +19,7 @@ mixture: 1.9× the steps/s of the mixture written out in full at the Holmes reci
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -76,7 +77,7 @@ class NamesMixtureLM(LanguageModel):
         if not self.names_file:
             raise CtxlmError("model.names: the names-mixture model needs a file of name words, one per line "
                              "(make one with `ctxlm names FILES > names.txt`)")
-        is_name = read_names(self.names_file, vocab, "model.names")
+        is_name = read_names(Path(self.names_file).expanduser(), vocab, "model.names")
         if not is_name.any():
             raise CtxlmError(f"model.names: none of the words in {self.names_file} is in the vocabulary")
         self.is_name.copy_(is_name)

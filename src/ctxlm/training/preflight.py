@@ -5,8 +5,8 @@ import torch
 
 from ..config import Config, validate
 from ..errors import CtxlmError
-from ..layers.output import refuse_unread_output_keys
-from ..models.base import build_model, families, refuse_unread_keys, spoken
+from ..layers.output import parse_cutoffs, refuse_unread_output_keys
+from ..models.base import build_model, families, refuse_unread_keys, refuse_untying, spoken
 from .optim import build_optimizer
 from .unread import refuse_unread_settings
 
@@ -32,7 +32,10 @@ def check_config(config: Config) -> None:
     with torch.device("meta"):
         model = build_model(config.model, 2)       # bad sizes or model options fail here, not after loading data
     refuse_unread_keys(config.model, model, config.output.layer)
+    refuse_untying(config.model, model, config.output.layer)
     refuse_unread_output_keys(config.output)
+    if config.output.layer == "adaptive" and config.output.cutoffs.strip():
+        parse_cutoffs(config.output.cutoffs, None)      # its form; the vocabulary's size is checked once it is known
     if not model.left_to_right and config.data.batching != "sentence":
         raise CtxlmError(f"model {config.model.name!r} reads whole sentences (each word given the words after it "
                          "too): it trains with data.batching = \"sentence\" only")
@@ -40,5 +43,5 @@ def check_config(config: Config) -> None:
         raise CtxlmError(f"data.batching = window feeds each sample's previous words to a fixed-window model "
                          f"({spoken(families(lambda cls: cls.fixed_window))}); {config.model.name!r} reads streams: "
                          "use stream or sentence batching")
-    build_optimizer(config.train.optimizer, [torch.zeros(1, requires_grad=True)], config.train.lr, config.train.weight_decay)
     refuse_unread_settings(config)
+    build_optimizer(config.train.optimizer, [torch.zeros(1, requires_grad=True)], config.train.lr, config.train.weight_decay)
