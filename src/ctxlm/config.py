@@ -20,14 +20,14 @@ from .registry import MODELS
 @dataclass
 class DataConfig:
     dataset: str = "ptb"            # registry name, "files" with train/valid/test paths below, or "prepared"
-    train: str = ""                 # user corpus files (dataset = "files")
-    valid: str = ""
-    test: str = ""
+    train: str = ""                 # dataset = "files": the training text, one sentence per line, whitespace-tokenised (.gz too)
+    valid: str = ""                 # dataset = "files": the validation text (needed)
+    test: str = ""                  # dataset = "files": the test text (optional)
     prepared: str = ""              # a folder made by `ctxlm prepare text` (dataset = "prepared"; docs/prepare.md)
     batching: str = setting("stream", one_of("stream", "sentence", "window"))  # SPEC §0.4 regimes A, B and C (window: feed-forward models)
-    batch_size: int = setting(64, at_least(1))
-    bptt: int = setting(20, at_least(1))  # stream: tokens per chunk
-    max_sentence_len: int = setting(0, at_least(0))  # sentence: truncate training sentences (0 = no limit)
+    batch_size: int = setting(64, at_least(1))  # training streams, sentences or windows per batch; sentence evaluation's sentences per batch
+    bptt: int = setting(20, at_least(1))  # stream: tokens per training chunk (truncated backpropagation through time)
+    max_sentence_len: int = setting(0, at_least(0))  # sentence: training reads each sentence's first N tokens only (0 = no limit; evaluation never cuts)
     sentence_ends: str = ""         # sentence: tokens that also end a sentence, e.g. ". ? !" (lines always do)
     eval_batch_size: int = setting(1, at_least(1))  # SPEC §0.2: stream evaluation, batch size 1, large chunks
     eval_chunk: int = setting(1000, at_least(1))  # tokens per chunk of stream evaluation and scoring (same result, memory bounded by it)
@@ -107,20 +107,20 @@ class OutputConfig:
 
 @dataclass
 class TrainConfig:
-    optimizer: str = setting("adam", one_of("sgd", "adam", "adamw"))
-    lr: float = setting(1e-3, above(0))
-    weight_decay: float = setting(0.0, at_least(0))
-    schedule: str = setting("constant", one_of("constant", "decay", "plateau"))  # decay: divide by lr_factor every epoch after decay_start
-    lr_factor: float = setting(2.0, above(0))  # must be > 1 unless the schedule is constant
-    decay_start: int = setting(0, at_least(0))
-    epochs: int = setting(10, at_least(1))
+    optimizer: str = setting("adam", one_of("sgd", "adam", "adamw"))  # Adam and AdamW with β = (0.9, 0.999)
+    lr: float = setting(1e-3, above(0))  # the learning rate the first epoch trains at
+    weight_decay: float = setting(0.0, at_least(0))  # the optimizer's L2 weight decay
+    schedule: str = setting("constant", one_of("constant", "decay", "plateau"))  # decay: divide by lr_factor every epoch after decay_start; plateau: after an epoch without validation gain
+    lr_factor: float = setting(2.0, above(0))  # decay / plateau: what the rate is divided by (> 1)
+    decay_start: int = setting(0, at_least(0))  # decay: the rate is divided after every epoch from this one on
+    epochs: int = setting(10, at_least(1))  # epochs at most (early stopping and min_lr may end sooner)
     early_stop_patience: int = setting(0, at_least(0))  # stop after this many epochs without validation gain (0 = never)
     min_lr: float = setting(0.0, at_least(0))  # stop once the schedule takes the rate below this (0 = never)
     rollback: bool = False          # after an epoch without validation gain, go on from the best weights (RNNLM recipe)
     clip: float = setting(5.0, at_least(0))  # global gradient-norm clipping (0 = off)
     loss_normalization: str = setting("token", one_of("token", "sequence", "sum"))  # token: mean NLL per target ([000] eq 3.2); sequence: summed NLL / batch size; sum: summed NLL (Pham)
-    seed: int = setting(1, SEED)
-    device: str = setting("auto", one_of("auto", "cpu", "cuda"))
+    seed: int = setting(1, SEED)  # initialisation, dropout and batch order
+    device: str = setting("auto", one_of("auto", "cpu", "cuda"))  # auto: CUDA where there is one, else the CPU
     checkpoint_every: int = setting(500, at_least(0))  # also checkpoint mid-epoch every N batches (0 = only per epoch)
     max_batches: int = setting(0, at_least(0))  # cap batches per epoch (0 = all), for smoke tests and demos
     threads: int = setting(0, at_least(0))  # CPU threads for PyTorch (0 = its default)

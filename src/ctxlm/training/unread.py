@@ -1,4 +1,4 @@
-"""What reads each [data] and [train] key that only some configs read.
+"""What reads each [data] and [train] key that only some configs read (the "read by" column of docs/configuration.md).
 
 Training refuses such a key set away from its default where nothing will read it, by name and with the
 reason, so that no setting is silently ignored; a key at its default is never refused (presets and base
