@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ctxlm, one_line_error, tiny_config, write_corpus
+from conftest import batched, ctxlm, one_line_error, tiny_config, write_corpus
 from ctxlm.data.batching import split_sentences
 from ctxlm.errors import CtxlmError
 from ctxlm.evaluation.dynamic import DynamicSetting, DynamicWeights
@@ -261,8 +261,8 @@ def test_eval_file_reads_a_sentence_runs_text_as_it_reads_its_splits(tmp_path):
     """A run trained on sentences alone never saw a state carried across a line: `eval --file` reads the file's
     sentences alone, as `eval --split` does (it read them as one stream: ~5x the perplexity)."""
     corpus = write_corpus(tmp_path)
-    config = tiny_config(corpus)
-    config.data.batching, config.train.epochs = "sentence", 1
+    config = batched(tiny_config(corpus), "sentence")
+    config.train.epochs = 1
     Trainer(config, tmp_path / "run", log=lambda *a: None).fit()
     split = json.loads(ctxlm("eval", tmp_path / "run", "--split", "valid", "--json").stdout)["valid"]
     file = json.loads(ctxlm("eval", tmp_path / "run", "--file", corpus["valid"], "--json").stdout)[corpus["valid"]]
