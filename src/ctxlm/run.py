@@ -316,15 +316,9 @@ class Run:
         return score_item(self.model, block, self.vocab.eos, self.config.data.eval_chunk, self.dynamic, on_output)
 
     def _sentences(self, sentences: list[torch.Tensor], batch_size: int) -> list[torch.Tensor]:
-        """Each alone: batched, but one longer than data.eval_chunk read in chunks (memory bounded by the chunk),
-        and each from the trained weights with dynamic evaluation."""
-        if self.dynamic is not None:
-            return [self._item(s) for s in sentences]
-        chunk = self.config.data.eval_chunk
-        long = [not self.model.scores_at_once and s.numel() > chunk for s in sentences]
-        short = [s for s, cut in zip(sentences, long) if not cut]
-        batched = iter(score_sentences(self.model, short, self.vocab.eos, batch_size) if short else [])
-        return [self._item(s) if cut else next(batched) for s, cut in zip(sentences, long)]
+        if self.dynamic is None:
+            return score_sentences(self.model, sentences, self.vocab.eos, batch_size, self.config.data.eval_chunk)
+        return [self._item(s) for s in sentences]                 # each from the trained weights
 
     def _scored(self, line: str, tokens: list[str], log_probs: torch.Tensor) -> Scored:
         unk = self.vocab.unk                                      # a word it lacks, or `<unk>` written in the text

@@ -137,19 +137,27 @@ def stream_log_probs(model, ids: torch.Tensor, chunk: int = 1000, dynamic: Dynam
 
 
 @torch.no_grad()
-def score_sentences(model, sentences: list[torch.Tensor], eos: int, batch_size: int = 32) -> list[torch.Tensor]:
+def score_sentences(model, sentences: list[torch.Tensor], eos: int, batch_size: int = 32,
+                    chunk: int | None = None) -> list[torch.Tensor]:
     """Each sentence's (ids ending in `<eos>`) token log-probabilities, each read alone from the model's start
-    state, in batches of sentences of similar length."""
+    state, in batches of sentences of similar length; one longer than `chunk` tokens alone in chunks of that size
+    (memory bounded by the chunk, not the sentence)."""
     model.eval()
     if model.scores_at_once:                    # n-gram tables: every token in one pass, no padding
         return model.texts_log_probs(sentences)
-    device = model_device(model)
-    batches = SentenceBatches(sentences, batch_size, eos)
     scores: list[torch.Tensor] = [torch.zeros(0)] * len(sentences)
-    for number, rows in enumerate(batches.indices):
+    short = []
+    for row, sentence in enumerate(sentences):
+        if chunk is not None and sentence.numel() > chunk:
+            scores[row] = score_item(model, sentence, eos, chunk)
+        else:
+            short.append(row)
+    device = model_device(model)
+    batches = SentenceBatches([sentences[row] for row in short], batch_size, eos) if short else None
+    for number, rows in enumerate(batches.indices if batches else []):
         batch = batches.batch(number)
         inputs, targets = batch.inputs.to(device), batch.targets.to(device)
         log_probs = model.target_log_probs(model(inputs, model.start_state(inputs.size(0))), targets).cpu()
         for row, sentence in zip(rows, range(len(rows))):
-            scores[row] = log_probs[sentence, :sentences[row].numel()]
+            scores[short[row]] = log_probs[sentence, :sentences[short[row]].numel()]
     return scores
