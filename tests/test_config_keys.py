@@ -284,7 +284,7 @@ def test_base_presets_form_a_chain_or_a_clear_error(tmp_path, bases):
     if current is None:
         assert result.returncode == 0 and printed_config(result.stdout)["train"]["epochs"] == 1
     elif current >= len(bases):
-        one_line_error(result, f"p{current}.toml not found")
+        one_line_error(result, f"its base preset 'p{current}.toml' is not there")      # naming the preset whose base it is
     else:
         one_line_error(result, "base presets form a cycle", f"p{current}.toml")
 

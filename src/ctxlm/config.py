@@ -259,6 +259,9 @@ def _load(path: Path, config: Config, chain: tuple[Path, ...], saved: bool = Fal
         base = raw.pop("base")
         if not isinstance(base, str):
             raise CtxlmError(f"{path}: base must be a file name, e.g. base = \"ptb-lstm.toml\"")
+        if not (path.parent / base).exists():
+            raise CtxlmError(f"{path}: its base preset {base!r} is not there ({path.parent / base}); name a preset "
+                             "file beside it, e.g. base = \"ptb-lstm.toml\"")
         config = _load(path.parent / base, config, (*chain, path.resolve()), saved)
     for section, values in raw.items():
         if not isinstance(values, dict):
