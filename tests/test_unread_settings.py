@@ -6,10 +6,11 @@ import dataclasses
 import pytest
 import torch
 
-from conftest import ctxlm, one_line_error, tiny_config
+from conftest import batched, ctxlm, one_line_error, tiny_config, write_corpus
 from ctxlm.config import Config, TrainConfig, apply_overrides
 from ctxlm.errors import CtxlmError
 from ctxlm.training.preflight import check_config
+from ctxlm.training.trainer import Trainer
 from ctxlm.training.unread import COUNTS_READ, READ_ONLY, read_train_settings
 
 KN = ["model.name=kneser-ney"]
@@ -19,21 +20,22 @@ TRAIN_VALUES = {"optimizer": "sgd", "lr": "0.5", "weight_decay": "0.1", "schedul
                 "seed": "7", "device": "cpu", "checkpoint_every": "0", "max_batches": "5", "precision": "bf16", "compile": "true"}
 CASES = [
     (["data.batching=sentence", "data.bptt=35"], 'data.bptt = 35 is read only with data.batching = "stream", not "sentence": '
-                                                 "leave it out or change data.batching"),
+                                                 "leave it out or set it back to 20, or change data.batching"),
     (["model.name=ffnn", "data.batching=window", "data.bptt=35"], 'data.bptt = 35 is read only with data.batching = "stream", not "window"'),
     (["data.max_sentence_len=35"], 'data.max_sentence_len = 35 is read only with data.batching = "sentence", not "stream"'),
     (["data.sentence_ends=. ? !"], 'data.sentence_ends = ". ? !" is read only with data.batching = "sentence", not "stream"'),
     (["train.lr_factor=4"], 'train.lr_factor = 4.0 is read only with train.schedule = "decay" or "plateau", not "constant": '
-                            "leave it out or change train.schedule"),
-    (["train.min_lr=0.01"], 'train.min_lr = 0.01 is read only with train.schedule = "decay" or "plateau", not "constant"'),
+                            "leave it out or set it back to 2.0, or change train.schedule"),
+    (["train.min_lr=0.01"], 'train.min_lr = 0.01 has no use with train.schedule = "constant" (the rate never falls'),
     (["train.decay_start=4"], 'train.decay_start = 4 is read only with train.schedule = "decay", not "constant"'),
     (["train.schedule=plateau", "train.decay_start=4"], 'train.decay_start = 4 is read only with train.schedule = "decay", not "plateau"'),
-    (["data.train=a.txt"], 'data.train = "a.txt" is read only with data.dataset = "files", not "ptb": leave it out or change data.dataset'),
+    (["data.train=a.txt"], 'data.train = "a.txt" is read only with data.dataset = "files", not "ptb": leave it out or set it back to "", '
+                           "or change data.dataset"),
     (["data.dataset=wikitext-2", "data.valid=b.txt"], 'data.valid = "b.txt" is read only with data.dataset = "files", not "wikitext-2"'),
     (["data.dataset=prepared", "data.prepared=p", "data.test=c.txt"], 'data.test = "c.txt" is read only with data.dataset = "files"'),
     (["data.dataset=files", "data.train=a", "data.valid=b", "data.prepared=p"],
      'data.prepared = "p" is read only with data.dataset = "prepared", not "files"'),
-    ([*KN, "data.bptt=35"], "data.bptt = 35 is not read by model 'kneser-ney': it is estimated from counts, not trained; leave it out"),
+    ([*KN, "data.bptt=35"], "data.bptt = 35 is not read by model 'kneser-ney': it is estimated from counts, not trained; leave it out or set it back to 20"),
     ([*KN, "data.batch_size=8"], "data.batch_size = 8 is not read by model 'kneser-ney' under data.batching = \"stream\""),
     ([*KN, "data.batching=sentence", "data.max_sentence_len=35"], "data.max_sentence_len = 35 is not read by model 'kneser-ney'"),
     *[([*KN, f"train.{key}={value}"], f"train.{key} = ") for key, value in TRAIN_VALUES.items()],
@@ -59,7 +61,7 @@ def test_train_and_info_refuse_a_setting_nothing_reads(tmp_path, settings, needl
 
 def test_kneser_ney_says_which_train_key_it_reads():
     with pytest.raises(CtxlmError, match=r"^train.epochs = 3 is not read by model 'kneser-ney': it is estimated from counts, "
-                                         r"not trained \(of \[train\] it reads train.threads only\); leave it out$"):
+                                         r"not trained \(of \[train\] it reads train.threads only\); leave it out or set it back to 10$"):
         check_config(apply_overrides(Config(), [*KN, "train.epochs=3"]))
 
 
@@ -98,3 +100,22 @@ def test_reproduce_gives_a_count_based_row_only_the_train_settings_it_reads():
     given = ["train.threads=2", "train.device=cuda", "data.eval_chunk=500", "train.epochs=1"]
     assert read_train_settings(lstm, given) == given
     assert read_train_settings(kn, given) == ["train.threads=2", "data.eval_chunk=500"]
+
+
+def test_every_unread_key_is_named_in_the_one_line():
+    with pytest.raises(CtxlmError, match=r"^train.decay_start = 12 .*; train.min_lr = 0.001 has no use"):
+        check_config(apply_overrides(Config(), ["train.decay_start=12", "train.min_lr=0.001"]))
+
+
+def test_a_resumed_runs_own_data_keys_are_not_refused(tmp_path):
+    """A run saved before these checks may hold a [data] key nothing reads, which a resume cannot change: it resumes
+    (a [train] key it changes is still checked)."""
+    corpus = write_corpus(tmp_path)
+    config = batched(tiny_config(corpus), "sentence")
+    config.train.epochs = 1
+    Trainer(config, tmp_path / "run", log=lambda *a: None).fit()
+    saved = tmp_path / "run" / "config.toml"
+    saved.write_text(saved.read_text().replace("bptt = 20", "bptt = 35"))       # as an older run kept it
+    resumed = ctxlm("train", "--resume", tmp_path / "run", "--set", "train.epochs=2")
+    assert resumed.returncode == 0, resumed.stderr
+    one_line_error(ctxlm("train", "--resume", tmp_path / "run", "--set", "train.lr_factor=4"), "train.lr_factor = 4.0")

@@ -24,7 +24,7 @@ from .step import capped_threads
 def estimate_run(config: Config, run_dir: str | Path, data_dir=None, log=print, again: bool = False) -> dict:
     """Estimate into a new run directory, or `again` into an existing one (`--resume` after a kill)."""
     run_dir = Path(run_dir)
-    check_config(config)
+    check_config(config, resumed=again)
     lock = RunLock(run_dir).acquire()
     try:
         if content(run_dir, resume=again) and not again:

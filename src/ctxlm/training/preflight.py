@@ -22,8 +22,9 @@ def pick_device(name: str, option: str = "train.device") -> torch.device:
     return torch.device(name)
 
 
-def check_config(config: Config) -> None:
-    """Refuse bad settings before any data is read."""
+def check_config(config: Config, resumed: bool = False) -> None:
+    """Refuse bad settings before any data is read. A `resumed` run's own [data], [model] and [output], which a
+    resume cannot change, are not refused for keys nothing reads or a tie they leave out (accepted when it began)."""
     from ..models import MODELS
 
     validate(config)
@@ -32,7 +33,8 @@ def check_config(config: Config) -> None:
     with torch.device("meta"):
         model = build_model(config.model, 2)       # bad sizes or model options fail here, not after loading data
     refuse_unread_keys(config.model, model, config.output.layer)
-    refuse_untying(config.model, model, config.output.layer)
+    if not resumed:
+        refuse_untying(config.model, model, config.output.layer)
     refuse_unread_output_keys(config.output)
     if config.output.layer == "adaptive" and config.output.cutoffs.strip():
         parse_cutoffs(config.output.cutoffs, None)      # its form; the vocabulary's size is checked once it is known
@@ -43,5 +45,5 @@ def check_config(config: Config) -> None:
         raise CtxlmError(f"data.batching = window feeds each sample's previous words to a fixed-window model "
                          f"({spoken(families(lambda cls: cls.fixed_window))}); {config.model.name!r} reads streams: "
                          "use stream or sentence batching")
-    refuse_unread_settings(config)
+    refuse_unread_settings(config, ("train",) if resumed else ("data", "train"))
     build_optimizer(config.train.optimizer, [torch.zeros(1, requires_grad=True)], config.train.lr, config.train.weight_decay)

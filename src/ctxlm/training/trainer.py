@@ -43,7 +43,7 @@ class Trainer:
         self.run_dir, self.files, self.log = Path(run_dir), RunDir(run_dir), log
         if resume:
             config = resumed_config(self.files, config)
-        check_config(config)                # before any folder is made
+        check_config(config, resumed=resume)        # before any folder is made
         self.lock = RunLock(self.run_dir).acquire()       # one writer: held until fit() ends
         try:
             self._setup(config, data_dir, resume, allow_changed_data)

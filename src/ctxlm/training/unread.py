@@ -18,21 +18,25 @@ COUNTS_READ = ("threads",)      # the [train] keys a count-based model reads: th
 
 @dataclass(frozen=True)
 class Choice:
-    """Read only where the setting `on` (e.g. "data.batching") is one of `values`."""
+    """Read only where the setting `on` (e.g. "data.batching") is one of `values`; `use` says why elsewhere it is no
+    use where it is still looked at."""
     on: str
     values: tuple[str, ...]
+    use: str = ""
 
     @property
     def who(self) -> str:
         return f"with {self.on} = {' or '.join(_toml_value(v) for v in self.values)}"
 
-    def unread(self, config: Config, name: str) -> str | None:
-        """Why `config` does not read the key `name` (None: it does), and what to do."""
+    def unread(self, config: Config, name: str, back: str) -> str | None:
+        """Why `config` does not read the key `name` (None: it does), and what to do (`back`: restore its default)."""
         section, key = self.on.split(".")
         value = getattr(getattr(config, section), key)
         if value in self.values:
             return None
-        return f"is read only {self.who}, not {_toml_value(value)}: leave it out or change {self.on}"
+        if self.use:
+            return f"has no use with {self.on} = {_toml_value(value)} ({self.use}): {back}, or change {self.on}"
+        return f"is read only {self.who}, not {_toml_value(value)}: {back}, or change {self.on}"
 
 
 @dataclass(frozen=True)
@@ -46,12 +50,12 @@ class Trained:
         evaluated = " or ".join(_toml_value(v) for v in self.evaluated)
         return "by the training of a neural model" + (f" (and by evaluation with data.batching = {evaluated})" if evaluated else "")
 
-    def unread(self, config: Config, name: str) -> str | None:
+    def unread(self, config: Config, name: str, back: str) -> str | None:
         if not MODELS[config.model.name].count_based or config.data.batching in self.evaluated:
             return None
         under = f" under data.batching = {_toml_value(config.data.batching)}" if self.evaluated else ""
         reads = f" (of [train] it reads {' and '.join(f'train.{key}' for key in COUNTS_READ)} only)" if name.startswith("train.") else ""
-        return f"is not read by model {config.model.name!r}{under}: it is estimated from counts, not trained{reads}; leave it out"
+        return f"is not read by model {config.model.name!r}{under}: it is estimated from counts, not trained{reads}; {back}"
 
 
 STREAM, SENTENCE = Choice("data.batching", ("stream",)), Choice("data.batching", ("sentence",))
@@ -71,22 +75,25 @@ READ_ONLY = {
     **{f"train.{f.name}": (TRAINED,) for f in fields(TrainConfig) if f.name not in COUNTS_READ},
     "train.lr_factor": (TRAINED, SCHEDULED),
     "train.decay_start": (TRAINED, Choice("train.schedule", ("decay",))),
-    "train.min_lr": (TRAINED, SCHEDULED),
+    "train.min_lr": (TRAINED, Choice("train.schedule", ("decay", "plateau"),
+                                     "the rate never falls: it could only stop training after epoch 1")),
 }
 
 
-def refuse_unread_settings(config: Config) -> None:
-    """A [data] or [train] key set away from its default where `config` never reads it is an error naming it."""
-    defaults = Config()
+def refuse_unread_settings(config: Config, sections: tuple[str, ...] = ("data", "train")) -> None:
+    """Every key of `sections` set away from its default where `config` never reads it: one error naming them all."""
+    defaults, found = Config(), []
     for name, conditions in READ_ONLY.items():
         section, key = name.split(".")
-        value = getattr(getattr(config, section), key)
-        if value == getattr(getattr(defaults, section), key):
+        value, default = getattr(getattr(config, section), key), getattr(getattr(defaults, section), key)
+        if section not in sections or value == default:
             continue
-        for condition in conditions:
-            reason = condition.unread(config, name)
-            if reason:
-                raise CtxlmError(f"{name} = {_toml_value(value)} {reason}")
+        back = f"leave it out or set it back to {_toml_value(default)}"
+        reason = next((r for r in (c.unread(config, name, back) for c in conditions) if r), None)
+        if reason:
+            found.append(f"{name} = {_toml_value(value)} {reason}")
+    if found:
+        raise CtxlmError("; ".join(found))
 
 
 def read_train_settings(config: Config, settings: list[str]) -> list[str]:
