@@ -122,3 +122,30 @@ def test_data_paths_may_start_with_the_home_folder(tmp_path, corpus, monkeypatch
     assert done.returncode == 0, done.stderr
     prepared = apply_overrides(Config(), ["data.dataset=prepared", "data.prepared=~/prep"])
     assert prepare_data(prepared).vocab.words == want.vocab.words and text_recipe(prepared).lower
+
+
+def test_task_files_cut_lines_at_line_feeds_only(tmp_path):
+    """A U+2028 or form feed inside a LAMBADA passage or an MSR question is a space, as the corpus reader reads it
+    (str.splitlines cut there: two passages, and the line numbers of later errors off by one)."""
+    from ctxlm.data.corpus import read_lambada
+    from ctxlm.data.questions import read_msr_completion
+
+    passages = tmp_path / "p.txt"
+    passages.write_text("he said hello to\u2028 the man named bob\r\nthe cat\x0csat on the mat\n", encoding="utf-8")
+    assert read_lambada(passages) == [["he", "said", "hello", "to", "the", "man", "named", "bob"],
+                                      ["the", "cat", "sat", "on", "the", "mat"]]
+    questions = tmp_path / "q.txt"
+    questions.write_text("".join(f"1{letter}) the cat [{word}] on\u2028 a mat .\n" for letter, word in zip("abcde", "sat ran dog the on".split())))
+    assert [q.options for q in read_msr_completion(questions)] == [["sat", "ran", "dog", "the", "on"]]
+
+
+def test_a_file_with_old_mac_line_ends_is_said_to_be_one_line(tmp_path, capsys):
+    from ctxlm.data.corpus import iter_tokens
+
+    (tmp_path / "cr.txt").write_bytes(b"a b c\rd e f\rg h\r")
+    assert list(iter_tokens(tmp_path / "cr.txt")) == ["a", "b", "c", "d", "e", "f", "g", "h", "<eos>"]
+    err = capsys.readouterr().err
+    assert err.count("carriage return") == 1 and "cr.txt, line 1" in err and "tr '\\r' '\\n'" in err
+    (tmp_path / "crlf.txt").write_bytes(b"a b\r\nc d\r\n")                 # Windows line ends: nothing to say
+    assert list(iter_tokens(tmp_path / "crlf.txt")) == ["a", "b", "<eos>", "c", "d", "<eos>"]
+    assert capsys.readouterr().err == ""

@@ -158,7 +158,9 @@ def test_sentence_batches_truncate_and_bucket():
 
 
 def test_extra_sentence_ends_cut_without_adding_targets():
-    stream = torch.tensor([5, 6, 9, 7, 9, 0, 8, 0])     # 9 plays "."
+    """A line's <eos> right after an extra end stays with its sentence (it was a lone [<eos>] read from nothing);
+    a blank line's <eos> is a line of its own."""
+    stream = torch.tensor([5, 6, 9, 7, 9, 0, 0, 8, 0])     # 9 plays "."
     pieces = split_sentences(stream, 0, (9,))
-    assert [p.tolist() for p in pieces] == [[5, 6, 9], [7, 9], [0], [8, 0]]
+    assert [p.tolist() for p in pieces] == [[5, 6, 9], [7, 9, 0], [0], [8, 0]]
     assert sum(p.numel() for p in pieces) == stream.numel()

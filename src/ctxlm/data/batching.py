@@ -130,13 +130,17 @@ class Sentences(Sequence):
 
 
 def split_sentences(ids: torch.Tensor, eos: int, extra_ends: tuple[int, ...] = ()) -> Sentences:
-    """Cut a token stream after every `<eos>` (and after every token in `extra_ends`, e.g. `.` `?` `!`).
-
-    Nothing is inserted, so the targets are exactly those of the stream.
+    """Cut a token stream after every `<eos>`, and after every token in `extra_ends` (e.g. `.` `?` `!`) that an
+    `<eos>` does not follow: the line's `<eos>` stays with the sentence it ends, not a piece of its own read
+    from nothing. Nothing is inserted, so the targets are exactly those of the stream.
     """
-    is_end = ids == eos
+    is_eos = ids == eos
+    is_extra = torch.zeros_like(is_eos)
     for token in extra_ends:
-        is_end |= ids == token
+        is_extra |= ids == token
+    before_eos = torch.zeros_like(is_eos)
+    before_eos[:-1] = is_eos[1:]
+    is_end = is_eos | (is_extra & ~before_eos)
     ends = is_end.nonzero().flatten() + 1
     if ids.numel() and (not ends.numel() or ends[-1] < ids.numel()):     # a last piece without an end
         ends = torch.cat([ends, ends.new_tensor([ids.numel()])])

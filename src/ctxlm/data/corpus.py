@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import CtxlmError
+from ..io import warn
 from .vocab import EOS
 
 
@@ -129,6 +130,12 @@ def text_blocks(path: str | Path, chunk: int = 1 << 20, start: tuple[int, int] =
         yield number, offset, decode(b"".join(pending), number)
 
 
+def text_lines(text: str) -> list[str]:
+    """`text` cut into lines at "\n" only (a "\r" before it dropped), as `iter_lines` reads a file: not at the
+    form feeds, U+2028 or NEL where `str.splitlines` also cuts, so line numbers are the file's."""
+    return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
+
+
 def _without_bom(text: str) -> str:
     return text[1:] if text.startswith("\ufeff") else text      # a byte-order mark is not part of the first word
 
@@ -151,7 +158,7 @@ def iter_lines(path: str | Path, allow_empty: bool = False) -> Iterator[str]:
     without a single word are clear errors naming the file and line.
     """
     name = "standard input" if str(path) == "-" else str(path)
-    words = False
+    words = told = False
     with _open_binary(path) as handle:
         for number, raw in enumerate(_raw_lines(handle, name), 1):
             if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
@@ -168,7 +175,12 @@ def iter_lines(path: str | Path, allow_empty: bool = False) -> Iterator[str]:
             except UnicodeDecodeError:
                 raise CtxlmError(f"{name}, line {number}: not valid utf-8 text; convert the file to UTF-8") from None
             words = words or bool(line.split())
-            yield line[:-2] if line.endswith("\r\n") else line[:-1] if line.endswith("\n") else line
+            line = line[:-2] if line.endswith("\r\n") else line[:-1] if line.endswith("\n") else line
+            if "\r" in line and not told:        # old Mac line ends: the whole file one line, said once
+                told = True
+                warn(f"note: {name}, line {number}: a carriage return (\\r) inside a line; lines end at \\n only, so a "
+                     "file whose lines end in \\r alone is read as one line (convert it: tr '\\r' '\\n')")
+            yield line
     if not words and not allow_empty:
         raise CtxlmError(f"{name}: file is empty (no words); a corpus needs at least one line of text")
 
@@ -235,7 +247,7 @@ def read_brown(tgz_path: str | Path) -> TaggedCorpus:
                 raise CtxlmError(f"{tgz_path}: expected 500 Brown text files, found {len(members)}")
             for member in members:
                 text = tar.extractfile(member).read().decode("latin-1")
-                for line in text.splitlines():
+                for line in text_lines(text):
                     items = line.split()
                     if not items:
                         continue
@@ -254,7 +266,7 @@ def read_lambada(path: str | Path) -> list[list[str]]:
     """LAMBADA: one passage per line (blank lines skipped); the target is the passage's last word.
     A passage of one word is an error naming its line."""
     passages = []
-    for number, line in enumerate(read_text(path).splitlines(), 1):
+    for number, line in enumerate(text_lines(read_text(path)), 1):
         words = line.split()
         if len(words) == 1:
             raise CtxlmError(f"{path}, line {number}: passage {len(passages) + 1} has one word; each needs context and "

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CtxlmError
-from .corpus import read_text
+from .corpus import read_text, text_lines
 
 BLANK = "_____"
 LETTERS = "abcde"
@@ -79,7 +79,7 @@ def _csv_questions(path, text: str) -> list[CompletionQuestion]:
 
 def _machine_questions(path, text: str) -> list[CompletionQuestion]:
     found, seen, current = [], set(), None
-    for line, raw in enumerate(text.splitlines(), 1):
+    for line, raw in enumerate(text_lines(text), 1):
         if not raw.strip():
             continue
         match = _MACHINE_LINE.match(raw)
@@ -131,7 +131,7 @@ def _answers(path, questions: dict[str, CompletionQuestion]) -> dict[str, str]:
             key[qid] = letter
 
     if _MACHINE_LINE.match(text.split("\n", 1)[0]):
-        for line, raw in enumerate(text.splitlines(), 1):
+        for line, raw in enumerate(text_lines(text), 1):
             match = _MACHINE_LINE.match(raw)
             if raw.strip() and not match:
                 raise CtxlmError(f"{path}, line {line}: expected `NUMBERletter) sentence`, e.g. `1c) ... [residing] ...`")

@@ -1,6 +1,6 @@
 """Named datasets: expected files and sha256, where to look, how to obtain them, which reader to use.
 
-Search order for every file: `--data-dir`, then `$CTXLM_DATA_DIR`, then the user cache
+Search order for every file: `--data-dir` (or, without it, `$CTXLM_DATA_DIR`), then the user cache
 (`$XDG_CACHE_HOME/ctxlm/data`, default `~/.cache/ctxlm/data`). In each root the file may sit in the
 dataset's folder or at the top level, plain or gzipped. Checksums are of the *uncompressed* content,
 so a file and its `.gz` are equally valid. PTB and WikiText-2 download from their canonical public
