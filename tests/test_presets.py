@@ -76,3 +76,19 @@ def test_match_params_refuses_a_model_its_sizes_do_not_size():
     config = load_toml(CONFIGS / "ngram" / "ptb-kn5.toml")
     with pytest.raises(CtxlmError, match="kneser-ney's size does not follow model.emb_size"):
         match_params(config.model, 10_000, "lstm:300x300")
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.rglob("*.toml")), ids=lambda p: p.stem)
+def test_match_params_sizes_every_preset_or_says_why_not(path):
+    """Every preset is sized within the budget, or refused in one line (mlpconv with carry: kernels tied to emb_size)."""
+    from ctxlm.errors import CtxlmError
+    from ctxlm.models.budget import count_parameters, parse_budget
+
+    config = load_toml(path)
+    budget = count_parameters(parse_budget("lstm:300x300", config.model), 10_000)
+    try:
+        match_params(config.model, 10_000, "lstm:300x300", config.output)
+    except CtxlmError as exc:
+        assert "\n" not in str(exc) and "--match-params lstm:300x300" in str(exc)
+        return
+    assert count_parameters(config.model, 10_000, config.output) <= budget

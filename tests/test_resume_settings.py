@@ -66,7 +66,7 @@ def test_train_epochs_below_the_epochs_trained_is_refused(tmp_path):
 def test_an_early_stop_is_judged_by_the_resumes_settings(tmp_path):
     run = trained(tmp_path, epochs=3, schedule="plateau", min_lr=1.0)      # the rate is below min_lr: it stops after epoch 1
     stopped = ctxlm("train", "--resume", run)
-    assert "has finished (1 epoch, stopped early): nothing to train; to go on, raise train.early_stop_patience" in stopped.stdout
+    assert "has finished (1 epoch, stopped early): nothing to train; to go on, lower train.min_lr;" in stopped.stdout
     resumed = ctxlm("train", "--resume", run, "--set", "train.min_lr=0")
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming" in resumed.stdout and "epoch 3:" in resumed.stdout

@@ -118,4 +118,5 @@ def test_a_resumed_runs_own_data_keys_are_not_refused(tmp_path):
     saved.write_text(saved.read_text().replace("bptt = 20", "bptt = 35"))       # as an older run kept it
     resumed = ctxlm("train", "--resume", tmp_path / "run", "--set", "train.epochs=2")
     assert resumed.returncode == 0, resumed.stderr
-    one_line_error(ctxlm("train", "--resume", tmp_path / "run", "--set", "train.lr_factor=4"), "train.lr_factor = 4.0")
+    one_line_error(ctxlm("train", "--resume", tmp_path / "run", "--set", "train.lr_factor=4"), "train.lr_factor = 4.0",
+                   "--resume --set train.lr_factor=2.0")

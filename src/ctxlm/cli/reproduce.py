@@ -20,7 +20,7 @@ def add_reproduce(sub) -> None:
                    "(default 1); on the CPU each gets cores/N threads unless --set train.threads says otherwise")
     p.add_argument("--stop-after", metavar="DURATION", help="stop every row, resumably, after this long (e.g. 50m, 8h)")
     set_option(p, "override a setting for every row, e.g. --set train.device=cuda (a resumed row takes train.* only; "
-               "its record keeps the settings its run began with)")
+               "its record keeps the settings its run began with; a Kneser-Ney row takes train.threads alone)")
     p.add_argument("--again", action="store_true", help="train the named rows again though their records are "
                    "finished (e.g. rows --check finds drifted); the old figures stay in the record under 'earlier'. "
                    "Stopped, a row's new run continues without --again (which never continues a run folder)")

@@ -73,10 +73,12 @@ def evaluate_file(model, vocab, path: str | Path, batch_size: int = 1, chunk: in
     """`evaluate_stream` of a text file (`<eos>` first, then its tokens by `recipe`, else its lines split on whitespace),
     in memory independent of its length: the ids are written to a temporary file and read back chunk by chunk.
     With the `config` of a run trained on sentences alone, its sentences are read alone, as `evaluate_split` reads
-    a split of that run. `unknown`: the tokens scored as `<unk>`."""
+    a split of that run (the file's ids in memory, 8 bytes a token; batches of data.batch_size sentences).
+    `unknown`: the tokens scored as `<unk>`."""
     tokens = itertools.chain([EOS], file_tokens(path, recipe))
     if config is not None and config.data.batching == "sentence":
-        ids = vocab.encode(list(tokens))
+        blocks = iter(lambda: list(itertools.islice(tokens, 1 << 16)), [])
+        ids = torch.cat([vocab.encode(block) for block in blocks])
         return {**evaluate_split(model, config, ids, vocab, device, desc), "unknown": unknown_targets(ids, vocab)}
     unknown = [0]
 

@@ -51,20 +51,23 @@ def match_params(config, vocab_size: int, spec: str, output=None):
     budget = count_parameters(parse_budget(spec, config), vocab_size)
     ratio = hidden_ratio(config)
 
-    def size(w: int) -> int | None:
-        """Parameters at emb_size w; None where the model cannot be built that small (adaptive's tail clusters)."""
+    def size(w: int, probe: bool = False) -> int | None:
+        """Parameters at emb_size w; with `probe`, None where the model cannot be built that small (adaptive's tail
+        clusters), else the model's own reason, naming the size."""
         trial = copy.deepcopy(config)
         trial.emb_size, trial.hidden_size = w, ratio * w
         try:
             return count_parameters(trial, vocab_size, output)
-        except CtxlmError:
-            if w >= 4096:
-                raise
-            return None
+        except CtxlmError as exc:
+            if probe and w < 4096:
+                return None
+            raise CtxlmError(f"--match-params {spec}: {config.name} cannot be built with emb_size = {w}, hidden_size = "
+                             f"{ratio * w} ({exc}); leave --match-params out") from None
 
     high = 1
-    while size(high) is None:                       # the smallest power of two it can be built at
+    while size(high, probe=True) is None:           # the smallest power of two it can be built at
         high *= 2
+    smallest = high
     if size(high) == size(2 * high):
         raise CtxlmError(f"--match-params {spec}: {config.name}'s size does not follow model.emb_size and "
                          "model.hidden_size (its parameters are not sized by them); leave --match-params out")
@@ -73,9 +76,9 @@ def match_params(config, vocab_size: int, spec: str, output=None):
     low = high // 2
     while low < high - 1:                           # largest w with params(w, ratio·w) ≤ budget
         mid = (low + high) // 2
-        fits = size(mid)
+        fits = size(mid, probe=mid < smallest)      # below the smallest buildable: too small to count, so it fits
         low, high = (mid, high) if fits is None or fits <= budget else (low, mid)
-    if low == 0 or size(low) is None:
+    if low < smallest and size(low, probe=True) is None:
         raise CtxlmError(f"--match-params {spec}: no size of {config.name} fits in {budget:,} parameters")
     config.emb_size, config.hidden_size = low, ratio * low
     return config

@@ -45,5 +45,5 @@ def check_config(config: Config, resumed: bool = False) -> None:
         raise CtxlmError(f"data.batching = window feeds each sample's previous words to a fixed-window model "
                          f"({spoken(families(lambda cls: cls.fixed_window))}); {config.model.name!r} reads streams: "
                          "use stream or sentence batching")
-    refuse_unread_settings(config, ("train",) if resumed else ("data", "train"))
+    refuse_unread_settings(config, ("train",) if resumed else ("data", "train"), resumed)
     build_optimizer(config.train.optimizer, [torch.zeros(1, requires_grad=True)], config.train.lr, config.train.weight_decay)

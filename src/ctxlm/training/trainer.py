@@ -56,6 +56,10 @@ class Trainer:
         existing = content(self.run_dir, resume) if main_process() else []
         if resume:      # no state at all (killed before its first checkpoint): start again, with its config
             self.resume_state = resume_state(self.files, self.log)
+            trained = self.resume_state["epoch"] - 1 if self.resume_state else 0
+            if config.train.epochs < trained:
+                raise CtxlmError(f"train.epochs = {config.train.epochs}: {self.run_dir} has trained {trained} epochs already, "
+                                 f"which cannot be undone; set train.epochs = {trained} or more, or train a new --run-dir")
         else:
             if existing:
                 raise CtxlmError(f"run directory {self.run_dir} is not empty; continue it with --resume or pick another --run-dir")
@@ -84,10 +88,6 @@ class Trainer:
         self.fingerprint = data_fingerprint(self.data)
         if self.resume_state is not None:
             check_same_data(self.resume_state.get("data"), self.fingerprint, self.run_dir, config, allow_changed_data)
-        trained = self.resume_state["epoch"] - 1 if self.resume_state else 0
-        if config.train.epochs < trained:
-            raise CtxlmError(f"train.epochs = {config.train.epochs}: {self.run_dir} has trained {trained} epochs already, which "
-                             f"cannot be undone; set train.epochs = {trained} or more, or train a new --run-dir")
         if not resume:
             corpus_names(config, self.run_dir, data_dir, self.log)      # model.names = "capitalised"
         torch.manual_seed(config.train.seed)
@@ -206,9 +206,10 @@ class Trainer:
             progress["early_stopped"] = self._stops_early(progress)     # by this resume's settings
             if progress["early_stopped"] or epoch > cfg.train.epochs:
                 self.log(f"{run_dir} has finished ({epoch - 1} epoch{'s' * (epoch != 2)}" + (
-                    ", stopped early): nothing to train; to go on, raise train.early_stop_patience (0 = never) or lower "
-                    "train.min_lr" if progress["early_stopped"] else
-                    f"): nothing to train; to go on, --set train.epochs={epoch} or more") + "; its results:")
+                    ", stopped early): nothing to train; to go on, " + ("lower train.min_lr" if progress["lr"] < cfg.train.min_lr
+                                                                         else "raise train.early_stop_patience (0 = never)")
+                    if progress["early_stopped"] else f"): nothing to train; to go on, --set train.epochs={epoch} or more")
+                    + "; its results:")
             else:
                 self.log(f"resuming {run_dir} at epoch {epoch}, batch {position}")
         else:

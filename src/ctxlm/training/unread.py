@@ -80,15 +80,17 @@ READ_ONLY = {
 }
 
 
-def refuse_unread_settings(config: Config, sections: tuple[str, ...] = ("data", "train")) -> None:
-    """Every key of `sections` set away from its default where `config` never reads it: one error naming them all."""
+def refuse_unread_settings(config: Config, sections: tuple[str, ...] = ("data", "train"), resumed: bool = False) -> None:
+    """Every key of `sections` set away from its default where `config` never reads it: one error naming them all
+    (for a `resumed` run, whose keys are in its own config.toml, with the --set that puts each back)."""
     defaults, found = Config(), []
     for name, conditions in READ_ONLY.items():
         section, key = name.split(".")
         value, default = getattr(getattr(config, section), key), getattr(getattr(defaults, section), key)
         if section not in sections or value == default:
             continue
-        back = f"leave it out or set it back to {_toml_value(default)}"
+        back = (f"--resume --set {name}={default}" if resumed else
+                f"leave it out or set it back to {_toml_value(default)}")
         reason = next((r for r in (c.unread(config, name, back) for c in conditions) if r), None)
         if reason:
             found.append(f"{name} = {_toml_value(value)} {reason}")
