@@ -299,6 +299,6 @@ def test_info_refuses_a_preset_train_refuses(tmp_path):
 @pytest.mark.parametrize("value", ["1", "2"])
 def test_a_vocabulary_too_small_for_a_word_is_refused(tmp_path, value):
     one_line_error(ctxlm("train", "--set", f"data.max_vocab={value}", "--data-dir", tmp_path, "--run-dir", tmp_path / "run"),
-                   f"data.max_vocab = {value} leaves no room for a word beside <eos> and <unk>", "give 3 or more (0 = no limit)")
+                   f"data.max_vocab = {value} leaves no room for a word beside <eos> and <unk>", "give 3 or more (or 0: the corpus's own limit")
     assert not (tmp_path / "run").exists()
     check_config(apply_overrides(Config(), ["data.max_vocab=3"]))

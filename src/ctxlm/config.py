@@ -229,7 +229,7 @@ def validate(config: Config) -> None:
         apply(config, "model", f.name, getattr(config.model.options, f.name), "config")
     if 0 < config.data.max_vocab < 3:
         raise CtxlmError(f"config: data.max_vocab = {config.data.max_vocab} leaves no room for a word beside <eos> and <unk>; "
-                         "give 3 or more (0 = no limit)")
+                         "give 3 or more (or 0: the corpus's own limit, none for most)")
     if config.train.schedule != "constant" and config.train.lr_factor <= 1:
         raise CtxlmError(f"config: train.lr_factor must be > 1 with schedule {config.train.schedule!r} "
                          f"(it divides the rate), got {config.train.lr_factor}")
