@@ -158,7 +158,7 @@ def iter_lines(path: str | Path, allow_empty: bool = False) -> Iterator[str]:
     without a single word are clear errors naming the file and line.
     """
     name = "standard input" if str(path) == "-" else str(path)
-    words = told = False
+    words, carriage = False, 0
     with _open_binary(path) as handle:
         for number, raw in enumerate(_raw_lines(handle, name), 1):
             if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
@@ -176,13 +176,13 @@ def iter_lines(path: str | Path, allow_empty: bool = False) -> Iterator[str]:
                 raise CtxlmError(f"{name}, line {number}: not valid utf-8 text; convert the file to UTF-8") from None
             words = words or bool(line.split())
             line = line[:-2] if line.endswith("\r\n") else line[:-1] if line.endswith("\n") else line
-            if "\r" in line and not told:        # old Mac line ends: the whole file one line, said once
-                told = True
-                warn(f"note: {name}, line {number}: a carriage return (\\r) inside a line; lines end at \\n only, so a "
-                     "file whose lines end in \\r alone is read as one line (convert it: tr '\\r' '\\n')")
+            carriage = carriage or ("\r" in line and number)      # old Mac line ends: the whole file one line
             yield line
     if not words and not allow_empty:
         raise CtxlmError(f"{name}: file is empty (no words); a corpus needs at least one line of text")
+    if carriage:                # said once the file is read (an error is the one line said instead)
+        warn(f"note: {name}, line {carriage}: a carriage return (\\r) inside a line; lines end at \\n only, so a "
+             "file whose lines end in \\r alone is read as one line (convert it: tr '\\r' '\\n')")
 
 
 def _open_binary(path: str | Path):
