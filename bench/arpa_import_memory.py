@@ -14,7 +14,7 @@ n-gram, and as a ratio to the tables' int64 keys, float64 log-probabilities and 
 indexes built while reading (`_Table.find`'s int32 slots, kept with the model: the reader before streaming built one
 per middle order) are reported apart.
 
-    python bench/arpa_import_memory.py [--text FILE] [--order 5] [--src src /work/main/src] [--work DIR]
+    python bench/arpa_import_memory.py [--text FILE] [--order 5] [--src src OTHER_CHECKOUT/src] [--work DIR]
 """
 from __future__ import annotations
 
