@@ -80,7 +80,8 @@ def check_outputs(args) -> None:
     option = "--run-dir" if args.command == "train" else "--out" if attribute == "out" else attribute.upper()
     inputs = [p for p in inputs if p is not None and str(p) != "-"]
     check_output(output, option, inputs)
-    for name in written_names(args):
+    names = written_names(args)
+    for name in names:
         written = Path(output) / name
         for given in inputs:
             if _same_file(written, Path(given)):
@@ -88,7 +89,7 @@ def check_outputs(args) -> None:
                                  f"input of this command; writing it would destroy the input: choose another {option}")
     if args.command not in FILES:
         check_writable_folder(output, option)
-        check_links_inside(output, option, inputs, written_names(args))
+        check_links_inside(output, option, inputs, names)
         return
     check_writable_file(output, option)
     for other, default_name in FILES[args.command].items():
