@@ -123,7 +123,7 @@ def test_tune_cache_says_when_its_stream_is_not_the_runs_sentence_regime(tmp_pat
     Trainer(config, tmp_path / "run", log=lambda *a: None).fit()
     done = ctxlm("tune-cache", tmp_path / "run", "--windows", "5", "--thetas", "0.2", "--lambdas", "0.1")
     assert done.returncode == 0, done.stderr
-    assert "note: the cache reads valid as one stream, the state carried across sentences" in done.stderr
+    assert "note: tune-cache reads the text as one stream, the state carried across sentences" in done.stderr
 
 
 def test_tune_cache_records_the_best_setting_and_eval_reproduces_it(tmp_path, corpus):
@@ -147,7 +147,7 @@ def test_tune_cache_records_the_best_setting_and_eval_reproduces_it(tmp_path, co
     ends = " and ".join(f"the {'largest' if best[key] == max(values) else 'smallest'} {name}"      # two values: both ends
                         for key, values, name in (("window", (5, 40), "window"), ("theta", (0.2, 1), "θ"), ("lambda", (0.1, 0.3), "λ")))
     assert f"note: the choice is at {ends} of the grid; widen it (--windows, --thetas, --lambdas)" in done.stderr
-    assert "the cache reads valid as one stream" not in done.stderr        # a stream run: the same reading
+    assert "reads the text as one stream" not in done.stderr        # a stream run: the same reading
     done = subprocess.run(cli + ["eval", str(tmp_path / "run"), "--cache", "--json", "--split", "valid"],
                           capture_output=True, text=True, check=True)
     evaluated = json.loads(done.stdout)

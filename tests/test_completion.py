@@ -9,7 +9,7 @@ from conftest import DATA_DIR, FixedDistribution, ctxlm, needs_data, one_line_er
 from ctxlm.data.questions import CompletionQuestion, read_msr_completion
 from ctxlm.data.vocab import Vocabulary
 from ctxlm.errors import CtxlmError
-from ctxlm.evaluation.completion import answer_questions, candidate_sentences, mcnemar_p, sentence_scores
+from ctxlm.evaluation.completion import answer_questions, candidate_sentences, mcnemar_p, question_reader, sentence_scores
 from ctxlm.evaluation.scoring import score_item
 
 CSV = ("id,question,a),b),c),d),e)\n"
@@ -21,6 +21,22 @@ MACHINE = "".join(f"{n}{letter}) {sentence.replace('_____', '[' + option + ']')}
                                                ("8", "the _____ , said he , sat on a mat .", ["cat", "dog", "sat", "mat", "house"])]
                   for letter, option in zip("abcde", options))
 MACHINE_ANSWERS = "7a) the cat [sat] on a mat .\n8a) the [cat] , said he , sat on a mat .\n"
+
+
+def test_a_run_tokenised_before_reads_questions_by_the_msr_rule_in_its_own_case():
+    """A whitespace-recipe run (its text tokenised before) splits a question as the MSR questions are; it lower-cases
+    them only if its vocabulary is lower-case (PTB's "N" is no capitalised word): "Holmes" stays a word it knows."""
+    from types import SimpleNamespace
+
+    from ctxlm.data.text import WHITESPACE, TextRecipe
+
+    question = "Holmes said, I think, that London was N miles off."
+    cased = SimpleNamespace(recipe=WHITESPACE, vocab=Vocabulary(["<eos>", "<unk>", "Holmes", "said", "I", "N"]))
+    lower = SimpleNamespace(recipe=None, vocab=Vocabulary(["<eos>", "<unk>", "holmes", "said", "N"]))
+    assert question_reader(cased)(question)[:5] == ["Holmes", "said", ",", "I", "think"]
+    assert question_reader(lower)(question)[:5] == ["holmes", "said", ",", "i", "think"]
+    moses = SimpleNamespace(recipe=TextRecipe(tokenize="moses", lower=True), words=lambda text: ["the", "run's", "words"])
+    assert question_reader(moses)(question) == ["the", "run's", "words"]
 
 
 def test_one_question_scored_by_hand():

@@ -35,6 +35,17 @@ def test_two_passages_by_hand():
     assert summary["names"] == {"passages": 1, "accuracy": 0.0, "target_ppl": pytest.approx(20.0, rel=1e-4)}
 
 
+def test_a_tie_is_broken_alike_in_prediction_rank_and_top_list():
+    """Two words tie (a count-based model's back-off makes exact ties): the first listed is the prediction, ranked 1
+    and first in the top list; the other is ranked 2, not "rank 1 but wrong"."""
+    vocab = Vocabulary(["<eos>", "<unk>", "the", "cat", "dog"])
+    model = FixedDistribution([0.1, 0.1, 0.2, 0.3, 0.3])
+    _, records = score_passages(model, vocab, [["the", "the", "dog"], ["the", "the", "cat"]])
+    assert [r["predicted"] for r in records] == ["cat", "cat"] and [r["correct"] for r in records] == [False, True]
+    assert [r["rank"] for r in records] == [2, 1]
+    assert [[t["word"] for t in r["top"][:2]] for r in records] == [["cat", "dog"], ["cat", "dog"]]
+
+
 def test_unk_and_eos_are_never_the_prediction():
     vocab = Vocabulary(["<eos>", "<unk>", "the", "holmes", "said"])
     model = FixedDistribution([0.3, 0.4, 0.1, 0.15, 0.05])        # <unk>, then <eos>, are the most likely

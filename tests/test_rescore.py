@@ -112,6 +112,17 @@ def test_tuning_picks_the_known_best_weight():
     assert sorted(g["errors"] for g in chosen["grid"])[:2] == [5, 7]          # the best is unique
 
 
+def test_a_choice_at_either_end_of_the_lm_weights_says_so():
+    """Utterance B is right only with α < ln 2 / 0.2: a grid starting at 0.5 chooses its smallest weight and says so;
+    one starting at 0 (a true bound) does not."""
+    lists = {"B": [Hypothesis(["a", "dog"], 0.2, 1), Hypothesis(["the", "dog"], 0.0, 2)]}
+    lm, references = {"B": [math.log(0.1), math.log(0.2)]}, {"B": ["a", "dog"]}
+    chosen = tune(lists, lm, references, weights=[0.5, 1, 2], penalties=[0])
+    assert chosen["lm_weight"] == 0.5 and chosen["errors"] == 1 and chosen["at_edge"]
+    assert "LM weight" in str(chosen["at_edge"]) and "smallest" in str(chosen["at_edge"])
+    assert not tune(lists, lm, references, weights=[0, 0.5, 1], penalties=[0])["at_edge"]
+
+
 def test_mixture(world):
     """λ = 0 is the run alone, λ = 1 the other run alone; without --mix-weight λ comes from the dev references."""
     run = unigram_run(world / "lm")

@@ -7,13 +7,15 @@ from ..io import pyplot, save_figure
 
 
 def plot_cache_grid(result: dict, path: str | Path) -> None:
-    """One heatmap per window: θ (rows) × λ (columns), the perplexity in each cell, the best boxed."""
+    """One heatmap per window: θ (rows) × λ (columns), the perplexity in each cell, the chosen setting boxed (none
+    where no setting lowered the perplexity: `best` is None)."""
     plt = pyplot()
     windows = sorted({r["window"] for r in result["grid"]})
     thetas = sorted({r["theta"] for r in result["grid"]})
     lambdas = sorted({r["lambda"] for r in result["grid"]})
     ppl = {(r["window"], r["theta"], r["lambda"]): r["ppl"] for r in result["grid"]}
-    low, high = result["best"]["ppl"], result["model_ppl"]
+    best = result["best"]
+    low, high = min(ppl.values()), result["model_ppl"]
     fig, axes = plt.subplots(1, len(windows), figsize=(0.9 * len(lambdas) * len(windows) + 2, 0.5 * len(thetas) + 2),
                              squeeze=False)
     for ax, window in zip(axes[0], windows):
@@ -28,8 +30,7 @@ def plot_cache_grid(result: dict, path: str | Path) -> None:
         ax.set_xlabel("λ")
         ax.set_ylabel("θ")
         ax.set_title(f"window {window}", fontsize=9)
-        best = result["best"]
-        if best["window"] == window:
+        if best is not None and best["window"] == window:
             ax.add_patch(plt.Rectangle((lambdas.index(best["lambda"]) - 0.5, thetas.index(best["theta"]) - 0.5), 1, 1,
                                        fill=False, edgecolor="red", linewidth=2))
     fig.suptitle(f"{result['split']} perplexity with the neural cache (without: {result['model_ppl']:.2f})", fontsize=10, y=1.03)

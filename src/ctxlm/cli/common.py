@@ -104,6 +104,18 @@ def name_words(names: str, run, data_dir=None) -> list[str]:
     return read_name_words(names)
 
 
+def names_in_vocabulary(args, run):
+    """--names as a mask over the run's vocabulary (data/vocab.py); one line when none of its words is in it."""
+    from ..data.vocab import names_mask
+
+    words = name_words(args.names, run, args.data_dir)
+    mask = names_mask(words, run.vocab)
+    if not mask.any():
+        raise CtxlmError(f"--names {args.names}: none of its {len(words):,} words is in the vocabulary of {run.path} (cased "
+                         "names against lower-cased text?); give names the run knows, e.g. from `ctxlm names`")
+    return mask
+
+
 def cache_options(p) -> None:
     p.add_argument("--cache", action="store_true", help="add the neural cache (Grave et al. 2017) with the settings "
                    "`ctxlm tune-cache` recorded in the run; --cache-window/--cache-theta/--cache-lambda override them")
@@ -218,6 +230,15 @@ def note_if_tuned_on_other_weights(record: Path, run, tuner: str) -> None:
               f"run `ctxlm {tuner} {run.path}` again to choose on these", file=sys.stderr)
 
 
+def note_read_as_stream(run, what: str, compare: str) -> None:
+    """A note on stderr where `what` reads a sentence-trained run's text as one stream (the cache and dynamic
+    evaluation span sentences), while plain `ctxlm eval` reads each sentence alone: `compare` says what to set
+    its figures beside."""
+    if run.config.data.batching == "sentence":
+        print(f"note: {what} reads the text as one stream, the state carried across sentences; plain `ctxlm eval` reads "
+              f"each sentence alone, so {compare}", file=sys.stderr)
+
+
 def with_cache(run, args):
     """(the run's model, None), or with --cache (the model inside the neural cache, its settings): those
     `ctxlm tune-cache` recorded in the run, with any --cache-* option on top."""
@@ -226,12 +247,13 @@ def with_cache(run, args):
     if not args.cache:
         return run.model, None
     neural_only(run, "--cache")
-    settings = CacheSettings.recorded(run.path)
+    given = None not in (args.cache_window, args.cache_theta, args.cache_lambda)
+    settings = None if given else CacheSettings.recorded(run.path)     # all three given: the record is not read
     if settings is not None:
         note_if_tuned_on_other_weights(CacheSettings.record_path(run.path), run, "tune-cache")
     else:
         settings = CacheSettings()
-        if None in (args.cache_window, args.cache_theta, args.cache_lambda):
+        if not given:
             print(f"note: {CacheSettings.record_path(run.path)} not found (run `ctxlm tune-cache {run.path}` to choose on "
                   "validation); defaults fill the settings not given", file=sys.stderr)
     for name, value in (("window", args.cache_window), ("theta", args.cache_theta), ("lam", args.cache_lambda)):

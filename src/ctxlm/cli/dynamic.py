@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import sys
 
 from ..checks import at_least, edge_note, grid_edges, option, rule_option
 from ..errors import CtxlmError
@@ -18,6 +17,7 @@ from .common import (
     left_to_right,
     neural_only,
     note_if_tuned_on_other_weights,
+    note_read_as_stream,
     ppl_text,
     print_perplexities,
     run_argument,
@@ -87,10 +87,7 @@ def eval_dynamic(run, args) -> int:
         raise CtxlmError("--dynamic goes without --names and --precision: drop them")
     if args.batch_size is not None or args.chunk is not None:
         raise CtxlmError("--dynamic reads one stream in segments of --dynamic-segment tokens: drop --batch-size and --chunk")
-    if run.config.data.batching == "sentence" and not args.file:      # `eval --file` reads a stream either way
-        print("note: --dynamic reads each split as one stream, the state carried across sentences (as --cache does); "
-              f"plain `ctxlm eval` reads each sentence alone, so compare with `ctxlm eval {run.path} --dynamic "
-              "--dynamic-lr 0`", file=sys.stderr)
+    note_read_as_stream(run, "--dynamic", f"compare with `ctxlm eval {run.path} --dynamic --dynamic-lr 0`")
     setting = chosen_setting(run, args)
     needs_corpus = not args.file or setting.rule == "rms"          # sgd on a file: no corpus
     data = split_data(run, args, *(args.split or [])) if needs_corpus else None
@@ -145,6 +142,7 @@ def cmd_tune_dynamic(args) -> int:
     run = load(args.run, start=False)
     neural_only(run, "tune-dynamic", STEPS)
     left_to_right(run, "tune-dynamic")
+    note_read_as_stream(run, "tune-dynamic", "its perplexity without steps is that stream's, not `ctxlm eval`'s")
     data = split_data(run, args, args.split, "train")
     ids = data.ids[args.split][:args.tokens + 1 if args.tokens else None]
     plain = evaluate_stream(run.model, ids, 1, run.config.data.eval_chunk, desc=f"tune-dynamic: {args.split} without steps")["ppl"]

@@ -16,8 +16,10 @@ from .common import (
     json_option,
     left_to_right,
     name_words,
+    names_in_vocabulary,
     names_option,
     neural_only,
+    note_read_as_stream,
     out_file_option,
     ppl_text,
     pretokenized_option,
@@ -58,12 +60,9 @@ def add_eval(sub) -> None:
 
 
 def cmd_eval(args) -> int:
-    from ..data.vocab import names_mask
+    from ..data.vocab import EOS
     from ..evaluation import evaluate_file
-    from ..evaluation.names import names_perplexity
     from ..evaluation.perplexity import evaluate_split, unknown_targets
-    from ..evaluation.scoring import stream_log_probs
-    from ..io import Progress
     from ..run import load
     from ..training.precision import autocast
 
@@ -75,31 +74,37 @@ def cmd_eval(args) -> int:
     left_to_right(run, "ctxlm eval")
     if args.mix:
         return _eval_mixture(run, args)
-    names = names_mask(name_words(args.names, run, args.data_dir), run.vocab) if args.names else None   # up front: fails at once
+    names = names_in_vocabulary(args, run) if args.names else None   # up front: fails at once
     if args.dynamic:
         return eval_dynamic(run, args)
     model, settings = with_cache(run, args)
     if settings is not None:
+        note_read_as_stream(run, "--cache", f"compare with `ctxlm eval {run.path} --cache --cache-lambda 0`")
         run.config.data.batching = "stream"          # the cache spans sentence boundaries (Grave et al.)
     if args.batch_size is not None:
         run.config.data.eval_batch_size = args.batch_size
     if args.chunk is not None:
         run.config.data.eval_chunk = args.chunk
+    if names is not None and run.config.data.batching != "sentence" and run.config.data.eval_batch_size > 1:
+        raise CtxlmError(f"--names reads the text as one stream, so that the names and all targets come from the same "
+                         f"predictions; --batch-size {run.config.data.eval_batch_size} reads it as several: give --batch-size 1")
     results = {}
     with autocast("cpu", args.precision):
-        if args.file:
+        if args.file and names is None:
             results[args.file] = evaluate_file(model, run.vocab, args.file, run.config.data.eval_batch_size,
                                                run.config.data.eval_chunk, recipe=None if args.pretokenized else run.text_recipe(),
                                                desc=f"eval {args.file}", config=run.config)
+        elif args.file:
+            ids = run.vocab.encode([EOS, *run.file_tokens(args.file, args.pretokenized)])
+            results[args.file] = _with_names(model, run, ids, names, f"eval {args.file}")
         else:
             data = split_data(run, args, *(args.split or []))
             for split in args.split or [s for s in ("valid", "test") if s in data.ids]:     # holmes has no test
+                if names is not None:
+                    results[split] = _with_names(model, run, data.ids[split], names, f"eval {split}")
+                    continue
                 results[split] = evaluate_split(model, run.config, data.ids[split], run.vocab, "cpu", f"eval {split}")
                 results[split]["unknown"] = unknown_targets(data.ids[split], run.vocab)
-                if args.names:
-                    with Progress(data.ids[split].numel() - 1, f"eval {split}: names", unit="tokens") as bar:
-                        log_probs = stream_log_probs(model, data.ids[split], run.config.data.eval_chunk, progress=bar)
-                    results[split]["names"] = names_perplexity(log_probs, data.ids[split], names)
     for r in results.values():
         r["precision"] = args.precision
         if settings is not None:
@@ -113,6 +118,18 @@ def cmd_eval(args) -> int:
             print(f"evaluated under {args.precision} autocast (approximate; the default fp32 is exact)")
         print_perplexities(results)
     return 0
+
+
+def _with_names(model, run, ids, names, desc: str) -> dict:
+    """`eval`'s row of a text with its names row (SPEC §0.2 rule 6), both from one reading of its targets."""
+    from ..checks import safe_exp
+    from ..evaluation.names import names_perplexity
+    from ..evaluation.perplexity import regime_log_probs, unknown_targets
+
+    log_probs = regime_log_probs(model, run.config, ids, run.vocab, desc)
+    nll, count = -float(log_probs.sum()), log_probs.numel()
+    return {"nll": nll, "tokens": count, "ppl": safe_exp(nll / count) if count else float("nan"),
+            "unknown": unknown_targets(ids, run.vocab), "names": names_perplexity(log_probs, ids, names)}
 
 
 def _eval_mixture(run, args) -> int:
@@ -194,27 +211,29 @@ def cmd_tune_cache(args) -> int:
     neural_only(run, "tune-cache")
     left_to_right(run, "tune-cache")
     data = split_data(run, args, args.split)
+    note_read_as_stream(run, "tune-cache", "its perplexity without cache is that stream's, not `ctxlm eval`'s")
     result = cache_grid(run.model, data.ids[args.split], windows, thetas, lambdas, run.config.data.eval_chunk)
-    result.update(split=args.split, commit=git_commit(), weights=run.weights_sha256)
+    best = result["best"]
+    helped = best["ppl"] < result["model_ppl"]
+    result.update(best=best if helped else None, split=args.split, commit=git_commit(), weights=run.weights_sha256)
     record, plot = CacheSettings.record_path(args.run), Path(args.run) / "cache_grid.png"
     atomic_write_text(record, json_text(result, indent=1) + "\n")
     plot_cache_grid(result, plot)
-    best = result["best"]
-    print(f"{args.split} perplexity without cache {result['model_ppl']:.2f}; best with cache {best['ppl']:.2f} "
-          f"({100 * (1 - best['ppl'] / result['model_ppl']):.1f}% lower) at window {best['window']}, "
-          f"theta {best['theta']}, lambda {best['lambda']}")
     print(f"{'window':>8}{'theta':>8}{'lambda':>8}{'perplexity':>12}")
     for row in sorted(result["grid"], key=lambda r: r["ppl"])[:10]:
         print(f"{row['window']:>8}{row['theta']:>8}{row['lambda']:>8}{row['ppl']:>12.2f}")
+    if not helped:
+        print(f"no setting lowered {args.split} perplexity {result['model_ppl']:.2f} (best {best['ppl']:.2f}); recorded in "
+              f"{record} without a choice, so `eval --cache` asks for one: try smaller --lambdas; grid plot {plot}")
+        return 0
+    print(f"{args.split} perplexity without cache {result['model_ppl']:.2f}; best with cache {best['ppl']:.2f} "
+          f"({100 * (1 - best['ppl'] / result['model_ppl']):.1f}% lower) at window {best['window']}, "
+          f"theta {best['theta']}, lambda {best['lambda']}")
     print(f"recorded in {record} (used by `ctxlm eval {args.run} --cache`); grid plot {plot}")
     edges = grid_edges(best, {"window": (windows, "window", "low high"), "theta": (thetas, "θ", "low high"),
                               "lambda": (lambdas, "λ", "low high")})
     if edges:
         warn(edge_note(edges, "--windows, --thetas, --lambdas"))
-    if run.config.data.batching == "sentence":
-        warn(f"note: the cache reads {args.split} as one stream, the state carried across sentences; the run's own "
-             "figures (`ctxlm eval`) read each sentence alone, so the perplexity without cache can differ from them "
-             "(`ctxlm eval RUN --file SPLIT_FILE` reads a split as one stream)")
     return 0
 
 
@@ -299,10 +318,9 @@ def add_complete(sub) -> None:
 
 
 def cmd_complete(args) -> int:
-    from ..data.corpus import msr_tokens
     from ..data.questions import read_msr_completion
     from ..data.registry import locate
-    from ..evaluation.completion import answer_questions, compare_answers, read_answers
+    from ..evaluation.completion import answer_questions, compare_answers, question_reader, read_answers
     from ..io import Progress
     from ..run import load
     from ..training.preflight import pick_device
@@ -315,9 +333,8 @@ def cmd_complete(args) -> int:
     other = read_answers(args.against, questions) if args.against else None
     run = with_dynamic(load(args.run, pick_device(args.device, "--device"), data_dir=args.data_dir), args)
     bar = Progress(len(questions), "complete", unit="questions")
-    # the questions are raw text: a run that only splits on whitespace (or records no recipe) reads them as Holmes's was
-    tokenize = msr_tokens if run.recipe is None or run.recipe.whitespace else run.words
-    summary, records = answer_questions(run.model, run.vocab, questions, args.batch_size, bar.update, run.dynamic, tokenize)
+    summary, records = answer_questions(run.model, run.vocab, questions, args.batch_size, bar.update, run.dynamic,
+                                        question_reader(run))
     bar.close()
     summary.update(run=str(args.run), model=run.config.model.name, questions_file=str(questions_file),
                    dynamic=vars(run.dynamic.setting) if run.dynamic else None,

@@ -344,9 +344,10 @@ _MSR_TOKEN = re.compile(r"\b(?:%s|[a-hj-z])\.(?!\w)|\d+(?:[.,]\d+)*|[^\W_]+(?:['
                         % "|".join(sorted(ABBREVIATIONS - {"etc"})))
 
 
-def msr_tokens(text: str) -> list[str]:
-    """Lower-cased tokens of a sentence, split the way the MSR Sentence Completion questions are (SPEC §3.3)."""
-    return _MSR_TOKEN.findall(text.lower())
+def msr_tokens(text: str, lower: bool = True) -> list[str]:
+    """Tokens of a sentence, split the way the MSR Sentence Completion questions are (SPEC §3.3), lower-cased
+    unless told not to."""
+    return _MSR_TOKEN.findall(text.lower() if lower else text)
 
 
 def read_gutenberg(path: str | Path) -> list[list[str]]:

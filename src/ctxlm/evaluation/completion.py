@@ -1,9 +1,9 @@
 """MSR Sentence Completion (SPEC §0.1, §3.3, §4.6 Table 4; REC §6.4 item 33).
 
 Each blank is filled with each of the five candidates; the sentence is tokenised like the training text
-(the run's text recipe; `corpus.msr_tokens`, Holmes's, for a run whose recipe only splits on whitespace or that
-recorded none: the questions are raw text), words outside the
-run's vocabulary become `<unk>`, and it is
+(`question_reader`: the run's text recipe; `corpus.msr_tokens`, Holmes's, for a run whose recipe only splits on
+whitespace or that recorded none: the questions are raw text), words outside the run's vocabulary become `<unk>`,
+and it is
 scored as one sentence on its own: input `<eos>` + words, the score is the sum of the natural-log
 probabilities of every word and of the final `<eos>` (SPEC §6.1 REC 2). The highest score is the
 choice (ties: the earlier letter). Sentences of several questions go through the model together,
@@ -18,6 +18,7 @@ probability.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -35,6 +36,16 @@ from ..errors import CtxlmError
 from ..models.base import model_device
 from .dynamic import DynamicWeights
 from .scoring import score_item
+
+
+def question_reader(run) -> Callable[[str], list[str]]:
+    """How a run reads a question's raw text: by its text recipe; a run whose recipe only splits on whitespace (or
+    that recorded none) by the MSR rule the questions are written in, lower-cased unless its vocabulary holds a
+    capitalised word such as "Holmes" (its text was tokenised before, cased; PTB's "N" is no such word)."""
+    if run.recipe is not None and not run.recipe.whitespace:
+        return run.words
+    cased = any(word[:1].isupper() and word[1:2].islower() for word in run.vocab.words)
+    return functools.partial(msr_tokens, lower=not cased)
 
 
 def candidate_sentences(question: CompletionQuestion, tokenize: Callable[[str], list[str]] = msr_tokens) -> list[list[str]]:

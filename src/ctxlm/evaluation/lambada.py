@@ -46,14 +46,16 @@ def score_passages(model, vocab, passages: list[list[str]], names: frozenset[str
         known = target in vocab.index
         target_lp = float(log_probs[-1])
         words = distribution.masked_fill(not_words, -math.inf)    # the answer is a word
-        best, choice = torch.topk(words, shown), int(words.argmax())     # argmax: a tie goes to the first word listed
+        ranked = torch.sort(words, descending=True, stable=True)      # a tie goes to the first word listed
+        best, choice = (ranked.values[:shown], ranked.indices[:shown]), int(ranked.indices[0])
+        target_id = int(ids[0, -1])
         context_words = [w for w in context if is_word(w)]
         capitalised = [w for w in context if w in names]
         records.append({
             "passage": index + 1, "target": target, "known_target": known,
             "predicted": vocab.words[choice], "correct": known and choice == vocab.index[target],
-            "target_log_prob": round(target_lp, 5), "rank": int((words > words[ids[0, -1]]).sum()) + 1 if known else None,
-            "top": [{"word": vocab.words[int(i)], "log_prob": round(float(v), 5)} for v, i in zip(best.values, best.indices)],
+            "target_log_prob": round(target_lp, 5), "rank": rank_of(words, target_id) if known else None,
+            "top": [{"word": vocab.words[int(i)], "log_prob": round(float(v), 5)} for v, i in zip(*best)],
             "passage_log_prob": round(float(log_probs.double().sum()), 5), "tokens": len(tokens),
             "is_name": target in names,
             "random_word": context_words.count(target) / len(context_words) if context_words else 0.0,
@@ -72,6 +74,12 @@ def score_passages(model, vocab, passages: list[list[str]], names: frozenset[str
         summary["baseline_random_capitalised"] = _mean(r["random_capitalised"] for r in records)
         summary["names"] = {"passages": len(named), **_figures(named)}
     return summary, records
+
+
+def rank_of(scores: torch.Tensor, index: int) -> int:
+    """1 + the words scored above word `index`, or alike and listed before it (the prediction's tie rule)."""
+    value = scores[index]
+    return int((scores > value).sum() + (scores[:index] == value).sum()) + 1
 
 
 def is_word(token: str) -> bool:

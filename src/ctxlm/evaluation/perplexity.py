@@ -17,7 +17,7 @@ from ..data.text import TextRecipe, file_tokens
 from ..data.vocab import EOS
 from ..io import Progress
 from .dynamic import DynamicWeights
-from .scoring import stream_log_probs
+from .scoring import score_sentences, stream_log_probs
 
 
 def _accumulate(model, batches, device, carry: bool, desc: str | None = None, total: int | None = None) -> dict[str, float]:
@@ -104,6 +104,16 @@ def evaluate_sentences(model, sentences: list[torch.Tensor], eos: int, batch_siz
     """Regime B: each sentence alone, never truncated (SPEC §6.3 REC 24)."""
     return _accumulate(model, SentenceBatches(sentences, batch_size, eos), device, False, desc,
                        sum(s.numel() for s in sentences))
+
+
+def regime_log_probs(model, config, ids: torch.Tensor, vocab, desc: str | None = None) -> torch.Tensor:
+    """[N − 1] log-probabilities (float64) of the targets ids[1:] read as `evaluate_split` reads them at batch 1:
+    each sentence alone for a run trained on sentences alone, else one stream; a subset's perplexity (the names,
+    SPEC §0.2 rule 6) comes from the same predictions as the whole's."""
+    if config.data.batching == "sentence":
+        return torch.cat(score_sentences(model, sentences_of(ids, vocab, config), vocab.eos, config.data.batch_size)).double()
+    with Progress(ids.numel() - 1, desc, unit="tokens") if desc else nullcontext() as bar:
+        return stream_log_probs(model, ids, config.data.eval_chunk, progress=bar)
 
 
 def evaluate_split(model, config, ids: torch.Tensor, vocab, device, desc: str | None = None) -> dict:

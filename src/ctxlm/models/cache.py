@@ -6,7 +6,8 @@
 h_i is what the wrapped model's output layer reads at position i (the top LSTM output for an LSTM)
 and x_{i+1} the word that followed it, so at position t the cache holds the pairs (h_i, x_{i+1}) of
 the `window` most recent earlier positions — the current target and later words are never in it.
-As in the paper the cache spans sentence and chunk boundaries; a document reset empties it. Until
+As in the paper the cache spans sentence and chunk boundaries; a document reset empties it (a reset mask:
+the Python API's `evaluate_stream(doc_starts=...)`; no command makes one). Until
 the first pair exists the model's own distribution is used (λ acts only where the cache has keys).
 Everything is chunked matrix work: one [T, M+T] score matrix per chunk, no loop over tokens.
 """
@@ -26,9 +27,9 @@ from ..layers.history import masked_softmax
 from .base import LanguageModel, ModelOutput
 
 # RUN/cache.json as `ctxlm tune-cache` writes it: what `CacheSettings.recorded` needs of it
-RECORD = schemas.record({"best": schemas.record(
+RECORD = schemas.record({"best": schemas.nullable(schemas.record(
     {"window": schemas.rule("cache.window"), "theta": schemas.rule("cache.theta"), "lambda": schemas.rule("cache.lambda")},
-    ("window", "theta", "lambda"), description="a setting {window, theta, lambda}")},
+    ("window", "theta", "lambda"), description="a setting {window, theta, lambda}"))},
     ("best",), description="a tune-cache record {\"best\": {\"window\": …, \"theta\": …, \"lambda\": …}}")
 
 
@@ -45,7 +46,8 @@ class CacheSettings:
 
     @classmethod
     def recorded(cls, run_dir: str | Path) -> "CacheSettings | None":
-        """The setting `ctxlm tune-cache` chose for a run (RUN/cache.json), or None."""
+        """The setting `ctxlm tune-cache` chose for a run (RUN/cache.json), or None without a record; a record
+        whose grid lowered no perplexity is a CtxlmError (it holds no choice)."""
         path = cls.record_path(run_dir)
         if not path.is_file():
             return None
@@ -55,8 +57,11 @@ class CacheSettings:
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise CtxlmError(f"{path}: not a cache setting written by `ctxlm tune-cache` ({str(exc)[:80]}); {fix}") from None
         best = schemas.check(data, RECORD, path, fix)["best"]
-        settings = cls(best["window"], best["theta"], best["lambda"])
-        return settings
+        if best is None:
+            raise CtxlmError(f"{path}: no setting tune-cache tried lowered the perplexity; tune again with other --windows, "
+                             "--thetas or --lambdas, give all three of --cache-window, --cache-theta and --cache-lambda, "
+                             "or delete it")
+        return cls(best["window"], best["theta"], best["lambda"])
 
     def __post_init__(self) -> None:
         self.check()

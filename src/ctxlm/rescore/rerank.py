@@ -123,6 +123,6 @@ def tune(lists: dict[str, list[Hypothesis]], lm: dict[str, list[float]], referen
         grid.append({"lm_weight": weight, "penalty": penalty, "errors": count})
     chosen = min(grid, key=lambda g: (g["errors"], g["lm_weight"], abs(g["penalty"]), g["penalty"]))
     words = sum(len(references[u]) for u in lists)
-    edges = grid_edges(chosen, {"lm_weight": (weights, "LM weight", "high"), "penalty": (penalties, "penalty", "low high")})
+    edges = grid_edges(chosen, {"lm_weight": (weights, "LM weight", "low high" if min(weights) > 0 else "high"), "penalty": (penalties, "penalty", "low high")})
     return {**chosen, "reference_words": words, "wer": chosen["errors"] / words if words else float("nan"),
             "oracle_errors": sum(min(e) for e in errors.values()), "at_edge": edges, "grid": grid}
