@@ -120,6 +120,12 @@ def test_attention_top_has_an_upper_bound(runs, tmp_path):
     assert ctxlm("attention", runs["attention"], "--text", "the cat", "--top", "20", "--out", tmp_path).returncode == 0
 
 
+def test_attention_reads_a_line_break_in_the_text_as_eos_as_explore_does(runs, tmp_path):
+    result = ctxlm("attention", runs["attention"], "--text", "the cat\nsat on\n", "--out", tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "attention.json").read_text())["targets"] == ["the", "cat", "<eos>", "sat", "on", "<eos>"]
+
+
 def test_attention_marks_a_word_outside_the_vocabulary_as_scored_as_unk(runs, tmp_path, monkeypatch):
     from ctxlm.analysis import attention
 

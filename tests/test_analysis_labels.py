@@ -17,7 +17,8 @@ def test_categories_keeps_two_runs_whose_folders_share_a_name(runs, tmp_path):
     assert written["split"] == "test" and sorted(tables) == sorted([str(first), str(second)])
     assert tables[str(first)] != tables[str(second)]
     assert str(first) in result.stdout and str(second) in result.stdout          # whole labels in the table
-    one_line_error(ctxlm("analyze", "categories", first, first, "--out", tmp_path / "again"), "given twice")
+    one_line_error(ctxlm("analyze", "categories", first, second, first, "--out", tmp_path / "again"),
+                   f"{first}: this run directory is given twice (also as {first})")
 
 
 def test_categories_notes_that_a_sentence_run_is_read_as_a_stream(runs, tmp_path):

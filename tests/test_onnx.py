@@ -15,6 +15,7 @@ pytest.importorskip("onnxruntime", reason="ONNX export needs onnxruntime: pip in
 
 from conftest import WORDS, ctxlm, one_line_error, tiny_config, write_corpus  # noqa: E402
 from ctxlm.config import OutputConfig  # noqa: E402
+from ctxlm.data.text import TextRecipe  # noqa: E402
 from ctxlm.data.vocab import EOS, UNK, Vocabulary  # noqa: E402
 from ctxlm.evaluation.perplexity import evaluate_stream, stream_outputs  # noqa: E402
 from ctxlm.export import OnnxStream, export_onnx, exportable_families, refusal, stream_log_probs  # noqa: E402
@@ -142,8 +143,11 @@ def test_export_onnx_writes_a_graph_whose_state_is_an_input_and_an_output(folder
     config = config_of("rm", folder)
     model = ready(config)
     run = save_run(config, model, tmp_path / "run")
+    recipe = {"tokenize": "whitespace", "lower": True, "numbers": "N"}        # what the words went through
+    (run / "text.json").write_text(json.dumps(recipe))
     done = ctxlm("export-onnx", run, tmp_path / "out" / "rm.onnx")
     assert done.returncode == 0, done.stderr
+    assert "metadata ctxlm.text" in done.stdout
     assert re.match(r"wrote .*rm\.onnx: rm, [\d.]+ MB, 4 state tensors, with the run's start state, chunks of any "
                     r"length; onnxruntime's "
                     r"log-probabilities within [\d.e+-]+ of PyTorch's", done.stdout), done.stdout
@@ -156,6 +160,8 @@ def test_export_onnx_writes_a_graph_whose_state_is_an_input_and_an_output(folder
     assert [piece["batch_axis"] for piece in info["state"]] == [1, 1, 0, 0]
     assert [piece["dtype"] for piece in info["state"]] == ["float32", "float32", "int64", "bool"]
     assert info["family"] == "rm" and info["vocab_size"] == V and info["chunk"] is None
+    assert json.loads({p.key: p.value for p in graph.metadata_props}["ctxlm.text"]) == TextRecipe(**recipe).recipe()
+    assert OnnxStream(tmp_path / "out" / "rm.onnx").text == TextRecipe(**recipe).recipe()
     compare_streams(model, tmp_path / "out" / "rm.onnx", False)
 
 
@@ -255,3 +261,13 @@ def test_onnx_stream_refuses_a_graph_ctxlm_did_not_write_and_a_chunk_without_tok
     for bad in (np.zeros((2, 0), dtype=np.int64), np.zeros(3, dtype=np.int64)):
         with pytest.raises(CtxlmError, match=r"tokens must be \[batch, time\]"):
             stream(bad)
+    with pytest.raises(CtxlmError, match="no stream to restart yet; call start"):
+        stream.restart([0])
+    for bad in (-1, V):                                     # -1 would be read as the last word
+        with pytest.raises(CtxlmError, match=f"tokens must be word ids 0 to {V - 1}"):
+            stream(np.array([[0, bad]]))
+    stream(np.array([[0, 3, 4]]))
+    with pytest.raises(CtxlmError, match=r"tokens have 2 rows but the stream carries 1; call start\(2\)"):
+        stream(np.array([[0, 3], [0, 5]]))
+    stream.start(2)
+    assert stream(np.array([[0, 3], [0, 5]])).shape == (2, 2, V)

@@ -1,6 +1,7 @@
 """Analysis commands: `attention` for one text, `analyze ANALYSIS` over a split, `curves` of runs."""
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def add_attention(sub) -> None:
                                    "for at most --words predictions from --start; a longer text's others are left out, "
                                    "with a note. The model reads the text only up to the last of them.")
     run_argument(p, _attending())
-    p.add_argument("--text", help="the text to explain (tokenised by the run's text recipe; read from the zero state)")
+    p.add_argument("--text", help="the text to explain (tokenised by the run's text recipe, a line break read as <eos>; read from the zero state)")
     pretokenized_option(p, "--text")
     split_option(p, "valid", "without --text, explain a line of this split")
     p.add_argument("--line", type=option(int, at_least(1)), default=1, help="1-based line number in --split (default %(default)s)")
@@ -57,11 +58,12 @@ def add_attention(sub) -> None:
 
 def cmd_attention(args) -> int:
     from ..analysis.attention import explain, plot_heatmap, plot_top_predictions, write_json
-    from ..run import load
+    from ..run import load, pair_words
 
     run = load(args.run, start=False)
-    if args.text is not None:
-        words = run.words(args.text, args.pretokenized)
+    if args.text is not None:           # a line break is `<eos>`, as explore and generate --prompt read it
+        words = pair_words(args.text, split=functools.partial(run.words, pretokenized=args.pretokenized))[0]
+        words = words[:-1] if words[-1:] == ["<eos>"] else words       # the text's end is read as <eos> anyway
         if not words:
             raise CtxlmError("--text has no words; give the text to explain, or leave --text out for --split/--line")
     else:
@@ -387,6 +389,10 @@ def run_labels(run_dirs: list[str]) -> list[str]:
     labels = [Path(run_dir).resolve().name for run_dir in run_dirs]
     if len(set(labels)) < len(labels):
         labels = [str(run_dir) for run_dir in run_dirs]
-    if len({Path(run_dir).resolve() for run_dir in run_dirs}) < len(run_dirs):
-        raise CtxlmError("a run directory is given twice")
+    seen: dict[Path, str] = {}
+    for run_dir in run_dirs:
+        if Path(run_dir).resolve() in seen:
+            raise CtxlmError(f"{run_dir}: this run directory is given twice (also as {seen[Path(run_dir).resolve()]}); "
+                             "give each run once")
+        seen[Path(run_dir).resolve()] = str(run_dir)
     return labels

@@ -140,7 +140,8 @@ def cmd_export_onnx(args) -> int:
     if reason:
         raise CtxlmError(f"model {run.config.model.name!r} cannot be exported to ONNX: {reason}")
     run.model.start = start_for(run.path, run.config, run.vocab, run.model, run.weights_sha256, args.data_dir)
-    written = export_onnx(run.model, run.vocab, run.config.model.name, args.output)
+    written = export_onnx(run.model, run.vocab, run.config.model.name, args.output,
+                          run.recipe.recipe() if run.recipe is not None else None)
     chunks = "chunks of any length" if written["chunk"] is None else f"{written['chunk']} token per call"
     start = ", with the run's start state" if written["start_state"] else ""
     if not written["start_state"] and has_start(run.config, run.model):
@@ -148,6 +149,9 @@ def cmd_export_onnx(args) -> int:
                  "so texts read alone start from zeros")
     print(f"wrote {args.output}: {written['family']}, {written['bytes'] / 1e6:.1f} MB, {len(written['state'])} state "
           f"tensors{start}, {chunks}; onnxruntime's log-probabilities within {written['max_difference']:.1e} of PyTorch's")
+    if run.recipe is not None and not run.recipe.whitespace:
+        print(f"its words are tokenised by the corpus's recipe ({run.recipe.tokenize}, metadata ctxlm.text): give the graph "
+              "text read as `Run.words` reads it (docs/onnx.md)")
     return 0
 
 

@@ -133,13 +133,16 @@ def start_rows(model, layout) -> list[dict] | None:
     return rows
 
 
-def _with_metadata(onnx, graph: bytes, family: str, vocab, layout, chunk: int | None, start: list[dict] | None) -> bytes:
+def _with_metadata(onnx, graph: bytes, family: str, vocab, layout, chunk: int | None, start: list[dict] | None,
+                   text: dict | None) -> bytes:
     proto = onnx.load_from_string(graph)
     info = {"format": FORMAT, "family": family, "chunk": chunk, "vocab_size": len(vocab), "eos": vocab.eos,
             "unk": vocab.unk, "state": [piece.describe(i) for i, piece in enumerate(layout)]}
     entries = [("ctxlm", json.dumps(info)), ("ctxlm.vocab", "\n".join(vocab.words))]
     if start is not None:
         entries.append(("ctxlm.start", json.dumps(start)))
+    if text is not None:
+        entries.append(("ctxlm.text", json.dumps(text)))
     for key, value in entries:
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value
@@ -160,10 +163,11 @@ def check(model, graph: bytes, vocab_size: int) -> float:
     return float(np.abs(np.concatenate(got, 1) - expected).max())
 
 
-def export_onnx(model, vocab, family: str, path: str | Path) -> dict:
+def export_onnx(model, vocab, family: str, path: str | Path, text: dict | None = None) -> dict:
     """Write `model` (family `family`, vocabulary `vocab`) as an ONNX graph to `path`, atomically, once onnxruntime
-    agrees with PyTorch, with the model's start state (`model.start`) where it has one; returns what was written:
-    the family, the chunk length, the state, whether a start state went in, the check's difference."""
+    agrees with PyTorch, with the model's start state (`model.start`) where it has one and the run's text recipe
+    (`text`, its text.json) where given; returns what was written: the family, the chunk length, the state, whether
+    a start state went in, the check's difference."""
     reason = refusal(type(model))
     if reason:
         raise CtxlmError(f"model {family!r} cannot be exported to ONNX: {reason}")
@@ -175,7 +179,7 @@ def export_onnx(model, vocab, family: str, path: str | Path) -> dict:
         layout, structure = state_layout(model, family, len(vocab), chunk or TRACE_LENGTH)
         start = start_rows(model, layout)
         graph = _with_metadata(onnx, _trace(model, layout, structure, len(vocab), chunk, family), family, vocab, layout,
-                               chunk, start)
+                               chunk, start, text)
         difference = check(model, graph, len(vocab))
     finally:
         model.train(training)

@@ -2,7 +2,8 @@
 
 Reads only the ONNX file: the graph, and the metadata `ctxlm export-onnx` wrote ("ctxlm": the state's
 inputs and outputs, the chunk length, the special ids; "ctxlm.vocab": the words, one per line, by id;
-"ctxlm.start", where the run has one: its start state, one row per piece).
+"ctxlm.start", where the run has one: its start state, one row per piece; "ctxlm.text", where the run recorded
+one: its text recipe, `text` here).
 """
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ class OnnxStream:
         info = json.loads(metadata["ctxlm"])
         self.family, self.chunk, self.pieces = info["family"], info["chunk"], info["state"]
         self.words = metadata.get("ctxlm.vocab", "").split("\n")
+        self.vocab_size = info["vocab_size"]
+        self.text = json.loads(metadata["ctxlm.text"]) if "ctxlm.text" in metadata else None    # how words were cut
         try:
             self.start_row = [np.frombuffer(base64.b64decode(row["data"]), np.dtype(row["dtype"]).newbyteorder("<"))
                               .astype(row["dtype"]).reshape(row["shape"]) for row in json.loads(metadata.get("ctxlm.start", "[]"))]
@@ -64,6 +67,8 @@ class OnnxStream:
     def restart(self, rows, alone: bool = False) -> None:
         """Forget the text so far in `rows` (a new document there, or with `alone` a text read alone); the other
         rows go on."""
+        if self.state is None:
+            raise CtxlmError("OnnxStream.restart: no stream to restart yet; call start(batch) or stream tokens first")
         for i, piece in enumerate(self.pieces):
             self.state[i] = self.state[i].copy()
             index = [slice(None)] * self.state[i].ndim
@@ -78,8 +83,15 @@ class OnnxStream:
         tokens = np.ascontiguousarray(tokens, dtype=np.int64)
         if tokens.ndim != 2 or tokens.shape[1] == 0:
             raise CtxlmError(f"tokens must be [batch, time] with at least one token, got shape {list(tokens.shape)}")
+        if tokens.min() < 0 or tokens.max() >= self.vocab_size:
+            raise CtxlmError(f"tokens must be word ids 0 to {self.vocab_size - 1}, got {int(tokens.min())} to "
+                             f"{int(tokens.max())}")
         if self.state is None:
             self.start(tokens.shape[0])
+        batch = {array.shape[piece["batch_axis"]] for piece, array in zip(self.pieces, self.state)}
+        if batch and batch != {tokens.shape[0]}:
+            raise CtxlmError(f"tokens have {tokens.shape[0]} rows but the stream carries {batch.pop()}; call start("
+                             f"{tokens.shape[0]}) for a new stream of that many rows")
         step = self.chunk or tokens.shape[1]
         return np.concatenate([self._run(tokens[:, start:start + step]) for start in range(0, tokens.shape[1], step)], 1)
 
