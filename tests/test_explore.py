@@ -129,6 +129,7 @@ def test_attention_as_the_analysis_reads_it(server, run_dirs):
             assert shown.get(None, 0.0) == pytest.approx(matrix[t][0], abs=1e-4)
     assert all(len(row) <= 3 for row in attention["attention"])          # window a = 3
     assert salton["attention"][0] == [[None, 1.0]]                        # only the zero slot at the start
+    assert (salton["extra_slot"], attention["extra_slot"], lstm["extra_slot"]) == ("h0", "h0", None)   # what null is
     _, long_line = request(server, "POST", "/api/score", {"text": " ".join(WORDS * 5), "runs": ["salton"]})
     rows = long_line["runs"][0]["attention"]
     assert max(map(len, rows)) == MAX_SLOTS and all(a[1] >= b[1] for row in rows for a, b in zip(row, row[1:]))

@@ -9,12 +9,7 @@ from ..data.batching import IGNORE, SentenceBatches, StreamBatches
 from ..data.vocab import EOS
 from ..errors import CtxlmError
 from ..io import pyplot, save_figure
-from ..models.base import families, spoken
-
-
-def extra_slot(model) -> str:
-    """The name of distance −1: a pointer's sentinel gate g, or the attentive LM's zero slot h0."""
-    return "sentinel" if model.mixes_distributions else "h0"
+from ..models.base import extra_slot, families, spoken
 
 
 def _require_attention(model, name):

@@ -17,6 +17,7 @@ from ..data.vocab import EOS
 from ..errors import CtxlmError
 from ..evaluation.scoring import score_stream
 from ..evaluation.texts import cut_text
+from ..models.base import extra_slot
 from ..run import Run, load
 
 MAX_TOKENS = 20_000        # words plus one <eos> per line
@@ -109,9 +110,10 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
 
     Per token: log p (natural log), whether it is unknown (scored as `<unk>`), and with `top_k` > 0
     the k likeliest next words with probabilities and the rank of the actual word. Models that
-    expose attention add each position's attention as [source token index, weight] pairs
-    (source -1 = the `<eos>` before the text, None = a slot that is no position, e.g. Salton's
-    zero slot, or, reading each line fresh, one of the start state's, before the line); models that mix distributions add their `mixture_weight(out)` per position.
+    expose attention add each position's attention as [source, weight] pairs (`_attention`: source a token
+    index, -1 the `<eos>` before the text; None the slot that is no position, named by "extra_slot": "h0" for a
+    zero slot, "sentinel" for a pointer's; "start" the start state's slots, before the line, reading each line
+    fresh); models that mix distributions add their `mixture_weight(out)` per position.
     """
     started = time.perf_counter()
     model, vocab = run.model, run.vocab
@@ -119,6 +121,7 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
     blocks = [vocab.encode(words + [EOS]) for words in lines]
     result = {"log_probs": [], "top": [] if top_k else None, "rank": [] if top_k else None,
               "attention": [] if model.exposes_attention else None,
+              "extra_slot": extra_slot(model) if model.exposes_attention else None,
               "mixture_weight": [] if model.mixes_distributions else None}
     read = [0]                                  # tokens of the text scored so far
     starts = list(itertools.accumulate([len(words) + 1 for words in lines], initial=0))   # each line's first token
@@ -152,17 +155,28 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
 
 
 def _attention(weights: torch.Tensor, distances: torch.Tensor, start: int, floor: int = -1) -> list[list]:
-    """Per position of a chunk: [source token index or None, weight] for the slots with weight > 0, largest first
-    (at most MAX_SLOTS: a sentence-long memory over a long line would otherwise answer in gigabytes); a source
-    before `floor` is None."""
-    weights, slots = weights.topk(min(MAX_SLOTS, weights.size(1)), dim=1)
-    distances = distances.gather(1, slots)
+    """Per position of a chunk: [source, weight] for the slots with weight > 0, largest first, one entry per source
+    (at most MAX_SLOTS: a sentence-long memory over a long line would otherwise answer in gigabytes). The source is
+    the token index the slot stands for; None: the slot that is no position (distance −1: a zero slot or a sentinel,
+    `extra_slot`); "start": the slots of the start state, from before `floor` (a line read alone), summed."""
+    positions = torch.arange(weights.size(0), device=distances.device).view(-1, 1)
+    source = start + positions - distances - 1      # the slot at distance d holds input p − d = token p − d − 1
+    extra, before = distances < 0, (distances >= 0) & (source < floor)
+    totals = {None: (weights * extra).sum(1).tolist(), "start": (weights * before).sum(1).tolist()}
+    weights, slots = weights.masked_fill(extra | before, 0).topk(min(MAX_SLOTS, weights.size(1)), dim=1)
+    source = source.gather(1, slots)
     rows = [[] for _ in range(weights.size(0))]
     t, slot = (weights > 0).nonzero(as_tuple=True)
-    distance = distances[t, slot]
-    source = start + t - distance - 1               # the slot at distance d holds input p − d = token p − d − 1
-    for row, d, s, w in zip(t.tolist(), distance.tolist(), source.tolist(), weights[t, slot].tolist()):
-        rows[row].append([None if d < 0 or s < floor else s, round(w, 4)])
+    for row, s, w in zip(t.tolist(), source[t, slot].tolist(), weights[t, slot].tolist()):
+        rows[row].append([s, round(w, 4)])
+    for key, column in totals.items():
+        for row, w in enumerate(column):
+            if w > 0:
+                rows[row].append([key, round(w, 4)])
+    for row in rows:
+        if len(row) > 1 and not isinstance(row[-1][0], int):        # a summed entry, put in its place by weight
+            row.sort(key=lambda entry: -entry[1])
+            del row[MAX_SLOTS:]
     return rows
 
 

@@ -18,7 +18,7 @@ from .scoring import MAX_TOKENS, MAX_TOP_K, RequestError, load_runs, score, text
 
 MAX_BODY = 4 * 1024 * 1024          # bytes of JSON; MAX_TOKENS is the limit that matters
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-STATIC = {"index.html": "text/html", "explore.js": "text/javascript", "explore.css": "text/css"}
+STATIC = {"index.html": "text/html", "explore.js": "text/javascript", "attention.js": "text/javascript", "explore.css": "text/css"}
 
 
 class ExploreServer(ThreadingHTTPServer):

@@ -154,6 +154,12 @@ def reset_segments(reset: torch.Tensor | None, length: int):
         yield start, end, rows if bool(rows.any()) else None
 
 
+def extra_slot(model) -> str:
+    """The name of the slot at distance −1 of `attention_distances` (a slot that is no position): a pointer's sentinel
+    gate g in a model that mixes distributions, else the attentive LM's zero slot h0."""
+    return "sentinel" if model.mixes_distributions else "h0"
+
+
 class LanguageModel(nn.Module):
     """forward(inputs[B,T], state, reset[B,T]) -> ModelOutput; scoring goes through `self.output`.
 

@@ -6,6 +6,7 @@
   const BLUES = ["#ffffff", "#c6dbef", "#6baed6", "#2171b5", "#08306b"];
   const MAX_SURPRISAL = 16;      // nats at the darkest colour
   const HEAT_ROWS = 8, HEAT_COLUMNS = 30;
+  const heat = globalThis.ctxlmAttention;         // attention.js: rows and columns of the heatmap
 
   let data = null;               // the last answer of /api/score
   let sent = null;               // the request that produced it
@@ -148,7 +149,7 @@
       if (scroll) view.spans[i].scrollIntoView({ block: "nearest" });
       if (!view.detail) continue;
       for (const [source, weight] of view.run.attention ? view.run.attention[i] : []) {
-        if (source !== null && source >= 0) {     // underline the words this position attends to
+        if (typeof source === "number" && source >= 0) {     // underline the words this position attends to
           view.spans[source].style.boxShadow = `inset 0 -${Math.max(2, Math.round(weight * 7))}px 0 rgba(33,102,172,${0.3 + 0.7 * weight})`;
           underlined.push(view.spans[source]);
         }
@@ -188,15 +189,14 @@
   function heatmap(run, i) {
     const rows = [];
     for (let r = Math.max(0, i - HEAT_ROWS + 1); r <= i; r++) rows.push(r);
-    const weights = rows.map((r) => new Map(run.attention[r].map(([source, w]) => [source, w])));
-    let columns = [...new Set(weights.flatMap((m) => [...m.keys()]))].sort((a, b) => (a ?? -2) - (b ?? -2));
-    const zero = columns[0] === null ? [null] : [];
-    columns = zero.concat(columns.filter((c) => c !== null).slice(-HEAT_COLUMNS));
+    const weights = rows.map((r) => heat.row(run.attention[r]));
+    const columns = heat.columns(weights, HEAT_COLUMNS);
     const title = el("p", { class: "heat-title", title: "rows: the predicted words up to this one; columns: the " +
-      "memory, the outputs made after reading each earlier word (h₀: the zero slot)" }, "attention (rows: predicted, columns: memory)");
+      "memory, the outputs made after reading each earlier word" }, "attention (rows: predicted, columns: memory)");
     if (!run.attention[i].length) return [title, el("p", { class: "hint" }, "nothing in memory yet at this position")];
-    const name = (c) => (c === null ? "h₀" : c < 0 ? "<eos>" : label(data.tokens[c]));
-    const head = el("tr", {}, el("th"), ...columns.map((c) => el("th", { title: c === null ? "zero slot" : `#${c + 1}` }, name(c))));
+    const names = new Map(columns.map((c) => [c, heat.name(c, run.extra_slot, (k) => label(data.tokens[k]))]));
+    const name = (c) => names.get(c)[0];
+    const head = el("tr", {}, el("th"), ...columns.map((c) => el("th", { title: names.get(c)[1] }, name(c))));
     const body = rows.map((r, k) => el("tr", { class: r === i ? "current" : "" }, el("th", {}, label(data.tokens[r])),
       ...columns.map((c) => {
         const w = weights[k].get(c) || 0;
