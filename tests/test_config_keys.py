@@ -38,6 +38,7 @@ KEYS = {
     "model.score": (str, ("single", "combined")), "model.concat_bias": (bool, None),
     "model.input_dropout": (float, lambda v: 0 <= v < 1),
     "model.state_dropout": (float, lambda v: 0 <= v < 1), "model.output_dropout": (float, lambda v: 0 <= v < 1),
+    "model.dropout_embedding": (bool, None),
     "model.base": (str, ("lstm", "gru", "rnn-tanh", "rnn-relu")), "model.names": (str, None),
     "model.supervision": (float, lambda v: v >= 0), "model.memory": (int, lambda v: v >= 1),
     "model.temporal": (bool, None), "model.composition": (str, ("gated", "linear")),

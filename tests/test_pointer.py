@@ -98,6 +98,22 @@ def test_training_learns_to_point_at_repeated_phrases():
     assert float(pointer_share[:, 8:].mean()) > 0.5 > float(pointer_share[:, :4].mean())   # it points at repeats
 
 
+@pytest.mark.parametrize("name", ["lstm", "psmm", "names-mixture"])
+def test_dropout_embedding_false_feeds_the_word_vectors_undropped(name):
+    """Tran et al.'s LSTM (SPEC §2.3): dropout after each LSTM layer only; by default (Zaremba et al.) on the word
+    vectors too. The recurrent layer's input is the embedding itself, or about 30% zeros."""
+    seen = {}
+    for drop in (False, True):
+        torch.manual_seed(0)
+        model = build_model(ModelConfig.of(name=name, emb_size=64, hidden_size=8, dropout=0.3, dropout_embedding=drop), 20)
+        model.rnn.register_forward_hook(lambda module, args, out: seen.__setitem__(drop, args[0]))
+        inputs = tokens(3, 7, 6)
+        model.train()(inputs)
+        embedded = model.embedding(inputs)
+        zeros = float((seen[drop] == 0).float().mean())
+        assert torch.equal(seen[drop], embedded) if not drop else 0.2 < zeros < 0.4
+
+
 def test_regularisation_options_train_and_evaluate_deterministically():
     model = build_model(ModelConfig.of(name="lstm", emb_size=8, hidden_size=8, input_dropout=0.3, state_dropout=0.5,
                                        output_dropout=0.2), 20)

@@ -63,9 +63,7 @@ class NamesMixtureLM(LanguageModel):
 
     @classmethod
     def from_config(cls, config, options: NamesOptions, vocab_size: int) -> "NamesMixtureLM":
-        base = RecurrentLM(vocab_size, options.base, config.emb_size, config.hidden_size, config.layers,
-                           config.dropout, config.tie_weights, config.init_range, options.forget_bias,
-                           options.input_dropout, options.state_dropout, options.output_dropout)
+        base = RecurrentLM.from_config(config, options, vocab_size, options.base)
         model = cls(base, options.names, options.supervision)
         if config.init_range > 0:
             for parameter in (*model.name_output.parameters(), *model.gate.parameters()):

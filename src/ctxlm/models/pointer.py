@@ -62,9 +62,7 @@ class PointerSentinelLM(LanguageModel):
 
     @classmethod
     def from_config(cls, config, options: PointerOptions, vocab_size: int) -> "PointerSentinelLM":
-        base = RecurrentLM(vocab_size, options.base, config.emb_size, config.hidden_size, config.layers,
-                           config.dropout, config.tie_weights, config.init_range, options.forget_bias,
-                           options.input_dropout, options.state_dropout, options.output_dropout)
+        base = RecurrentLM.from_config(config, options, vocab_size, options.base)
         return cls(base, options.window, config.init_range)
 
     def forward(self, inputs, state=None, reset=None) -> ModelOutput:

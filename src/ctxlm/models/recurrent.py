@@ -22,6 +22,7 @@ class RecurrentOptions:
     input_dropout: float = setting(0.0, in_range(0, 1, high_open=True))  # locked dropout on word vectors (one mask per sequence)
     state_dropout: float = setting(0.0, in_range(0, 1, high_open=True))  # DropConnect on hidden-to-hidden weights (one mask per batch)
     output_dropout: float = setting(0.0, in_range(0, 1, high_open=True))  # locked dropout on the top recurrent output
+    dropout_embedding: bool = True  # model.dropout on the word vectors too (Zaremba et al.); false: after each recurrent layer only (Tran et al., SPEC §2.3)
 
 
 def locked_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -38,7 +39,8 @@ class RecurrentLM(LanguageModel):
 
     LSTM gates are the standard ones of SPEC §1.6a: f, i, o = σ(·), candidate tanh, h = o ⊙ tanh(c),
     with the forget-gate bias initialised to `forget_bias` (1 in [000]). Dropout acts on
-    non-recurrent connections only (embedding output, between layers, top output).
+    non-recurrent connections only (embedding output unless `dropout_embedding` is false, between layers,
+    top output).
     Regularisation of SPEC §4.8 (Torres Table 6.1): `input_dropout` and `output_dropout` are locked
     (one mask per sequence for the whole chunk), `state_dropout` drops hidden-to-hidden weights
     (DropConnect, Merity et al. 2017), which keeps the fused recurrence; L2 is `train.weight_decay`.
@@ -54,7 +56,7 @@ class RecurrentLM(LanguageModel):
     def __init__(self, vocab_size: int, cell: str = "lstm", emb_size: int = 300, hidden_size: int = 300,
                  layers: int = 1, dropout: float = 0.0, tie_weights: bool = False, init_range: float = 0.1,
                  forget_bias: float = 1.0, input_dropout: float = 0.0, state_dropout: float = 0.0,
-                 output_dropout: float = 0.0):
+                 output_dropout: float = 0.0, dropout_embedding: bool = True):
         super().__init__()
         if layers < 1 or emb_size < 1 or hidden_size < 1:
             raise ValueError("layers, emb_size and hidden_size must be positive")
@@ -63,6 +65,7 @@ class RecurrentLM(LanguageModel):
             if not 0.0 <= p < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {p}")
         self.input_dropout, self.state_dropout, self.output_dropout = input_dropout, state_dropout, output_dropout
+        self.dropout_embedding = dropout_embedding
         rnn_class, extra = _CELLS[cell]
         self.cell = cell
         self.embedding = nn.Embedding(vocab_size, emb_size)
@@ -73,16 +76,18 @@ class RecurrentLM(LanguageModel):
         self.reset_parameters(init_range, forget_bias)
 
     @classmethod
-    def from_config(cls, config, options: RecurrentOptions, vocab_size: int) -> "RecurrentLM":
-        return cls(vocab_size, config.name, config.emb_size, config.hidden_size, config.layers, config.dropout,
+    def from_config(cls, config, options: RecurrentOptions, vocab_size: int, cell: str | None = None) -> "RecurrentLM":
+        """The model of a config; `cell` (the pointer's and names mixture's `base`) instead of `config.name`."""
+        return cls(vocab_size, cell or config.name, config.emb_size, config.hidden_size, config.layers, config.dropout,
                    config.tie_weights, config.init_range, options.forget_bias, options.input_dropout,
-                   options.state_dropout, options.output_dropout)
+                   options.state_dropout, options.output_dropout, options.dropout_embedding)
 
     def reset_parameters(self, init_range: float, forget_bias: float) -> None:
         uniform_init(self, init_range, forget_bias if self.cell == "lstm" else None)
 
     def forward(self, inputs, state=None, reset=None) -> ModelOutput:
-        x = locked_dropout(self.dropout(self.embedding(inputs)), self.input_dropout, self.training)
+        x = self.embedding(inputs)
+        x = locked_dropout(self.dropout(x) if self.dropout_embedding else x, self.input_dropout, self.training)
         hidden, state = run_recurrent(self.recurrence(), x, state, reset)
         return ModelOutput(locked_dropout(self.dropout(hidden), self.output_dropout, self.training), state)
 
@@ -99,7 +104,8 @@ def uniform_init(model: nn.Module, init_range: float, forget_bias: float | None)
     """[000] §2.1: every parameter U(−r, r); each nn.LSTM's forget-gate bias = forget_bias (b_ih = fb, b_hh = 0).
 
     init_range = 0 keeps PyTorch's own initialisation (embedding N(0, 1), LSTM and Linear U(±1/√fan_in))
-    and only sets the forget-gate bias.
+    and only sets the forget-gate bias. nn.LSTM's two bias vectors per gate (b_ih + b_hh, where SPEC has one b)
+    are each drawn, so their sum spans ±2r (docs/architecture.md, "Model options").
     """
     if init_range > 0:
         for parameter in model.parameters():
