@@ -39,6 +39,18 @@ def test_a_run_tokenised_before_reads_questions_by_the_msr_rule_in_its_own_case(
     assert question_reader(moses)(question) == ["the", "run's", "words"]
 
 
+def test_pretokenized_questions_are_split_on_whitespace(runs, tmp_path):
+    """`complete --pretokenized` reads each filled question as the run's tokens: "The" is no word of a lower-case run,
+    which by default reads it by the MSR rule, lower-cased."""
+    (tmp_path / "q.csv").write_text("id,question,a),b),c),d),e)\n1,The cat _____ on a mat,sat,ran,dog,the,on\n")
+    unknown = []
+    for extra in ((), ("--pretokenized",)):
+        done = ctxlm("complete", runs["lstm"], "--questions", tmp_path / "q.csv", "--out", tmp_path / "c.json", *extra)
+        assert done.returncode == 0, done.stderr
+        unknown.append(json.loads((tmp_path / "c.json").read_text())["unknown_question_words"])
+    assert unknown == [0, 1]
+
+
 def test_one_question_scored_by_hand():
     """A fixed next-word distribution: each sentence's score is Σ log p(word) + log p(<eos>), by hand."""
     vocab = Vocabulary(["<eos>", "<unk>", "the", "cat", "sat", "."])

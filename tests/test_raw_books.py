@@ -55,3 +55,20 @@ def test_one_sentence_per_line_says_nothing(tmp_path):
     assert result.returncode == 0 and "note" not in result.stderr
     (tmp_path / "short.txt").write_text("".join(f"line {i} says w{i % 7}\n" for i in range(200)))
     assert "note" not in prepare(tmp_path, tmp_path / "short.txt", "--force").stderr
+
+
+def test_untokenised_prose_split_on_whitespace_gets_one_note(tmp_path):
+    """Raw prose read with --tokenize whitespace keeps "river." and "river" apart: said once, with the option that
+    splits it; text tokenised already (marks and clitics such as 's standing alone) says nothing."""
+    rng = random.Random(1)
+    sentences = [" ".join(rng.choices(WORDS, k=12)) for _ in range(40)]
+    raw = tmp_path / "raw.txt"
+    raw.write_text("".join(f'"{s.capitalize()}, said Tom\'s father." He left.\n' for s in sentences))
+    result = prepare(tmp_path, raw)
+    assert result.returncode == 0, result.stderr
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note: this text looks untokenised")]
+    assert len(notes) == 1 and "--tokenize moses" in notes[0] and "father." in notes[0]
+    tokenised = tmp_path / "tokenised.txt"
+    tokenised.write_text("".join(f"`` {s} , said tom 's father . '' he left ...\n" for s in sentences))
+    assert "untokenised" not in prepare(tmp_path, tokenised, "--force").stderr
+    assert "untokenised" not in prepare(tmp_path, raw, "--tokenize", "moses", "--force").stderr

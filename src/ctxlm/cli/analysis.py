@@ -371,7 +371,7 @@ def cmd_curves(args) -> int:
         best = best_epoch(rows)
         print(f"{label}: {len(rows)} epochs in {rows[-1]['elapsed_s'] / 3600:.2f} h, "
               + (f"best valid {best['valid_ppl']:.2f} (epoch {best['epoch']})" if best else "no finite validation perplexity")
-              + (f", test {test:.2f}" if test else ", test not read yet"))
+              + (f", test {test:.2f}" if test else ", no test figure (not read yet, or no test split)"))
         print(f"{'epoch':>7}{'lr':>12}{'train ppl':>12}{'valid ppl':>12}{'hours':>8}")
         for r in rows:
             print(f"{r['epoch']:>7}{r['lr']:>12.6g}{r['train_ppl']:>12.2f}{r['valid_ppl']:>12.2f}"

@@ -97,7 +97,7 @@ def check_each_file_once(recipe) -> None:
 
 def cmd_prepare_text(args) -> int:
     from ..data.prepare import Recipe, prepare
-    from ..data.rawbooks import raw_books_note
+    from ..data.rawbooks import raw_books_note, untokenised_note
     from ..data.text import TextRecipe, input_files
 
     if args.lang != "en" and args.tokenize != "moses":
@@ -110,9 +110,9 @@ def cmd_prepare_text(args) -> int:
                     test=input_files(args.test, "--test") if args.test else (args.test_sentences or ""),
                     seed=args.seed, shuffle_files=args.shuffle_files, min_count=args.min_count, max_vocab=args.max_vocab)
     check_each_file_once(recipe)
-    note = raw_books_note(recipe.inputs, text.sentences)
-    if note:
-        print(note, file=sys.stderr)
+    for note in (raw_books_note(recipe.inputs, text.sentences), untokenised_note(recipe.inputs, text.tokenize)):
+        if note:
+            print(note, file=sys.stderr)
     manifest, made = prepare(recipe, Path(args.out), args.force, _command(args))
     print(f"prepared in {manifest['seconds']:.0f} s ({manifest['tokens_per_s']:,} tokens/s)" if made else
           f"already prepared, nothing to do (prepared in {manifest['seconds']:.0f} s; --force prepares it again)")

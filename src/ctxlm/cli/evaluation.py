@@ -311,6 +311,8 @@ def add_complete(sub) -> None:
                    help="sentences per forward pass, five per question (default 50)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu",
                    help="where the model scores (default cpu; auto: a GPU when there is one)")
+    pretokenized_option(p, "each filled question (by default read by the run's text recipe; a run whose recipe only "
+                        "splits on whitespace reads it by the MSR rule, docs/holmes.md)")
     dynamic_options(p, "each candidate sentence from the trained weights")
     json_option(p, "print the summary (accuracy, counts, files) as JSON")
     data_dir_option(p)
@@ -334,7 +336,7 @@ def cmd_complete(args) -> int:
     run = with_dynamic(load(args.run, pick_device(args.device, "--device"), data_dir=args.data_dir), args)
     bar = Progress(len(questions), "complete", unit="questions")
     summary, records = answer_questions(run.model, run.vocab, questions, args.batch_size, bar.update, run.dynamic,
-                                        question_reader(run))
+                                        str.split if args.pretokenized else question_reader(run))
     bar.close()
     summary.update(run=str(args.run), model=run.config.model.name, questions_file=str(questions_file),
                    dynamic=vars(run.dynamic.setting) if run.dynamic else None,

@@ -110,7 +110,8 @@ def cmd_start_state(args) -> int:
         raise CtxlmError(f"{args.run}: its weights carry no digest (saved before ctxlm recorded one), so a stored start "
                          "state could not be matched to them; it is estimated on each load instead (give --data-dir)")
     start_for(run.path, run.config, run.vocab, run.model, run.weights_sha256, args.data_dir, args.tokens, write=True)
-    print(f"wrote {run.path / FILE}: the mean state at the sentence ends of the first {args.tokens:,} training tokens")
+    print(f"wrote {run.path / FILE}: the mean state at the sentence ends of the first {args.tokens:,} training tokens "
+          "(all of them where there are fewer)")
     return 0
 
 

@@ -19,7 +19,8 @@ def add_score(sub) -> None:
     pretokenized_option(p, "each line")
     p.add_argument("--stream", action="store_true", help="carry the model state from line to line instead of starting each "
                    "from the run's start state (the lines read as one document, as `ctxlm eval --file` reads a file of one "
-                   "sentence per line; a run whose recipe cuts sentences (gutenberg) still reads a line a text here)")
+                   "sentence per line, except for a run trained on sentences alone, which eval reads a sentence at a "
+                   "time; a run whose recipe cuts sentences (gutenberg) still reads a line a text here)")
     cache_options(p)
     dynamic_options(p, "each line from the trained weights; with --stream, the lines as one stream")
     data_dir_option(p)

@@ -1,10 +1,12 @@
-"""What `prepare text --sentences lines` says before it reads raw books as lines (docs/prepare.md).
+"""What `prepare text` says before it reads raw text the way tokenised text is read (docs/prepare.md).
 
 `--sentences lines` makes every line a sentence. Books as Project Gutenberg ships them are hard-wrapped
 (each paragraph broken into lines of about 70 characters, most of them ending mid-sentence) and open
 with a licence header; read as lines, every piece of a wrapped sentence becomes a sentence and the
 licence becomes text. `raw_books_note` looks at the first lines of the inputs and says which option
-reads such books (`--sentences gutenberg`), or nothing.
+reads such books (`--sentences gutenberg`), or nothing. `--tokenize whitespace` (the default) keeps
+each word as the text writes it: on untokenised prose "Dorothy", "Dorothy." and "Dorothy," become three
+words; `untokenised_note` says so, and which option splits them (`--tokenize moses`).
 """
 from __future__ import annotations
 
@@ -22,6 +24,9 @@ WRAP_WIDTHS = (40, 100)  # a hard wrap is this many characters wide (Gutenberg's
 SHARE = 0.5             # "most lines"
 _HEADER = re.compile(r"project gutenberg|gutenberg'?s? e-?text|\*\*\* ?start of th(?:e|is) project|the small print", re.I)
 _ENDS = tuple(".!?:;\"')]”’»")
+MIN_WORDS = 200         # fewer words say nothing
+GLUED = 0.05            # share of words with punctuation stuck to them that tokenised text (PTB: ~1%) stays under
+_GLUED = re.compile(r'^["“‘(\[«]|[.,;:!?"”’)\]»]$')     # a mark at a word's edge (a clitic such as 's is no such mark)
 
 
 def _lines(paths: Iterable[Path]) -> list[str]:
@@ -67,3 +72,18 @@ def raw_books_note(paths: list[Path], sentences: str) -> str:
     return (f"note: this text looks like raw books: {' and '.join(found)}; --sentences lines makes each line a "
             "sentence and keeps every line as text. Use --sentences gutenberg (paragraphs cut into sentences, "
             "the licence dropped)")
+
+
+def untokenised_note(paths: list[Path], tokenize: str) -> str:
+    """One line when text to be split on whitespace looks untokenised (punctuation stuck to many words), naming
+    the option that splits it ("" otherwise)."""
+    if tokenize != "whitespace":
+        return ""
+    words = [word for line in _lines(paths) for word in line.split()]
+    glued = [word for word in words if _GLUED.search(word) and any(c.isalnum() for c in word)]
+    if len(words) < MIN_WORDS or len(glued) < GLUED * len(words):
+        return ""
+    examples = " | ".join(list(dict.fromkeys(glued))[:3])
+    return (f"note: this text looks untokenised: {len(glued):,} of its first {len(words):,} words carry punctuation "
+            f"(e.g. {examples}), and --tokenize whitespace keeps each such form a word of its own. Use --tokenize moses to "
+            "split it (with --lower and --numbers N for PTB's conventions)")
