@@ -186,10 +186,13 @@ def report_markdown(tables: list[Table], records_dir: Path) -> str:
     found = {key: shown(records.load_record(records.record_path(records_dir, *key)))[0] for key in runs}
     measured = [key for key in runs if (found[key] or {}).get("finished") and not records.unset_settings(found[key], runs[key][1].overrides)]
     held = [key for key in measured if verdict(*runs[key], found[key]).startswith("✓")]
+    claims = [key for key in held if runs[key][1].below is not None]       # a claim ("below X"), not a source figure
     repeated = sum(r.runnable for _, r in rows) - len(runs)
     summary = (f"{_many(len(rows), 'row')} in {_many(len(tables), 'table')}: {len(runs)} runnable here"
                + (f" (and {repeated} that repeat one of them in another table)" if repeated else "")
-               + f", {len(measured)} measured, {len(held)} of them reproduced (within the band or the claim holds).")
+               + f", {len(measured)} measured, {len(held) - len(claims)} of them reproduced (within the band of the "
+               + f"source's figure)" + (f" and {_many(len(claims), 'claim')} holding (a row whose target is a "
+                                         "claim, e.g. below our own LSTM)" if claims else "") + ".")
     here = [t for t in tables if any(r.runnable for r in t.rows)]
     elsewhere = [t for t in tables if t not in here]
     parts = [summary, ""]
