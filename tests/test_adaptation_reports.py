@@ -74,6 +74,9 @@ def test_a_cache_grid_that_helps_nothing_records_no_choice(runs, tmp_path):
     assert "no setting lowered valid perplexity" in done.stdout and "% lower" not in done.stdout
     assert (run / "cache_grid.png").stat().st_size > 1000
     one_line_error(ctxlm("eval", run, "--cache", "--split", "valid"), "cache.json", "no setting tune-cache tried lowered")
+    some = ctxlm("eval", run, "--cache", "--cache-lambda", "0", "--split", "valid", "--json")   # the rest: the defaults
+    assert some.returncode == 0 and "cache.json holds no choice" in some.stderr, some.stderr
+    assert json.loads(some.stdout)["valid"]["ppl"] == pytest.approx(record["model_ppl"], rel=1e-6)
     given = ("--cache-window", "5", "--cache-theta", "0.3", "--cache-lambda", "0.1")
     expected = ctxlm("eval", run, "--cache", *given, "--split", "valid", "--json")
     assert expected.returncode == 0, expected.stderr
@@ -92,7 +95,10 @@ def test_every_stream_reading_of_a_sentence_run_says_so(sentence_run, runs):
                           ("--dynamic", ["eval", run, "--file", valid, *dynamic]),
                           ("tune-dynamic", ["tune-dynamic", run, "--rules", "sgd", "--lrs", "0.1", "--decays", "0.01",
                                             "--tokens", "50"]),
-                          ("tune-cache", ["tune-cache", run, "--windows", "5", "--thetas", "0.2", "--lambdas", "0.1"])):
+                          ("tune-cache", ["tune-cache", run, "--windows", "5", "--thetas", "0.2", "--lambdas", "0.1"]),
+                          ("score --stream", ["score", run, "--stream", "--input", valid]),
+                          ("analyze categories", ["analyze", "categories", run, "--split", "valid", "--out",
+                                                  sentence_run / "categories"])):
         done = ctxlm(*command)
         assert done.returncode == 0 and f"note: {what} {note}" in done.stderr, done.stderr
         if command[0] == "eval":                               # a stream run: the same reading, no note

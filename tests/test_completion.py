@@ -30,11 +30,14 @@ def test_a_run_tokenised_before_reads_questions_by_the_msr_rule_in_its_own_case(
 
     from ctxlm.data.text import WHITESPACE, TextRecipe
 
-    question = "Holmes said, I think, that London was N miles off."
+    question = "Holmes said, I think, that London was N miles off. Mr. J. Watson"
     cased = SimpleNamespace(recipe=WHITESPACE, vocab=Vocabulary(["<eos>", "<unk>", "Holmes", "said", "I", "N"]))
     lower = SimpleNamespace(recipe=None, vocab=Vocabulary(["<eos>", "<unk>", "holmes", "said", "N"]))
     assert question_reader(cased)(question)[:5] == ["Holmes", "said", ",", "I", "think"]
+    assert question_reader(cased)(question)[-3:] == ["Mr.", "J.", "Watson"]            # titles keep their period
     assert question_reader(lower)(question)[:5] == ["holmes", "said", ",", "i", "think"]
+    lowered = SimpleNamespace(recipe=TextRecipe(lower=True), vocab=cased.vocab)       # the recipe lower-cases
+    assert question_reader(lowered)(question)[-5:] == ["off", ".", "mr.", "j.", "watson"]
     moses = SimpleNamespace(recipe=TextRecipe(tokenize="moses", lower=True), words=lambda text: ["the", "run's", "words"])
     assert question_reader(moses)(question) == ["the", "run's", "words"]
 

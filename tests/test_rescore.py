@@ -113,14 +113,16 @@ def test_tuning_picks_the_known_best_weight():
 
 
 def test_a_choice_at_either_end_of_the_lm_weights_says_so():
-    """Utterance B is right only with α < ln 2 / 0.2: a grid starting at 0.5 chooses its smallest weight and says so;
-    one starting at 0 (a true bound) does not."""
+    """Utterance B is right only with α < 0.2 / ln 2 ≈ 0.29: on a grid from 0.5 every weight makes one error and the
+    tie goes to the smallest, an end of the grid, which is said; on a grid from 0 (a true bound), α = 0 is right and
+    nothing is said."""
     lists = {"B": [Hypothesis(["a", "dog"], 0.2, 1), Hypothesis(["the", "dog"], 0.0, 2)]}
     lm, references = {"B": [math.log(0.1), math.log(0.2)]}, {"B": ["a", "dog"]}
     chosen = tune(lists, lm, references, weights=[0.5, 1, 2], penalties=[0])
     assert chosen["lm_weight"] == 0.5 and chosen["errors"] == 1 and chosen["at_edge"]
     assert "LM weight" in str(chosen["at_edge"]) and "smallest" in str(chosen["at_edge"])
-    assert not tune(lists, lm, references, weights=[0, 0.5, 1], penalties=[0])["at_edge"]
+    at_zero = tune(lists, lm, references, weights=[0, 0.5, 1], penalties=[0])
+    assert at_zero["lm_weight"] == 0 and at_zero["errors"] == 0 and not at_zero["at_edge"]
 
 
 def test_mixture(world):

@@ -133,7 +133,7 @@ class Run:
     # ------------------------------------------------------------ variants
     def with_cache(self, settings: CacheSettings | None = None) -> "Run":
         """The run with the neural cache (Grave et al. 2017): `settings`, else those `ctxlm tune-cache` recorded,
-        else the defaults."""
+        else the defaults; a record whose tuning helped nothing holds no choice and is refused (give `settings`)."""
         self._neural("the neural cache reads a neural model's hidden states")
         settings = settings or CacheSettings.recorded(self.path) or CacheSettings()
         try:

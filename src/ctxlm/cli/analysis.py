@@ -14,6 +14,7 @@ from .common import (
     check_split,
     data_dir_option,
     left_to_right,
+    note_read_as_stream,
     out_folder_option,
     output_dir,
     pretokenized_option,
@@ -312,10 +313,7 @@ def cmd_categories(args) -> int:
     for label, run_dir in zip(run_labels(args.runs), args.runs):
         run = load(run_dir)
         left_to_right(run, command)
-        if run.config.data.batching == "sentence":
-            print(f"note: {run_dir} was trained on sentences alone; this reads the split as one stream, the state carried "
-                  f"across sentences (as --cache does), so 'all targets' is not `ctxlm eval {run_dir}`'s perplexity, which "
-                  "reads each sentence alone", file=sys.stderr)
+        note_read_as_stream(run, command, f"'all targets' is not `ctxlm eval {run_dir}`'s perplexity")
         model, _ = with_cache(run, args)
         data = split_data(run, args, args.split)
         tags = data.tags[args.split] if data.tags else None

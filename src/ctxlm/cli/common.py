@@ -247,15 +247,18 @@ def with_cache(run, args):
     if not args.cache:
         return run.model, None
     neural_only(run, "--cache")
-    given = None not in (args.cache_window, args.cache_theta, args.cache_lambda)
-    settings = None if given else CacheSettings.recorded(run.path)     # all three given: the record is not read
+    options = (args.cache_window, args.cache_theta, args.cache_lambda)
+    given = None not in options
+    # all three given: the record is not read; some given: a record without a choice leaves the rest to the defaults
+    settings = None if given else CacheSettings.recorded(run.path, choice_needed=all(o is None for o in options))
+    record = CacheSettings.record_path(run.path)
     if settings is not None:
-        note_if_tuned_on_other_weights(CacheSettings.record_path(run.path), run, "tune-cache")
+        note_if_tuned_on_other_weights(record, run, "tune-cache")
     else:
         settings = CacheSettings()
         if not given:
-            print(f"note: {CacheSettings.record_path(run.path)} not found (run `ctxlm tune-cache {run.path}` to choose on "
-                  "validation); defaults fill the settings not given", file=sys.stderr)
+            print(f"note: {record} {'holds no choice' if record.is_file() else 'not found'} (run `ctxlm tune-cache "
+                  f"{run.path}` to choose on validation); defaults fill the settings not given", file=sys.stderr)
     for name, value in (("window", args.cache_window), ("theta", args.cache_theta), ("lam", args.cache_lambda)):
         if value is not None:
             setattr(settings, name, value)

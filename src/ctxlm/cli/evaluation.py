@@ -60,6 +60,10 @@ def add_eval(sub) -> None:
 
 
 def cmd_eval(args) -> int:
+    import itertools
+
+    import torch
+
     from ..data.vocab import EOS
     from ..evaluation import evaluate_file
     from ..evaluation.perplexity import evaluate_split, unknown_targets
@@ -94,8 +98,9 @@ def cmd_eval(args) -> int:
             results[args.file] = evaluate_file(model, run.vocab, args.file, run.config.data.eval_batch_size,
                                                run.config.data.eval_chunk, recipe=None if args.pretokenized else run.text_recipe(),
                                                desc=f"eval {args.file}", config=run.config)
-        elif args.file:
-            ids = run.vocab.encode([EOS, *run.file_tokens(args.file, args.pretokenized)])
+        elif args.file:                 # the file's ids in memory (8 bytes a token), read a block at a time
+            tokens = itertools.chain([EOS], run.file_tokens(args.file, args.pretokenized))
+            ids = torch.cat([run.vocab.encode(block) for block in iter(lambda: list(itertools.islice(tokens, 1 << 16)), [])])
             results[args.file] = _with_names(model, run, ids, names, f"eval {args.file}")
         else:
             data = split_data(run, args, *(args.split or []))

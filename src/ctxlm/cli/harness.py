@@ -45,7 +45,7 @@ def add_harness(sub) -> None:
     pretokenized_option(p, "each request")
     out_file_option(p, "harness.json", "the harness's results, JSON")
     p.add_argument("--cache", action="store_true", help="add the neural cache with the settings `ctxlm tune-cache` "
-                   "recorded in the run (else the defaults)")
+                   "recorded in the run (else the defaults; a record of a tuning that helped nothing is refused)")
     p.add_argument("--dynamic", action="store_true", help="score with dynamic evaluation, each request from the trained "
                    "weights, with the setting `ctxlm tune-dynamic` recorded (else the defaults; the rms rule reads the "
                    "run's training split from --data-dir)")
@@ -65,7 +65,7 @@ def cmd_harness(args) -> int:
         raise CtxlmError(f"--tasks {args.tasks!r}: no task named; give e.g. --tasks lambada_local")
     harness = harness_module()
     run = load(args.run, pick_device(args.device, "--device"), data_dir=args.data_dir)
-    released = [t for t in tasks if "lambada" in t and "openai" not in t]       # the release's tokenised passages
+    released = [t for t in tasks if t.startswith("lambada_") and not any(other in t for other in ("openai", "multilingual"))]
     if released and not args.pretokenized and run.recipe is not None and not run.recipe.whitespace:
         warn(f"note: {released[0]}'s passages are tokenised already; the run's text recipe reads them again, so its "
              "figures differ from `ctxlm lambada`'s: add --pretokenized to read them as it does")

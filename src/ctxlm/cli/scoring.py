@@ -6,7 +6,7 @@ import dataclasses
 from ..checks import SEED, at_least, in_range, option
 from ..generate import LIMITS
 from ..jsonio import json_text
-from .common import cache_options, data_dir_option, pretokenized_option, run_argument, with_cache
+from .common import cache_options, data_dir_option, note_read_as_stream, pretokenized_option, run_argument, with_cache
 from .dynamic import dynamic_options, with_dynamic
 
 
@@ -34,6 +34,8 @@ def cmd_score(args) -> int:
     run = with_dynamic(load(args.run, data_dir=args.data_dir), args)
     run = dataclasses.replace(run, model=with_cache(run, args)[0])
     lines = iter_lines(args.input or "-", allow_empty=True)
+    if args.stream:
+        note_read_as_stream(run, "score --stream", "its figures are not `ctxlm eval --file`'s, which reads the sentences alone")
     for scored in run.iter_score(lines, document=args.stream, pretokenized=args.pretokenized):
         print(json_text({"text": scored.text, "tokens": scored.tokens, "unknown": scored.unknown, "unknown_count": scored.unknown_count,
                           "log_probs": [round(x, 6) for x in scored.log_probs], "total": round(scored.total, 6),
@@ -97,7 +99,8 @@ def add_explore(sub) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)")
     p.add_argument("--port", type=option(int, in_range(0, 65535)), default=8765, help="port (default 8765; 0 = any free port)")
     p.add_argument("--cache", action="store_true", help="also serve each neural run with its neural cache "
-                   "(the setting `ctxlm tune-cache` recorded, else window 2000, θ 0.3, λ 0.1)")
+                   "(the setting `ctxlm tune-cache` recorded, else window 2000, θ 0.3, λ 0.1; a record of a tuning that helped "
+                   "nothing is refused)")
     p.add_argument("--dynamic", action="store_true", help="also serve each neural run with dynamic evaluation (the "
                    "setting `ctxlm tune-dynamic` recorded, else the defaults; each request from the trained weights)")
     pretokenized_option(p, "pasted text (unless a request says \"pretokenized\": false)")

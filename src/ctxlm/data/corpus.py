@@ -338,9 +338,9 @@ def passage_sentences(text: str) -> Iterator[str]:
 
 # MSR question tokens (testing_data.csv): words keep inner apostrophes and hyphens ("o'clock",
 # "to-morrow", "man's"), a trailing apostrophe after s or in ("holmes'", "comin'"), and titles and
-# initials their period ("mr.", "j."); `. , ; : ! ?` are tokens of their own; quotes, brackets, dashes
-# and underscores go.
-_MSR_TOKEN = re.compile(r"\b(?:%s|[a-hj-z])\.(?!\w)|\d+(?:[.,]\d+)*|[^\W_]+(?:['\-][^\W_]+)*(?:(?<=s)'|(?<=in)')?|[.,;:!?]"
+# initials their period ("mr.", "j."; "Mr." and "J." in cased text); `. , ; : ! ?` are tokens of their own;
+# quotes, brackets, dashes and underscores go.
+_MSR_TOKEN = re.compile(r"\b(?i:%s|[a-hj-z])\.(?!\w)|\d+(?:[.,]\d+)*|[^\W_]+(?:['\-][^\W_]+)*(?:(?<=s)'|(?<=in)')?|[.,;:!?]"
                         % "|".join(sorted(ABBREVIATIONS - {"etc"})))
 
 

@@ -1,7 +1,7 @@
 """MSR Sentence Completion (SPEC §0.1, §3.3, §4.6 Table 4; REC §6.4 item 33).
 
 Each blank is filled with each of the five candidates; the sentence is tokenised like the training text
-(`question_reader`: the run's text recipe; `corpus.msr_tokens`, Holmes's, for a run whose recipe only splits on
+(`question_reader`: the run's text recipe; `corpus.msr_tokens`, Holmes's, for a run whose recipe splits on
 whitespace or that recorded none: the questions are raw text), words outside the run's vocabulary become `<unk>`,
 and it is
 scored as one sentence on its own: input `<eos>` + words, the score is the sum of the natural-log
@@ -39,13 +39,13 @@ from .scoring import score_item
 
 
 def question_reader(run) -> Callable[[str], list[str]]:
-    """How a run reads a question's raw text: by its text recipe; a run whose recipe only splits on whitespace (or
-    that recorded none) by the MSR rule the questions are written in, lower-cased unless its vocabulary holds a
-    capitalised word such as "Holmes" (its text was tokenised before, cased; PTB's "N" is no such word)."""
-    if run.recipe is not None and not run.recipe.whitespace:
+    """How a run reads a question's raw text: by its text recipe; a run whose recipe splits on whitespace (its text
+    tokenised before), or that recorded none, by the MSR rule the questions are written in, lower-cased where the
+    recipe lower-cases or the vocabulary holds no capitalised word such as "Holmes" (PTB's "N" is no such word)."""
+    if run.recipe is not None and run.recipe.tokenize != "whitespace":
         return run.words
     cased = any(word[:1].isupper() and word[1:2].islower() for word in run.vocab.words)
-    return functools.partial(msr_tokens, lower=not cased)
+    return functools.partial(msr_tokens, lower=not cased or run.recipe is not None and run.recipe.lower)
 
 
 def candidate_sentences(question: CompletionQuestion, tokenize: Callable[[str], list[str]] = msr_tokens) -> list[list[str]]:

@@ -45,9 +45,9 @@ class CacheSettings:
         return Path(run_dir) / "cache.json"
 
     @classmethod
-    def recorded(cls, run_dir: str | Path) -> "CacheSettings | None":
+    def recorded(cls, run_dir: str | Path, choice_needed: bool = True) -> "CacheSettings | None":
         """The setting `ctxlm tune-cache` chose for a run (RUN/cache.json), or None without a record; a record
-        whose grid lowered no perplexity is a CtxlmError (it holds no choice)."""
+        whose grid lowered no perplexity holds no choice: a CtxlmError, or None where `choice_needed` is false."""
         path = cls.record_path(run_dir)
         if not path.is_file():
             return None
@@ -57,10 +57,12 @@ class CacheSettings:
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise CtxlmError(f"{path}: not a cache setting written by `ctxlm tune-cache` ({str(exc)[:80]}); {fix}") from None
         best = schemas.check(data, RECORD, path, fix)["best"]
+        if best is None and not choice_needed:
+            return None
         if best is None:
-            raise CtxlmError(f"{path}: no setting tune-cache tried lowered the perplexity; tune again with other --windows, "
-                             "--thetas or --lambdas, give all three of --cache-window, --cache-theta and --cache-lambda, "
-                             "or delete it")
+            raise CtxlmError(f"{path}: no setting tune-cache tried lowered the perplexity, so it holds no choice; tune "
+                             "again with other --windows, --thetas or --lambdas, give the setting (`ctxlm eval`'s "
+                             "--cache-window, --cache-theta, --cache-lambda; CacheSettings in Python), or delete it")
         return cls(best["window"], best["theta"], best["lambda"])
 
     def __post_init__(self) -> None:

@@ -191,7 +191,7 @@ def report_markdown(tables: list[Table], records_dir: Path) -> str:
     summary = (f"{_many(len(rows), 'row')} in {_many(len(tables), 'table')}: {len(runs)} runnable here"
                + (f" (and {repeated} that repeat one of them in another table)" if repeated else "")
                + f", {len(measured)} measured, {len(held) - len(claims)} of them reproduced (within the band of the "
-               + f"source's figure)" + (f" and {_many(len(claims), 'claim')} holding (a row whose target is a "
+               + "source's figure)" + (f" and {_many(len(claims), 'claim')} holding (a row whose target is a "
                                          "claim, e.g. below our own LSTM)" if claims else "") + ".")
     here = [t for t in tables if any(r.runnable for r in t.rows)]
     elsewhere = [t for t in tables if t not in here]
