@@ -147,3 +147,26 @@ def test_resuming_a_finished_run_says_so_and_trains_nothing(tmp_path, corpus):
     again = Trainer(None, tmp_path / "run", resume=True, log=lines.append).fit()
     assert lines[0].endswith("run has finished (1 epoch): nothing to train; to go on, --set train.epochs=2 or more; its results:")
     assert again["test"] == done["test"] and len(metrics(tmp_path / "run")) == 1
+
+
+def test_a_finished_run_trained_on_has_no_results_until_it_ends_again(tmp_path, corpus):
+    """results.json of a finished run goes once a resume trains on (its best epoch and test figure may change), and a
+    stop asked for during an epoch's validation stops there, the epoch saved, even after the last epoch."""
+    config = tiny_config(corpus)
+    config.train.epochs = 1
+    first = Trainer(config, tmp_path / "run", log=lambda *a: None).fit()
+    assert (tmp_path / "run" / "results.json").exists()
+    config.train.epochs = 2
+    trainer = Trainer(config, tmp_path / "run", resume=True, log=lambda *a: None)
+    end_epoch = trainer._end_epoch
+
+    def asked_during_validation(epoch, progress):          # as a SIGINT arriving while the epoch is validated
+        end_epoch(epoch, progress)
+        trainer.request_stop("SIGINT")
+
+    trainer._end_epoch = asked_during_validation
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit()
+    assert len(metrics(tmp_path / "run")) == 2 and not (tmp_path / "run" / "results.json").exists()
+    done = Trainer(None, tmp_path / "run", resume=True, log=lambda *a: None).fit()      # finished: evaluates, writes
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["test"] == done["test"] != first["test"]

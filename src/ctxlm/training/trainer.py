@@ -1,9 +1,9 @@
 """The training loop: SPEC §2 recipes (optimizer, schedule, clipping, early stopping with rollback).
 
-A run directory holds config.toml, vocab.txt, model.safetensors (the best weights so far),
-trainer_state.pt (everything needed to continue bit-identically: weights, optimizer, rates, RNG
-states, data position, carried recurrent state, metric history), metrics.jsonl and results.json.
-State is saved atomically after every epoch, every `checkpoint_every` batches and on Ctrl-C/SIGTERM.
+A run directory holds config.toml, vocab.txt, model.safetensors (the best weights so far), trainer_state.pt
+(everything needed to continue bit-identically: weights, optimizer, rates, RNG states, data position, carried
+recurrent state, metric history), metrics.jsonl and results.json (gone while a resumed run trains on). State is
+saved atomically after every epoch, every `checkpoint_every` batches and on Ctrl-C/SIGTERM.
 """
 from __future__ import annotations
 
@@ -52,8 +52,7 @@ class Trainer:
             raise
 
     def _setup(self, config: Config, data_dir, resume: bool, allow_changed_data: bool) -> None:
-        # rank 0 owns the folder: it deletes what writes interrupted by a kill left (another rank would race its lock file)
-        existing = content(self.run_dir, resume) if main_process() else []
+        existing = content(self.run_dir, resume) if main_process() else []    # rank 0 owns the folder (clears what kills left)
         if resume:      # no state at all (killed before its first checkpoint): start again, with its config
             self.resume_state = resume_state(self.files, self.log)
             trained = self.resume_state["epoch"] - 1 if self.resume_state else 0
@@ -176,10 +175,14 @@ class Trainer:
         self.step = None              # DDP first: its reducer must not outlive the process group
         self.world.close()
 
-    def _agree_on_stop(self) -> None:
-        """Several processes stop together, at the same batch, if any of them was asked to."""
+    def _stop_if_asked(self, *saved) -> None:
+        """Stop (after `_save(*saved)`) if a signal asked any process to; several processes stop together, at one batch."""
         if self.world.size > 1 and self.world.sum(float(self.stop_requested is not None))[0] and not self.stop_requested:
             self.stop_requested = "stop in another process"
+        if self.stop_requested:
+            if saved:
+                self._save(*saved)
+            raise Terminated if self.stop_requested == "SIGTERM" else KeyboardInterrupt
 
     def fit(self) -> dict:
         """Train to the end (or to a stop, raised as KeyboardInterrupt) and return the results; lets go of the folder."""
@@ -212,6 +215,8 @@ class Trainer:
                     + "; its results:")
             else:
                 self.log(f"resuming {run_dir} at epoch {epoch}, batch {position}")
+                if self.world.main:         # its figures no longer hold (a finished run trained on)
+                    self.files.results.unlink(missing_ok=True)
         else:
             epoch, position, order, carry = 1, 0, None, None
             if self.resume_state is None and self.files.config.exists():
@@ -238,16 +243,14 @@ class Trainer:
                 if order is None:
                     order = batches.order(self.generator) if hasattr(batches, "order") else None
                 carry = self._run_epoch(batches, epoch, position, order, carry, progress)
-                self._agree_on_stop()
-                if self.stop_requested:
-                    self._save(epoch, self._position, order, carry, progress)
-                    raise Terminated if self.stop_requested == "SIGTERM" else KeyboardInterrupt
+                self._stop_if_asked(epoch, self._position, order, carry, progress)
                 self._end_epoch(epoch, progress)
                 epoch, position, order, carry = epoch + 1, 0, None, None   # each epoch starts from a zero state
                 if progress["early_stopped"]:
                     self.log(f"early stop: the rate {progress['lr']:.3g} is below train.min_lr" if progress["lr"] < cfg.train.min_lr
                              else f"early stop: no validation gain for {cfg.train.early_stop_patience} epochs")
                 self._save(epoch, position, order, carry, progress)
+                self._stop_if_asked()       # asked for during the epoch's validation: the epoch is saved
         except KeyboardInterrupt as stop:
             self.log(f"interrupted ({self.stop_requested or 'SIGINT'}); state saved. Continue with: ctxlm train --resume {run_dir}")
             raise said(stop)
@@ -309,11 +312,9 @@ class Trainer:
         return carry
 
     def _local_batch(self, batch):
-        """This process's rows of the batch and of the state it starts from (window regime), on its
-        device, and the loss normaliser of the global batch.
-
-        A process left without rows (a last sentence or window batch smaller than the number of
-        processes) gets one row whose targets are all padding, so that every process takes the same steps.
+        """This process's rows of the batch and of the state it starts from (window regime), on its device, and the
+        loss normaliser of the global batch. A process left without rows (a last sentence or window batch smaller than
+        the number of processes) gets one row whose targets are all padding, so that every process takes the same steps.
         """
         inputs, targets, reset, start, denominator = batch.inputs, batch.targets, batch.reset, batch.state, None
         if self.world.size > 1:
