@@ -66,3 +66,21 @@ def test_run_interrupted_on_two_processes_resumes_on_one(tmp_path, corpus):
     assert state["carry"][0].shape[1] == config.data.batch_size and state["carry"][2].shape[0] == config.data.batch_size
     Trainer(None, tmp_path / "moved", resume=True, log=lambda *a: None).fit()
     assert_same_training(tmp_path / "straight", tmp_path / "moved")
+
+
+def test_each_rank_restores_its_own_cuda_random_state(monkeypatch):
+    """Several GPUs: every rank's CUDA generator is kept and restored, so each resumes with its own dropout masks; a
+    checkpoint from before that restores rank 0's only."""
+    from types import SimpleNamespace
+
+    from ctxlm.training.distributed import restore_rng
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: calls.append(state))
+    cpu = [torch.get_rng_state()] * 2
+    state = {"world_size": 2, "rng": cpu[0], "rng_ranks": cpu, "cuda_rng": "r0", "cuda_rng_ranks": ["r0", "r1"]}
+    older = {k: v for k, v in state.items() if k != "cuda_rng_ranks"}
+    for saved in (state, older):
+        for rank in (0, 1):
+            restore_rng(saved, SimpleNamespace(size=2, rank=rank, main=rank == 0), torch.device("cuda"))
+    assert calls == ["r0", "r1", "r0"]

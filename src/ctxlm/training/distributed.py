@@ -123,3 +123,26 @@ def split_state(state, world: World, batch_dims: tuple[int, ...]):
     if isinstance(state, torch.Tensor):
         return world.shard(state, batch_dims[0])
     return type(state)(world.shard(t, dim) for t, dim in zip(state, batch_dims))
+
+
+def rng_states(world: World, device: torch.device) -> dict:
+    """The random states a checkpoint keeps: rank 0's (`rng`, `cuda_rng`), and with several processes every
+    rank's (`rng_ranks`, `cuda_rng_ranks`), so that each resumes with its own dropout masks."""
+    cpu = world.gather(torch.get_rng_state())
+    states = {"rng": cpu[0], **({"rng_ranks": cpu} if world.size > 1 else {})}
+    if device.type == "cuda":
+        cuda = world.gather(torch.cuda.get_rng_state(device).cpu())
+        states.update({"cuda_rng": cuda[0], **({"cuda_rng_ranks": cuda} if world.size > 1 else {})})
+    return states
+
+
+def restore_rng(state: dict, world: World, device: torch.device) -> None:
+    """This process's random states from a checkpoint: its own where it was saved by as many processes, else rank
+    0's on rank 0 (the others keep their seeds)."""
+    same = state.get("world_size", 1) == world.size and world.size > 1
+    if same or world.main:
+        torch.set_rng_state(state["rng_ranks"][world.rank] if same else state["rng"])
+    ranks = state.get("cuda_rng_ranks") if same else None        # none in checkpoints from before it was kept
+    cuda = ranks[world.rank] if ranks else state.get("cuda_rng") if world.main else None
+    if device.type == "cuda" and cuda is not None:
+        torch.cuda.set_rng_state(cuda, device)

@@ -26,7 +26,7 @@ from ..evaluation.start import store_start
 from ..io import Progress
 from ..models.base import build_model, detach_state, map_state
 from . import checkpoint, divergence
-from .distributed import LossStep, World, main_process, merge_state, split_state, wrap
+from .distributed import LossStep, World, main_process, merge_state, restore_rng, rng_states, split_state, wrap
 from .names_list import corpus_names
 from .optim import build_optimizer, next_lr
 from .precision import emulated_bf16
@@ -118,20 +118,15 @@ class Trainer:
     def _snapshot(self, epoch, position, order, carry, progress) -> dict:
         """Everything to continue; with several processes the carried rows and RNG states of all of them."""
         carry = detach_state(carry) if self.config.data.batching == "stream" else None   # sentences start fresh
-        rng = self.world.gather(torch.get_rng_state())
         if self.world.size > 1 and carry is not None:
             shards = self.world.gather(map_state(carry, torch.Tensor.cpu))
             carry = merge_state(shards, self.model.state_batch_dims(carry))
         state = {
             "format": 1, "identity": self.identity, "epoch": epoch, "position": position, "order": order,
             "model": checkpoint.unique_state_dict(self.model), "optimizer": self.optimizer.state_dict(),
-            "carry": carry, "rng": rng[0], "generator": self.generator.get_state(), "world_size": self.world.size,
-            "data": self.fingerprint,
+            "carry": carry, "generator": self.generator.get_state(), "world_size": self.world.size,
+            "data": self.fingerprint, **rng_states(self.world, self.device),
         }
-        if self.world.size > 1:
-            state["rng_ranks"] = rng
-        if self.device.type == "cuda":
-            state["cuda_rng"] = self.world.gather(torch.cuda.get_rng_state(self.device).cpu())[0]
         state.update(progress)
         return state
 
@@ -152,13 +147,8 @@ class Trainer:
             for name, tensor in state["model"].items():
                 own[name].copy_(tensor)
         self.optimizer.load_state_dict(state["optimizer"])
-        if state.get("world_size", 1) == self.world.size and self.world.size > 1:
-            torch.set_rng_state(state["rng_ranks"][self.world.rank])
-        elif self.world.main:
-            torch.set_rng_state(state["rng"])
+        restore_rng(state, self.world, self.device)
         self.generator.set_state(state["generator"])
-        if "cuda_rng" in state and self.device.type == "cuda" and self.world.main:
-            torch.cuda.set_rng_state(state["cuda_rng"], self.device)
         carry = state["carry"]
         if carry is not None:
             carry = map_state(split_state(carry, self.world, self.model.state_batch_dims(carry)), lambda t: t.to(self.device))
