@@ -170,3 +170,13 @@ def test_a_finished_run_trained_on_has_no_results_until_it_ends_again(tmp_path, 
     assert len(metrics(tmp_path / "run")) == 2 and not (tmp_path / "run" / "results.json").exists()
     done = Trainer(None, tmp_path / "run", resume=True, log=lambda *a: None).fit()      # finished: evaluates, writes
     assert json.loads((tmp_path / "run" / "results.json").read_text())["test"] == done["test"] != first["test"]
+
+
+def test_an_nce_run_reports_its_training_loss_not_a_perplexity(tmp_path, corpus):
+    config = tiny_config(corpus)
+    config.train.epochs, config.output.layer = 1, "nce"
+    lines = []
+    Trainer(config, tmp_path / "run", log=lines.append).fit()
+    [record] = metrics(tmp_path / "run")
+    assert record["train_ppl"] is None and record["train_loss"] > 0 and record["valid_ppl"] > 1
+    assert any(line.startswith("epoch 1: train NCE loss ") for line in lines)

@@ -143,7 +143,8 @@ class RunDir:
             return
         with SummaryWriter(str(self.tensorboard)) as writer:
             for key in ("train_ppl", "valid_ppl", "lr", "tokens_per_s"):
-                writer.add_scalar(key, record[key], record["epoch"])
+                if record[key] is not None:        # train_ppl: none with an NCE output layer
+                    writer.add_scalar(key, record[key], record["epoch"])
 
     def read_metrics(self) -> list[dict]:
         """The epoch records, unchecked; [] before the first."""

@@ -339,15 +339,17 @@ class Trainer:
             if world.main:
                 self.files.load_weights(self.model, self.identity)
             world.broadcast_module(self.model)
+        nce = self.config.output.layer == "nce"         # its training loss is NCE's, not a perplexity's
         record = {"epoch": epoch, "lr": progress["lr"], "train_loss": round(train_loss, 6),
-                  "train_ppl": round(safe_exp(train_loss), 4), "valid_ppl": round(valid["ppl"], 4),
+                  "train_ppl": None if nce else round(safe_exp(train_loss), 4), "valid_ppl": round(valid["ppl"], 4),
                   "best": improved, "tokens_per_s": round(self._epoch_rate, 1), "elapsed_s": round(progress["elapsed"], 1)}
         progress["history"].append(record)
         self._write_metrics(progress["history"])
         if world.main:
             self.files.write_tensorboard(record)
         ppl = "ppl" if self.model.left_to_right else "pseudo-ppl"      # the bidirectional RM sees both sides
-        self.log(f"epoch {epoch}: train {ppl} {record['train_ppl']:.2f}, valid {ppl} {valid['ppl']:.2f}, lr {progress['lr']:.3g}, "
+        train = f"NCE loss {train_loss:.4f}" if nce else f"{ppl} {record['train_ppl']:.2f}"
+        self.log(f"epoch {epoch}: train {train}, valid {ppl} {valid['ppl']:.2f}, lr {progress['lr']:.3g}, "
                  f"{self._epoch_rate:,.0f} tokens/s{' *' if improved else ''}"
                  + (f"; back to the weights of epoch {progress['best_epoch']}" if rolled_back else ""))
         progress["lr"] = next_lr(progress["lr"], cfg.train.schedule, cfg.train.lr_factor, cfg.train.decay_start, epoch, improved)
