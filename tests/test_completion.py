@@ -36,8 +36,9 @@ def test_a_run_tokenised_before_reads_questions_by_the_msr_rule_in_its_own_case(
     assert question_reader(cased)(question)[:5] == ["Holmes", "said", ",", "I", "think"]
     assert question_reader(cased)(question)[-3:] == ["Mr.", "J.", "Watson"]            # titles keep their period
     assert question_reader(lower)(question)[:5] == ["holmes", "said", ",", "i", "think"]
-    lowered = SimpleNamespace(recipe=TextRecipe(lower=True), vocab=cased.vocab)       # the recipe lower-cases
+    lowered = SimpleNamespace(recipe=TextRecipe(lower=True, numbers="N"), vocab=cased.vocab)   # as the recipe writes
     assert question_reader(lowered)(question)[-5:] == ["off", ".", "mr.", "j.", "watson"]
+    assert question_reader(lowered)("he walked 3 miles")[2] == "N" and question_reader(cased)("he walked 3 miles")[2] == "3"
     moses = SimpleNamespace(recipe=TextRecipe(tokenize="moses", lower=True), words=lambda text: ["the", "run's", "words"])
     assert question_reader(moses)(question) == ["the", "run's", "words"]
 

@@ -31,6 +31,7 @@ import torch
 from ..data.batching import SentenceBatches
 from ..data.corpus import msr_tokens, read_text
 from ..data.questions import BLANK, LETTERS, CompletionQuestion
+from ..data.text import NUMBER
 from ..data.vocab import EOS
 from ..errors import CtxlmError
 from ..models.base import model_device
@@ -41,11 +42,14 @@ from .scoring import score_item
 def question_reader(run) -> Callable[[str], list[str]]:
     """How a run reads a question's raw text: by its text recipe; a run whose recipe splits on whitespace (its text
     tokenised before), or that recorded none, by the MSR rule the questions are written in, lower-cased where the
-    recipe lower-cases or the vocabulary holds no capitalised word such as "Holmes" (PTB's "N" is no such word)."""
+    recipe lower-cases or the vocabulary holds no capitalised word such as "Holmes" (PTB's "N" is no such word), and
+    numbers written as the recipe writes them (`numbers`)."""
     if run.recipe is not None and run.recipe.tokenize != "whitespace":
         return run.words
     cased = any(word[:1].isupper() and word[1:2].islower() for word in run.vocab.words)
-    return functools.partial(msr_tokens, lower=not cased or run.recipe is not None and run.recipe.lower)
+    split = functools.partial(msr_tokens, lower=not cased or run.recipe is not None and run.recipe.lower)
+    numbers = run.recipe.numbers if run.recipe is not None else ""
+    return (lambda text: [numbers if NUMBER.fullmatch(w) else w for w in split(text)]) if numbers else split
 
 
 def candidate_sentences(question: CompletionQuestion, tokenize: Callable[[str], list[str]] = msr_tokens) -> list[list[str]]:

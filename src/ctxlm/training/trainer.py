@@ -290,7 +290,8 @@ class Trainer:
             if bar.count % 10 == 0 or number + 1 == count:
                 mean = progress["epoch_nll"] / max(progress["epoch_tokens"], 1)
                 rate = tokens_run / max(time.time() - started, 1e-9)
-                bar.update(loss=f"{mean:.3f}", ppl=f"{safe_exp(mean):.1f}", tok_s=f"{rate:,.0f}")
+                shown = {} if cfg.output.layer == "nce" else {"ppl": f"{safe_exp(mean):.1f}"}     # NCE: its own loss
+                bar.update(loss=f"{mean:.3f}", **shown, tok_s=f"{rate:,.0f}")
             else:
                 bar.update()
             if stop:
