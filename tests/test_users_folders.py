@@ -129,3 +129,13 @@ def test_train_refuses_a_users_folder_with_a_config_toml_deleting_nothing_and_le
     one_line_error(run_ctxlm("train", "--config", world / "lstm" / "config.toml", "--run-dir", mine),
                    f"run directory {mine} is not empty")
     assert sorted(p.name for p in mine.iterdir()) == [".draft.tmp", "config.toml"] and digests(mine) == before
+
+
+def test_a_runs_data_moved_away_is_named_with_the_key_to_edit(world):
+    """`eval` of a run whose training file is gone names the file and the config key that holds it (the vocabulary is
+    in the run: `eval --file` and `score` go on working)."""
+    (world / "corpus" / "train.txt").rename(world / "corpus" / "moved.txt")
+    config = world / "lstm" / "config.toml"
+    one_line_error(run_ctxlm("eval", world / "lstm"), f"{world / 'corpus' / 'train.txt'}: not found (data.train in {config})",
+                   "edit data.train there if it moved")
+    assert run_ctxlm("eval", world / "lstm", "--file", world / "corpus" / "valid.txt").returncode == 0
