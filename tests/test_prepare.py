@@ -102,7 +102,7 @@ def test_batches_read_from_disk_equal_the_in_memory_ones(text, tmp_path):
         assert len(ours) == len(theirs)
         for a, b in zip(ours, theirs):
             assert torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets)
-    assert "train" not in data.ids.cache                           # nothing read the split whole
+    assert "train" not in data.ids.made                           # nothing read the split whole
 
 
 def test_folders_and_gzip_are_read_in_path_order(tmp_path):
@@ -285,7 +285,7 @@ def test_training_streams_the_split_and_equals_training_on_the_text(corpus, tmp_
         trainer = Trainer(config, tmp_path / name, log=lambda *a: None)
         results[name] = trainer.fit()
         if name == "prepared":
-            assert "train" not in trainer.data.ids.cache           # read batch by batch, never whole
+            assert "train" not in trainer.data.ids.made           # read batch by batch, never whole
     assert results["files"]["valid"]["ppl"] == results["prepared"]["valid"]["ppl"]
     assert results["files"]["test"]["ppl"] == results["prepared"]["test"]["ppl"]
     evaluated = run_ctxlm("eval", tmp_path / "prepared", "--json")

@@ -1,6 +1,7 @@
 """A user's folders and files given as outputs: prepare and train refuse what they did not make and delete
 nothing of it, leave no lock behind, keep a link a link and a file's permissions; a folder a kill left in
 its first write is theirs to take again."""
+import json
 import os
 import stat
 
@@ -132,10 +133,22 @@ def test_train_refuses_a_users_folder_with_a_config_toml_deleting_nothing_and_le
 
 
 def test_a_runs_data_moved_away_is_named_with_the_key_to_edit(world):
-    """`eval` of a run whose training file is gone names the file and the config key that holds it (the vocabulary is
+    """`eval` of a run whose valid file is gone names the file and the config key that holds it (the vocabulary is
     in the run: `eval --file` and `score` go on working)."""
-    (world / "corpus" / "train.txt").rename(world / "corpus" / "moved.txt")
+    (world / "corpus" / "valid.txt").rename(world / "corpus" / "moved.txt")
     config = world / "lstm" / "config.toml"
-    one_line_error(run_ctxlm("eval", world / "lstm"), f"{world / 'corpus' / 'train.txt'}: not found (data.train in {config})",
-                   "edit data.train there if it moved")
-    assert run_ctxlm("eval", world / "lstm", "--file", world / "corpus" / "valid.txt").returncode == 0
+    one_line_error(run_ctxlm("eval", world / "lstm"), f"{world / 'corpus' / 'valid.txt'}: not found (data.valid in {config})",
+                   "edit data.valid there if it moved")
+    assert run_ctxlm("eval", world / "lstm", "--file", world / "corpus" / "moved.txt").returncode == 0
+
+
+def test_eval_never_reads_the_training_text(world):
+    """The splits evaluated are the only files read: with the training text gone, `eval` gives the same numbers;
+    what needs the training text (analyze categories' frequency bins) names it."""
+    before = json.loads(run_ctxlm("eval", world / "lstm", "--split", "test", "--json").stdout)
+    (world / "corpus" / "train.txt").rename(world / "corpus" / "moved.txt")
+    result = run_ctxlm("eval", world / "lstm", "--split", "test", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == before
+    one_line_error(run_ctxlm("analyze", "categories", world / "lstm", "--out", world / "analysis"),
+                   f"{world / 'corpus' / 'train.txt'}: not found (data.train in {world / 'lstm' / 'config.toml'})")

@@ -212,7 +212,7 @@ def cmd_memory(args) -> int:
 
     run = load(args.run, start=False)
     memory.require_memory(run)
-    data = split_data(run, args, args.split)
+    data = split_data(run, args, args.split, "train")
     records = memory.memory_records(run, data.ids[args.split], args.max_tokens, run.config.data.eval_chunk)
     name = f"{run.config.model.name} ({Path(args.run).name})"
     out = output_dir(args)
@@ -315,7 +315,7 @@ def cmd_categories(args) -> int:
         left_to_right(run, command)
         note_read_as_stream(run, command, f"'all targets' is not `ctxlm eval {run_dir}`'s perplexity")
         model, _ = with_cache(run, args)
-        data = split_data(run, args, args.split)
+        data = split_data(run, args, args.split, "train")
         tags = data.tags[args.split] if data.tags else None
         log_probs = stream_log_probs(model, data.ids[args.split], run.config.data.eval_chunk)
         tables[label + (" + cache" if args.cache else "")] = category_perplexities(log_probs, data.ids[args.split], run.vocab,

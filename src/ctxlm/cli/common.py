@@ -150,12 +150,13 @@ def output_dir(args) -> Path:
 
 
 def split_data(run, args, *splits):
-    """The run's dataset (prepared with its vocabulary), after checking that it has each of `splits`; a file or
-    folder the run's config names that is gone is one line naming the key to edit if it moved."""
+    """The run's dataset (prepared with its vocabulary; a split's file is read when its ids are asked for), after
+    checking that it has each of `splits` (valid and test where none are named); a file or folder the run's config
+    names for them that is gone is one line naming the key to edit if it moved."""
     from ..data.load import prepare_data
 
     d = run.config.data
-    named = {"files": {f"data.{s}": getattr(d, s) for s in ("train", "valid", "test")}, "prepared": {"data.prepared": d.prepared}}
+    named = {"files": {f"data.{s}": getattr(d, s) for s in splits or ("valid", "test")}, "prepared": {"data.prepared": d.prepared}}
     for key, path in named.get(d.dataset, {}).items():
         if path and not Path(path).expanduser().exists():
             raise CtxlmError(f"{path}: not found ({key} in {run.path / 'config.toml'}): put it back, or edit {key} "

@@ -4,12 +4,14 @@ from a prepared folder, as token ids per split (`prepare_data`) and, for sentenc
 are `TokenStream`s, read a piece at a time, and become tensors only where a whole split is asked for."""
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
 from collections.abc import Mapping
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -51,8 +53,8 @@ def load_corpus(dataset: str, data_dir: str | Path | None = None, files: dict[st
         missing = [s for s in ("train", "valid") if not (files or {}).get(s)]
         if missing:
             raise CtxlmError(f"dataset = \"files\" needs data.{missing[0]} = PATH (train and valid files; test is optional)")
-        corpus = Corpus("files", {s: readers.read_tokens(Path(p).expanduser()) for s, p in files.items() if p})
-        return _truncated(corpus, max_train_tokens)
+        paths = {s: Path(p).expanduser() for s, p in files.items() if p}
+        return Corpus("files", _line_splits(functools.partial(_named_file, paths), paths, max_train_tokens))
     if dataset == "prepared":
         if not prepared:
             raise CtxlmError('dataset = "prepared" needs data.prepared = FOLDER (made by `ctxlm prepare text`)')
@@ -61,8 +63,9 @@ def load_corpus(dataset: str, data_dir: str | Path | None = None, files: dict[st
     if not info.lm_corpus:
         raise CtxlmError(f"dataset {dataset!r} is an evaluation task set, not a training corpus; train on another corpus and use it for evaluation")
     if info.reader == "lines":
-        corpus = Corpus(dataset, {s: readers.read_tokens(locate(dataset, s, data_dir)) for s in info.files}, None, info.min_count)
-    elif info.reader == "brown":
+        paths = functools.partial(locate, dataset, data_dir=data_dir)
+        return Corpus(dataset, _line_splits(paths, info.files, max_train_tokens), None, info.min_count)
+    if info.reader == "brown":
         corpus = _brown(locate(dataset, "archive", data_dir), info)
     elif info.reader == "gutenberg":
         return _prepared(dataset, _holmes(data_dir), max_train_tokens, info.min_count)
@@ -71,17 +74,40 @@ def load_corpus(dataset: str, data_dir: str | Path | None = None, files: dict[st
     return _truncated(corpus, max_train_tokens)
 
 
-def _truncated(corpus: Corpus, max_train_tokens: int) -> Corpus:
-    train = corpus.splits["train"]
+def _line_splits(path_of: Callable[[str], Path], splits, max_train_tokens: int) -> Mapping[str, list[str]]:
+    """Each split's tokens (a line a sentence), read from `path_of(split)` only when asked for, so that evaluating
+    one split never reads the others (the training text least of all); `train` cut to `max_train_tokens`."""
+    def tokens(split: str) -> list[str]:
+        words = readers.read_tokens(path_of(split))
+        return words[:_train_end(words, max_train_tokens)] if split == "train" else words
+
+    return Lazy(splits, tokens, keep=False)
+
+
+def _named_file(paths: dict[str, Path], split: str) -> Path:
+    """The file of `data.<split>`; one that is gone is one line naming the key."""
+    if not paths[split].exists():
+        raise CtxlmError(f"{paths[split]}: not found (data.{split} in the config): put it back, or edit data.{split} "
+                         "if it moved")
+    return paths[split]
+
+
+def _train_end(train: list[str], max_train_tokens: int) -> int:
+    """The end of the longest run of whole training sentences with at most `max_train_tokens` tokens (0 = all)."""
     if not max_train_tokens or max_train_tokens >= len(train):
-        return corpus
+        return len(train)
     end = max_train_tokens
     while end and train[end - 1] != readers.EOS:
         end -= 1
     if not end:
         raise CtxlmError(f"data.max_train_tokens = {max_train_tokens} is shorter than the first training sentence; "
                          "give a larger number (0 = all)")
-    corpus.splits = {**corpus.splits, "train": train[:end]}
+    return end
+
+
+def _truncated(corpus: Corpus, max_train_tokens: int) -> Corpus:
+    end = _train_end(corpus.splits["train"], max_train_tokens)
+    corpus.splits = {**corpus.splits, "train": corpus.splits["train"][:end]}
     if corpus.tags:
         corpus.tags = {**corpus.tags, "train": corpus.tags["train"][:end]}
     return corpus
@@ -131,28 +157,37 @@ def _holmes(data_dir) -> Prepared:
     return Prepared(folder, redo="run `ctxlm prepare holmes`")
 
 
-class _Materialised(Mapping):
-    """Each split of a prepared corpus as one tensor, read from disk the first time it is asked for."""
+class Lazy(Mapping):
+    """Splits whose values are made by `make(split)` the first time each is asked for (and kept, unless `keep` is
+    false); asking whether a split is there makes nothing."""
 
-    def __init__(self, streams: dict[str, TokenStream]):
-        self.streams, self.cache = streams, {}
+    def __init__(self, splits, make: Callable, keep: bool = True, made: dict | None = None):
+        self.splits, self.make, self.keep, self.made = tuple(splits), make, keep, dict(made or {})
 
-    def __getitem__(self, split: str) -> torch.Tensor:
-        if split not in self.cache:
-            self.cache[split] = self.streams[split].tensor()
-        return self.cache[split]
+    def __getitem__(self, split: str):
+        if split not in self.splits:
+            raise KeyError(split)
+        if split in self.made:
+            return self.made[split]
+        value = self.make(split)
+        if self.keep:
+            self.made[split] = value
+        return value
+
+    def __contains__(self, split) -> bool:
+        return split in self.splits
 
     def __iter__(self):
-        return iter(self.streams)
+        return iter(self.splits)
 
     def __len__(self) -> int:
-        return len(self.streams)
+        return len(self.splits)
 
 
 @dataclass
 class Data:
     vocab: Vocabulary
-    ids: Mapping[str, torch.Tensor]     # per split, prefixed with `<eos>` so every token is a target
+    ids: Mapping[str, torch.Tensor]     # per split, prefixed with `<eos>` so every token is a target; read when asked for
     tags: dict[str, list[str]] | None
     streams: dict[str, TokenStream] | None = None   # a prepared corpus: each split on disk (`ids` reads one whole)
 
@@ -178,11 +213,20 @@ def prepare_data(config: Config, data_dir=None, vocab: Vocabulary | None = None)
     if corpus.prepared is not None:     # int32 arrays on disk, never a list of strings
         vocab = vocab or corpus.prepared.vocabulary(config.data.max_vocab or corpus.max_vocab, min_count, corpus.train_length)
         streams = corpus.prepared.streams(vocab, corpus.train_length)
-        return Data(vocab, _Materialised(streams), None, streams)
-    if vocab is None:
-        vocab = Vocabulary.build(corpus.splits["train"], config.data.max_vocab, min_count)
-    ids = {split: vocab.encode([EOS] + tokens) for split, tokens in corpus.splits.items()}
-    return Data(vocab, ids, corpus.tags)
+        return Data(vocab, Lazy(streams, lambda split: streams[split].tensor()), None, streams)
+    splits, made = corpus.splits, {}
+    if vocab is None:           # the training text read once, for the vocabulary and its ids
+        train = splits["train"]
+        vocab = Vocabulary.build(train, config.data.max_vocab, min_count)
+        made["train"] = vocab.encode([EOS] + train)
+        del train
+
+    def encoded(split: str) -> torch.Tensor:
+        return vocab.encode([EOS] + splits[split])
+
+    if isinstance(splits, Lazy):        # text files: a split is read when its ids are asked for
+        return Data(vocab, Lazy(splits, encoded, made=made), corpus.tags)
+    return Data(vocab, {split: made[split] if split in made else encoded(split) for split in splits}, corpus.tags)
 
 
 def text_recipe(config: Config) -> TextRecipe:

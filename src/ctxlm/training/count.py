@@ -38,6 +38,7 @@ def _estimate(config: Config, run_dir: RunDir, data_dir, log) -> dict:
     if config.train.threads:            # the one [train] key a count-based model reads (training/unread.py)
         torch.set_num_threads(capped_threads(config.train.threads))
     data = prepare_data(config, data_dir)
+    evaluated = {split: data.ids[split] for split in ("valid", "test") if split in data.ids}   # read before estimating
     model = build_model(config.model, len(data.vocab), config.output)
     started = time.time()
     try:
@@ -54,9 +55,8 @@ def _estimate(config: Config, run_dir: RunDir, data_dir, log) -> dict:
                "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024), "commits": [git_commit()],
                "parameters": model.parameter_counts(), "device": "cpu", "train_tokens": data.length("train") - 1,
                "vocabulary": len(data.vocab)}
-    for split in ("valid", "test"):
-        if split in data.ids:
-            results[split] = evaluate_split(model, config, data.ids[split], data.vocab, "cpu", f"final evaluation: {split}")
+    for split, ids in evaluated.items():
+        results[split] = evaluate_split(model, config, ids, data.vocab, "cpu", f"final evaluation: {split}")
     run_dir.write_results(results)
     return results
 
