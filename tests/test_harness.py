@@ -297,16 +297,17 @@ def test_harness_warnings_held_until_the_tasks_load():
 
 
 @needs_lm_eval
-def test_a_released_lambada_task_read_by_a_recipe_is_told_to_add_pretokenized(runs, tmp_path):
+@pytest.mark.parametrize("name", ["lambada_local", "my_passages"])
+def test_a_released_lambada_task_read_by_a_recipe_is_told_to_add_pretokenized(runs, tmp_path, name):
     """LAMBADA's release is tokenised already: a run whose recipe reads raw text another way (here lower-casing) is
-    told that --pretokenized reads the passages as `ctxlm lambada` does; with it, no note."""
+    told that --pretokenized reads the passages as `ctxlm lambada` does, whatever the task's name; with it, no note."""
     shutil.copytree(runs["lstm"], tmp_path / "run")
     (tmp_path / "run" / "text.json").write_text(json.dumps({"tokenize": "whitespace", "lower": True}))
     path, _ = write_passages(tmp_path, runs)
-    assert ctxlm("lambada-task", path, "--out", tmp_path / "task").returncode == 0
-    command = ("harness", tmp_path / "run", "--tasks", "lambada_local", "--include-path", tmp_path / "task",
+    assert ctxlm("lambada-task", path, "--out", tmp_path / "task", "--name", name).returncode == 0
+    command = ("harness", tmp_path / "run", "--tasks", name, "--include-path", tmp_path / "task",
                "--only-include-path", "--limit", "2", "--bootstrap-iters", "0", "--out", tmp_path / "h.json")
-    note = "note: lambada_local's passages are tokenised already; the run's text recipe reads them again"
+    note = f"note: {name}'s passages are tokenised already; the run's text recipe reads them again"
     done = ctxlm(*command)
     assert done.returncode == 0 and note in done.stderr and "add --pretokenized" in done.stderr, done.stderr
     assert note not in ctxlm(*command, "--pretokenized").stderr

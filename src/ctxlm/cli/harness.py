@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..checks import at_least, option, rule_option
 from ..errors import CtxlmError
-from ..io import atomic_write_text, warn
+from ..io import atomic_write_text
 from ..jsonio import json_text
 from .common import data_dir_option, json_option, out_file_option, pretokenized_option, run_argument
 
@@ -65,10 +65,6 @@ def cmd_harness(args) -> int:
         raise CtxlmError(f"--tasks {args.tasks!r}: no task named; give e.g. --tasks lambada_local")
     harness = harness_module()
     run = load(args.run, pick_device(args.device, "--device"), data_dir=args.data_dir)
-    released = [t for t in tasks if t.startswith("lambada_") and not any(other in t for other in ("openai", "multilingual"))]
-    if released and not args.pretokenized and run.recipe is not None and not run.recipe.whitespace:
-        warn(f"note: {released[0]}'s passages are tokenised already; the run's text recipe reads them again, so its "
-             "figures differ from `ctxlm lambada`'s: add --pretokenized to read them as it does")
     run = run.with_dynamic(data_dir=args.data_dir) if args.dynamic else run
     run = run.with_cache() if args.cache else run
     results = harness.evaluate(run, tasks, args.include_path, args.limit, args.num_fewshot, args.bootstrap_iters,

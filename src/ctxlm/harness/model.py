@@ -23,8 +23,9 @@ from lm_eval.api.registry import register_model
 
 from .. import schemas
 from ..errors import CtxlmError
-from ..io import Progress
+from ..io import Progress, warn
 from ..run import Run, load
+from .tasks import reads_tokenised_lambada
 
 GREEDY = ("token", "word")
 
@@ -243,6 +244,10 @@ def evaluate(run: str | Path | Run, tasks: list[str], include_path: str | None =
     with logs_held("lm_eval", "datasets"):                # its warnings only if the tasks are loaded and not refused
         loaded = load_tasks(manager, tasks)
         refuse_generation([name for name, task in loaded["tasks"].items() if task.get_config("output_type") == "generate_until"])
+    tokenised = [name for name, task in loaded["tasks"].items() if reads_tokenised_lambada(task.get_config)]
+    if tokenised and not model.pretokenized and model.run.recipe is not None and not model.run.recipe.whitespace:
+        warn(f"note: {tokenised[0]}'s passages are tokenised already; the run's text recipe reads them again, so its "
+             "figures differ from `ctxlm lambada`'s: add --pretokenized (pretokenized=True) to read them as it does")
     for task in loaded["tasks"].values():     # as the harness's simple_evaluate sets them
         if num_fewshot is not None and task.get_config("num_fewshot") != 0:
             task.set_config(key="num_fewshot", value=num_fewshot)

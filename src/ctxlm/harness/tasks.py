@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable
 
 from ..io import atomic_write_text
 
@@ -17,7 +18,7 @@ dataset_kwargs:
     validation: {data}
 output_type: loglikelihood
 test_split: validation
-doc_to_text: "{{{{text.split(' ')[:-1]|join(' ')}}}}"
+doc_to_text: "{context}"
 doc_to_target: "{{{{' '+text.split(' ')[-1]}}}}"
 metric_list:
   - metric: perplexity
@@ -31,6 +32,17 @@ metadata:
 """
 
 
+CONTEXT = "{{text.split(' ')[:-1]|join(' ')}}"      # the passage without its last word, as the harness's LAMBADA tasks
+TOKENISED = ("cimec/lambada", "lambada")            # the harness's datasets of LAMBADA's tokenised release (lambada_standard)
+
+
+def reads_tokenised_lambada(setting: Callable[[str], object]) -> bool:
+    """Whether a loaded task (`setting`: its `get_config`) reads LAMBADA's tokenised release: the harness's
+    lambada_standard (and its cloze form), or a task `ctxlm lambada-task` wrote, whatever its name (lambada_openai's
+    passages are detokenised)."""
+    return setting("dataset_path") in TOKENISED or (setting("dataset_path") == "json" and setting("doc_to_text") == CONTEXT)
+
+
 def write_lambada_task(passages: list[list[str]], folder: str | Path, name: str = "lambada_local") -> Path:
     """The passages (as `read_lambada` gives them) as a harness task: FOLDER/NAME.jsonl, one {"text": passage} a
     line, and FOLDER/NAME.yaml naming it by its absolute path. Returns the YAML's path."""
@@ -39,5 +51,5 @@ def write_lambada_task(passages: list[list[str]], folder: str | Path, name: str 
     data = (folder / f"{name}.jsonl").resolve()
     atomic_write_text(data, "".join(json.dumps({"text": " ".join(words)}) + "\n" for words in passages))
     task = folder / f"{name}.yaml"
-    atomic_write_text(task, TASK.format(name=name, data=json.dumps(str(data))))
+    atomic_write_text(task, TASK.format(name=name, data=json.dumps(str(data)), context=CONTEXT))
     return task
