@@ -261,7 +261,7 @@ class Run:
         log_probs = self._item(self.vocab.encode(before + after), on_output=keep)[start:]
         distributions = torch.cat(kept)
         words = distributions.masked_fill(self._not_answers, -torch.inf)
-        return Continued(after, log_probs.tolist(), [t not in self.vocab.index for t in after],
+        return Continued(after, log_probs.tolist(), [t not in self.vocab for t in after],
                          [self.vocab.words[i] for i in distributions.argmax(1).tolist()],
                          [self.vocab.words[i] for i in words.argmax(1).tolist()])
 
@@ -322,7 +322,7 @@ class Run:
 
     def _scored(self, line: str, tokens: list[str], log_probs: torch.Tensor) -> Scored:
         unk = self.vocab.unk                                      # a word it lacks, or `<unk>` written in the text
-        return Scored(line, tokens, log_probs.tolist(), [self.vocab.index.get(t, unk) == unk for t in tokens])
+        return Scored(line, tokens, log_probs.tolist(), (self.vocab.encode(tokens) == unk).tolist())
 
 
 def check_ids(ids, size: int, name: str) -> None:

@@ -82,7 +82,7 @@ def cmd_attention(args) -> int:
             raise CtxlmError(f"--line {args.line}: the {args.split} split has {len(lines)} non-empty lines")
         words = lines[args.line - 1]
     result = explain(run, words, args.top, args.start, args.words)
-    unknown = [word for word in dict.fromkeys(words) if word not in run.vocab.index]
+    unknown = [word for word in dict.fromkeys(words) if word not in run.vocab]
     if unknown:
         print(f"note: word(s) outside the vocabulary of {args.run}, read and scored as <unk>: {' '.join(unknown)}",
               file=sys.stderr)

@@ -85,7 +85,7 @@ def cmd_generate(args) -> int:
         prompt = pair_words(args.prompt, split=functools.partial(run.words, pretokenized=args.pretokenized))[0]  # as read
         lines = " ".join(prompt + words).split("<eos>")
         print(("\n" if number else "") + "\n".join(line.strip() for line in lines if line.strip()))
-    unknown = [word for word in dict.fromkeys(prompt) if word not in run.vocab.index]
+    unknown = [word for word in dict.fromkeys(prompt) if word not in run.vocab]
     if unknown:         # after the samples: a run or prompt that generate refuses gets its one error line alone
         warn(f"note: prompt word(s) outside the vocabulary of {args.run}, read as <unk>: {' '.join(unknown)}")
     return 0

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 from collections import Counter
+from itertools import chain
 from pathlib import Path
 from typing import Iterable
 
@@ -42,21 +44,41 @@ class Vocabulary:
         return len(self.words)
 
     def __contains__(self, word: object) -> bool:
-        return word in self.index
+        return self.id_of(word) is not None
+
+    def id_of(self, word: str) -> int | None:
+        """The id of `word`, or None: the word as written, else its NFC, else its NFD spelling (the same word)."""
+        found = self.index.get(word)
+        if found is None and isinstance(word, str) and not word.isascii():
+            found = self.index.get(unicodedata.normalize("NFC", word))
+            if found is None:
+                found = self.index.get(unicodedata.normalize("NFD", word))
+        return found
 
     def encode(self, tokens: Iterable[str]) -> torch.Tensor:
         """The ids of a list of tokens (`<unk>`'s for unknown words); a str is refused, not read letter by letter."""
         if isinstance(tokens, str):
             raise CtxlmError("Vocabulary.encode takes a list of tokens, not a str: give text.split(), or run.words(text) "
                              "for raw text tokenised as the run's corpus was")
-        get, unk = self.index.get, self.unk
-        return torch.tensor([get(t, unk) for t in tokens], dtype=torch.long)
+        tokens = tokens if isinstance(tokens, (list, tuple)) else list(tokens)
+        get = self.index.get
+        return self._tensor([get(t, -1) for t in tokens], tokens)
 
     def encode_many(self, texts: list[list[str]]) -> list[torch.Tensor]:
         """`encode` of each token list, made as one tensor (views of it, in order): for many short texts."""
-        get, unk = self.index.get, self.unk
-        ids = torch.tensor([get(t, unk) for tokens in texts for t in tokens], dtype=torch.long)
+        get = self.index.get
+        ids = self._tensor([get(t, -1) for tokens in texts for t in tokens], chain.from_iterable(texts))
         return list(ids.split([len(tokens) for tokens in texts]))
+
+    def _tensor(self, ids: list[int], tokens: Iterable[str]) -> torch.Tensor:
+        """`ids` as a tensor, where -1 marks a token the index missed: looked up again by `id_of`, else `<unk>`."""
+        tensor = torch.tensor(ids, dtype=torch.long)
+        if -1 in ids:                   # only misses pay for the second look
+            tokens = tokens if isinstance(tokens, (list, tuple)) else list(tokens)
+            missed = (tensor < 0).nonzero().flatten().tolist()
+            found = [self.id_of(tokens[k]) for k in missed]
+            tensor[missed] = torch.tensor([self.unk if i is None else i for i in found], dtype=torch.long)
+        return tensor
 
     def decode(self, ids: Iterable[int]) -> list[str]:
         return [self.words[i] for i in ids]
@@ -105,6 +127,6 @@ def read_name_words(path: str | Path, source: str = "--names") -> list[str]:
 def names_mask(words: list[str], vocab) -> torch.Tensor:
     """[V] bool: the vocabulary's words among `words` (never <eos> or <unk>)."""
     mask = torch.zeros(len(vocab), dtype=torch.bool)
-    mask[[vocab.index[w] for w in words if w in vocab.index]] = True
+    mask[vocab.encode(words)] = True            # an unknown word marks <unk>, cleared below
     mask[[vocab.eos, vocab.unk]] = False
     return mask

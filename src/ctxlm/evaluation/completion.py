@@ -22,10 +22,9 @@ import functools
 import json
 import math
 import time
-from itertools import chain, repeat
+from itertools import chain
 from typing import Callable
 
-import numpy as np
 import torch
 
 from ..data.batching import SentenceBatches
@@ -73,8 +72,7 @@ def sentence_scores(model, vocab, sentences: list[list[str]], batch_size: int = 
         return scores
     if model.scores_at_once:        # all tokens in one pass (n-gram tables), each sentence summed on its own
         lengths = [len(s) for s in sentences]
-        ids = np.fromiter(map(vocab.index.get, chain.from_iterable(sentences), repeat(vocab.unk)), dtype=np.int64,
-                          count=sum(lengths))
+        ids = vocab.encode(chain.from_iterable(sentences)).numpy()
         scores = torch.from_numpy(model.sentence_sums(ids, lengths))
         if progress:
             progress(range(len(sentences)))
@@ -116,8 +114,8 @@ def answer_questions(model, vocab, questions: list[CompletionQuestion], batch_si
             "scores": [round(x, 4) for x in row], "choice": choice,
             "choice_word": question.options[LETTERS.index(choice)], "answer": question.answer,
             "correct": None if question.answer is None else choice == question.answer,
-            "unknown": [any(t not in vocab.index for t in tokenize(o)) for o in question.options],
-            "unknown_in_question": sum(t not in vocab.index for part in question.question.split(BLANK)
+            "unknown": [any(t not in vocab for t in tokenize(o)) for o in question.options],
+            "unknown_in_question": sum(t not in vocab for part in question.question.split(BLANK)
                                        for t in tokenize(part)),
         })
     answered = [r for r in records if r["correct"] is not None]

@@ -43,7 +43,7 @@ def score_passages(model, vocab, passages: list[list[str]], names: frozenset[str
                                on_output=lambda out: last.append(model.log_probs(out.last_position())))
         distribution = last[-1][0, 0].float().cpu()
         target, context = tokens[-1], tokens[:-1]
-        known = target in vocab.index
+        known = target in vocab
         target_lp = float(log_probs[-1])
         words = distribution.masked_fill(not_words, -math.inf)    # the answer is a word
         ranked = torch.sort(words, descending=True, stable=True)      # a tie goes to the first word listed
@@ -53,7 +53,7 @@ def score_passages(model, vocab, passages: list[list[str]], names: frozenset[str
         capitalised = [w for w in context if w in names]
         records.append({
             "passage": index + 1, "target": target, "known_target": known,
-            "predicted": vocab.words[choice], "correct": known and choice == vocab.index[target],
+            "predicted": vocab.words[choice], "correct": known and choice == target_id,
             "target_log_prob": round(target_lp, 5), "rank": rank_of(words, target_id) if known else None,
             "top": [{"word": vocab.words[int(i)], "log_prob": round(float(v), 5)} for v, i in zip(*best)],
             "passage_log_prob": round(float(log_probs.double().sum()), 5), "tokens": len(tokens),

@@ -147,7 +147,7 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
     for log_probs in score_stream(model, blocks, vocab.eos, run.config.data.eval_chunk, run.dynamic, fresh=not stream, on_output=inspect):
         total += float(log_probs.double().sum())                # of the values, not of their rounded forms
         result["log_probs"] += [round(x, 6) for x in log_probs.tolist()]
-    unknown = [vocab.index.get(t, vocab.unk) == vocab.unk for t in tokens]     # a literal <unk> too, as score counts
+    unknown = (vocab.encode(tokens) == vocab.unk).tolist()     # a literal <unk> too, as score counts
     return {"model": run.config.model.name, "vocab_size": len(vocab), "tokens": len(tokens),
             "unknown": unknown, "unknown_count": sum(unknown), "total_log_prob": round(total, 4),
             "ppl": round(safe_exp(-total / len(tokens)), 4), **result,
