@@ -5,6 +5,7 @@ import importlib
 import json
 import os
 import shutil
+import unicodedata
 
 import pytest
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
@@ -298,3 +299,12 @@ def test_a_folder_prepared_lower_case_first_is_named_so_when_prepared_again(tmp_
     one_line_error(ctxlm(*args), "earlier ctxlm", "lower-cased the text before splitting", "--force")
     assert ctxlm(*args, "--force").returncode == 0
     assert json.loads(manifest.read_text())["recipe"]["text"]["split_cased"] is True
+
+
+@pytest.mark.parametrize("tokenize", ["ptb", "wikitext", "brown"])
+def test_a_registered_corpus_reads_decomposed_raw_text_as_its_composed_words(tokenize):
+    """Those corpora are composed (NFC): "café" typed decomposed (NFD) is their "café", not "cafe" and an accent."""
+    composed, decomposed = "The café opened.", unicodedata.normalize("NFD", "The café opened.")
+    recipe = TextRecipe(tokenize=tokenize)
+    assert decomposed != composed and recipe.tokens(decomposed) == recipe.tokens(composed)
+    assert any("é" in word for word in recipe.tokens(decomposed))

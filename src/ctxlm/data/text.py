@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import stat
+import unicodedata
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
@@ -182,6 +183,8 @@ def tokenizer(options: TextRecipe) -> Callable[[str], list[str]]:
         split = readers.msr_tokens
     else:
         split = str.split
+    if options.tokenize in CORPUS_TOKENIZERS:   # their text is composed (NFC): raw text too, or Moses splits an accent off
+        split = _composed(split)
     lower, numbers = options.lower, options.numbers
     if options.tokenize == "whitespace" and not lower and not numbers:
         return split
@@ -209,6 +212,11 @@ def tokenizer(options: TextRecipe) -> Callable[[str], list[str]]:
         return out + converted(run)
 
     return tokens
+
+
+def _composed(split: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
+    """`split` of the text's composed (NFC) form: "café" typed decomposed reads as the corpus's "café"."""
+    return lambda text: split(unicodedata.normalize("NFC", text))
 
 
 def _sacremoses():
