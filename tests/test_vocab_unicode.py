@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from conftest import FixedDistribution, tiny_config, write_corpus
+from ctxlm.data.load import prepare_data
 from ctxlm.data.questions import CompletionQuestion
 from ctxlm.data.vocab import EOS, UNK, Vocabulary, names_mask
 from ctxlm.evaluation.completion import answer_questions
@@ -100,3 +101,24 @@ def test_a_completion_question_typed_in_nfd_is_answered_as_in_nfc(family):
     assert nfd["scores"] == nfc["scores"] and nfd["choice"] == nfc["choice"]
     assert nfd["unknown"] == nfc["unknown"] == [False, False, False, True, False]
     assert nfd["unknown_in_question"] == nfc["unknown_in_question"] == 0
+
+
+def test_a_mixed_spelling_is_the_same_word():
+    """"ế" as ê + U+0301 is neither NFC nor NFD: it is still the word spelled either way."""
+    mixed = "th\u00ea\u0301"
+    vocab = Vocabulary([EOS, UNK, mixed])
+    assert vocab.id_of(unicodedata.normalize("NFC", mixed)) == 2 == vocab.id_of(unicodedata.normalize("NFD", mixed))
+    assert Vocabulary([EOS, UNK, "dog", unicodedata.normalize("NFD", mixed)]).id_of(mixed) == 3
+
+
+def test_a_corpus_split_is_encoded_as_spelled_so_a_runs_ids_never_move(tmp_path):
+    """The corpus's NFD "café" below the vocabulary's cut (min_count 2) stays <unk> in its splits, as when the run was
+    trained (its data fingerprint, and eval's figures, unchanged); typed text reads it as the kept NFC word."""
+    for split, lines in (("train", [f"the {CAFE} is open"] * 3 + [f"the {CAFE_NFD} is open"]), ("valid", [f"the {CAFE_NFD} is"])):
+        (tmp_path / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    config = tiny_config({"train": str(tmp_path / "train.txt"), "valid": str(tmp_path / "valid.txt"), "test": ""})
+    config.data.min_count = 2
+    data = prepare_data(config)
+    assert CAFE in data.vocab.index and CAFE_NFD not in data.vocab.index
+    assert data.ids["valid"].tolist() == [0] + data.vocab.encode(["the", UNK, "is", EOS]).tolist()
+    assert data.vocab.encode(["the", CAFE_NFD]).tolist() == data.vocab.encode(["the", CAFE]).tolist()

@@ -218,11 +218,11 @@ def prepare_data(config: Config, data_dir=None, vocab: Vocabulary | None = None)
     if vocab is None:           # the training text read once, for the vocabulary and its ids
         train = splits["train"]
         vocab = Vocabulary.build(train, config.data.max_vocab, min_count)
-        made["train"] = vocab.encode([EOS] + train)
+        made["train"] = vocab.encode([EOS] + train, exact=True)
         del train
 
     def encoded(split: str) -> torch.Tensor:
-        return vocab.encode([EOS] + splits[split])
+        return vocab.encode([EOS] + splits[split], exact=True)
 
     if isinstance(splits, Lazy):        # text files: a split is read when its ids are asked for
         return Data(vocab, Lazy(splits, encoded, made=made), corpus.tags)
@@ -250,7 +250,7 @@ def training_prefix(config: Config, data_dir, vocab: Vocabulary, tokens: int) ->
             raise CtxlmError('dataset = "files" needs data.train = PATH')
         path = Path(path).expanduser()
         with closing(readers.iter_tokens(path)) as words:
-            return vocab.encode([EOS] + list(itertools.islice(words, tokens)))
+            return vocab.encode([EOS] + list(itertools.islice(words, tokens)), exact=True)
     return prepare_data(config, data_dir, vocab).prefix("train", tokens + 1)
 
 

@@ -305,7 +305,7 @@ class Prepared:
                 break
             prefix.append(word)
         if prefix != vocab.words:
-            table = vocab.encode(self.words()).numpy()
+            table = vocab.encode(self.words(), exact=True).numpy()
         counts = {**self.manifest["tokens"], "train": self.manifest["tokens"]["train"] if train_length is None else train_length}
         return {split: TokenStream(self.folder / f"{split}.npy", counts[split], len(vocab), table) for split in self.splits}
 

@@ -1,6 +1,7 @@
 """Vocabulary built from training counts (SPEC §0.3): `<unk>` for unknown words, `<eos>` ends lines."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import unicodedata
 from collections import Counter
@@ -47,21 +48,39 @@ class Vocabulary:
         return self.id_of(word) is not None
 
     def id_of(self, word: str) -> int | None:
-        """The id of `word`, or None: the word as written, else its NFC, else its NFD spelling (the same word)."""
+        """The id of `word`, or None: the word as written, else the vocabulary's word canonically equivalent to it (the
+        same word in another Unicode spelling: composed (NFC), decomposed (NFD) or mixed)."""
         found = self.index.get(word)
         if found is None and isinstance(word, str) and not word.isascii():
-            found = self.index.get(unicodedata.normalize("NFC", word))
+            composed = unicodedata.normalize("NFC", word)
+            found = self.index.get(composed)
             if found is None:
-                found = self.index.get(unicodedata.normalize("NFD", word))
+                found = self._equivalents.get(composed)
         return found
 
-    def encode(self, tokens: Iterable[str]) -> torch.Tensor:
-        """The ids of a list of tokens (`<unk>`'s for unknown words); a str is refused, not read letter by letter."""
+    @functools.cached_property
+    def _equivalents(self) -> dict[str, int]:
+        """The NFC spelling of each non-ASCII word -> its id (a word spelled NFC first, else the most frequent)."""
+        found: dict[str, int] = {}
+        for i, word in enumerate(self.words):
+            if not word.isascii():
+                composed = unicodedata.normalize("NFC", word)
+                if composed not in found or word == composed:
+                    found[composed] = i
+        return found
+
+    def encode(self, tokens: Iterable[str], exact: bool = False) -> torch.Tensor:
+        """The ids of a list of tokens (`<unk>`'s for unknown words); a str is refused, not read letter by letter.
+        A word is found as written or in an equivalent spelling (`id_of`); `exact`: as written only (a corpus's
+        splits, so that their ids are the ones a run was trained on)."""
         if isinstance(tokens, str):
             raise CtxlmError("Vocabulary.encode takes a list of tokens, not a str: give text.split(), or run.words(text) "
                              "for raw text tokenised as the run's corpus was")
-        tokens = tokens if isinstance(tokens, (list, tuple)) else list(tokens)
         get = self.index.get
+        if exact:
+            unk = self.unk
+            return torch.tensor([get(t, unk) for t in tokens], dtype=torch.long)
+        tokens = tokens if isinstance(tokens, (list, tuple)) else list(tokens)
         return self._tensor([get(t, -1) for t in tokens], tokens)
 
     def encode_many(self, texts: list[list[str]]) -> list[torch.Tensor]:
