@@ -307,7 +307,27 @@ def test_a_released_lambada_task_read_by_a_recipe_is_told_to_add_pretokenized(ru
     assert ctxlm("lambada-task", path, "--out", tmp_path / "task", "--name", name).returncode == 0
     command = ("harness", tmp_path / "run", "--tasks", name, "--include-path", tmp_path / "task",
                "--only-include-path", "--limit", "2", "--bootstrap-iters", "0", "--out", tmp_path / "h.json")
-    note = f"note: {name}'s passages are tokenised already; the run's text recipe reads them again"
+    note = f"note: {name}: LAMBADA's passages, tokenised already; the run's text recipe reads them again"
     done = ctxlm(*command)
     assert done.returncode == 0 and note in done.stderr and "add --pretokenized" in done.stderr, done.stderr
     assert note not in ctxlm(*command, "--pretokenized").stderr
+
+
+@needs_lm_eval
+def test_the_pretokenized_note_names_only_the_tasks_of_lambadas_release(runs, tmp_path):
+    """A user's own task of the same form (its passages not known to be tokenised) gets no note; beside one that is,
+    the note names that one and says to run it on its own, as --pretokenized would read every task split on whitespace."""
+    shutil.copytree(runs["lstm"], tmp_path / "run")
+    (tmp_path / "run" / "text.json").write_text(json.dumps({"tokenize": "whitespace", "lower": True}))
+    path, _ = write_passages(tmp_path, runs)
+    assert ctxlm("lambada-task", path, "--out", tmp_path / "task").returncode == 0
+    task = (tmp_path / "task" / "lambada_local.yaml").read_text()
+    mine = "\n".join(line for line in task.splitlines() if "written_by" not in line).replace("task: lambada_local", "task: mine")
+    (tmp_path / "task" / "mine.yaml").write_text(mine + "\n")
+    command = ("harness", tmp_path / "run", "--include-path", tmp_path / "task", "--only-include-path", "--limit", "2",
+               "--bootstrap-iters", "0", "--out", tmp_path / "h.json", "--tasks")
+    alone = ctxlm(*command, "mine")
+    assert alone.returncode == 0 and "tokenised already" not in alone.stderr, alone.stderr
+    both = ctxlm(*command, "lambada_local,mine")
+    assert both.returncode == 0 and "note: lambada_local: LAMBADA's passages" in both.stderr, both.stderr
+    assert "run them on their own with --pretokenized" in both.stderr

@@ -246,8 +246,10 @@ def evaluate(run: str | Path | Run, tasks: list[str], include_path: str | None =
         refuse_generation([name for name, task in loaded["tasks"].items() if task.get_config("output_type") == "generate_until"])
     tokenised = [name for name, task in loaded["tasks"].items() if reads_tokenised_lambada(task.get_config)]
     if tokenised and not model.pretokenized and model.run.recipe is not None and not model.run.recipe.whitespace:
-        warn(f"note: {tokenised[0]}'s passages are tokenised already; the run's text recipe reads them again, so its "
-             "figures differ from `ctxlm lambada`'s: add --pretokenized (pretokenized=True) to read them as it does")
+        advice = ("add --pretokenized (pretokenized=True)" if len(tokenised) == len(loaded["tasks"]) else "run them on "
+                  "their own with --pretokenized (pretokenized=True), which reads every task's text split on whitespace")
+        warn(f"note: {', '.join(tokenised)}: LAMBADA's passages, tokenised already; the run's text recipe reads them "
+             f"again, so the figures differ from `ctxlm lambada`'s: {advice} to read them as it does")
     for task in loaded["tasks"].values():     # as the harness's simple_evaluate sets them
         if num_fewshot is not None and task.get_config("num_fewshot") != 0:
             task.set_config(key="num_fewshot", value=num_fewshot)

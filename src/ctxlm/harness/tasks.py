@@ -18,7 +18,7 @@ dataset_kwargs:
     validation: {data}
 output_type: loglikelihood
 test_split: validation
-doc_to_text: "{context}"
+doc_to_text: "{{{{text.split(' ')[:-1]|join(' ')}}}}"
 doc_to_target: "{{{{' '+text.split(' ')[-1]}}}}"
 metric_list:
   - metric: perplexity
@@ -29,10 +29,11 @@ metric_list:
     higher_is_better: true
 metadata:
   version: 1.0
+  written_by: {marker}
 """
 
 
-CONTEXT = "{{text.split(' ')[:-1]|join(' ')}}"      # the passage without its last word, as the harness's LAMBADA tasks
+MARKER = "ctxlm lambada-task"                       # metadata.written_by of the tasks it writes
 TOKENISED = ("cimec/lambada", "lambada")            # the harness's datasets of LAMBADA's tokenised release (lambada_standard)
 
 
@@ -40,7 +41,8 @@ def reads_tokenised_lambada(setting: Callable[[str], object]) -> bool:
     """Whether a loaded task (`setting`: its `get_config`) reads LAMBADA's tokenised release: the harness's
     lambada_standard (and its cloze form), or a task `ctxlm lambada-task` wrote, whatever its name (lambada_openai's
     passages are detokenised)."""
-    return setting("dataset_path") in TOKENISED or (setting("dataset_path") == "json" and setting("doc_to_text") == CONTEXT)
+    metadata = setting("metadata")
+    return setting("dataset_path") in TOKENISED or isinstance(metadata, dict) and metadata.get("written_by") == MARKER
 
 
 def write_lambada_task(passages: list[list[str]], folder: str | Path, name: str = "lambada_local") -> Path:
@@ -51,5 +53,5 @@ def write_lambada_task(passages: list[list[str]], folder: str | Path, name: str 
     data = (folder / f"{name}.jsonl").resolve()
     atomic_write_text(data, "".join(json.dumps({"text": " ".join(words)}) + "\n" for words in passages))
     task = folder / f"{name}.yaml"
-    atomic_write_text(task, TASK.format(name=name, data=json.dumps(str(data)), context=CONTEXT))
+    atomic_write_text(task, TASK.format(name=name, data=json.dumps(str(data)), marker=MARKER))
     return task
