@@ -260,7 +260,7 @@ MAX_SENTENCE = 2048      # tokens: a longer "sentence" (a corpus on one line) is
 def sentences_of(ids: torch.Tensor, vocab: Vocabulary, config: Config) -> Sentences:
     """The sentence regime's units: lines, cut further after any `data.sentence_ends` token and into pieces
     of at most MAX_SENTENCE tokens (said once per split on stderr)."""
-    extra = tuple(i for i in map(vocab.id_of, config.data.sentence_ends.split()) if i is not None)
+    extra = tuple(vocab.index[t] for t in config.data.sentence_ends.split() if t in vocab.index)   # as spelled, as the ids
     sentences, cut, longest = cap_sentences(split_sentences(ids[1:], vocab.eos, extra), MAX_SENTENCE)
     if cut:
         note_once(("long sentences", ids.numel(), longest), f"{cut:,} sentence(s) of this data are longer than "
