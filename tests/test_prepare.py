@@ -18,7 +18,7 @@ from conftest import ctxlm as run_ctxlm
 from conftest import digests, one_line_error, tiny_config, write_corpus
 from ctxlm.config import Config
 from ctxlm.data.batching import ReadStreamBatches, StreamBatches
-from ctxlm.data.load import prepare_data
+from ctxlm.data.load import load_corpus, prepare_data
 from ctxlm.data.prepared import Prepared
 from ctxlm.errors import CtxlmError
 from ctxlm.training.rundir import data_fingerprint
@@ -103,6 +103,14 @@ def test_batches_read_from_disk_equal_the_in_memory_ones(text, tmp_path):
         for a, b in zip(ours, theirs):
             assert torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets)
     assert "train" not in data.ids.made                           # nothing read the split whole
+
+
+def test_asking_for_a_prepared_split_reads_none(text, tmp_path, monkeypatch):
+    """`in` on a prepared corpus's splits, as on its ids, decodes nothing (a split can be gigabytes of words)."""
+    prepare(text["train"], "--valid", text["valid"], "--out", tmp_path / "prep")
+    corpus = load_corpus("prepared", prepared=str(tmp_path / "prep"))
+    monkeypatch.setattr(Prepared, "words", lambda self: pytest.fail("a split was decoded"))
+    assert "valid" in corpus.splits and "test" not in corpus.splits and list(corpus.splits) == ["train", "valid"]
 
 
 def test_folders_and_gzip_are_read_in_path_order(tmp_path):

@@ -324,6 +324,9 @@ class DecodedSplits(Mapping):
         stream.close()
         return [words[i] for i in ids]
 
+    def __contains__(self, split) -> bool:
+        return split in self.prepared.splits
+
     def __iter__(self):
         return iter(self.prepared.splits)
 
