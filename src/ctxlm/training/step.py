@@ -55,10 +55,8 @@ def train_step(model, optimizer, inputs, targets, reset, carry, clip: float, nor
 
 def compiled(step: torch.nn.Module) -> torch.nn.Module:
     """torch.compile of forward + loss (train.compile); a frame that fails to compile runs eagerly, so
-    compiling never breaks a run, and the loss's target count (an `int` of a tensor) is captured in the graph
-    rather than breaking it with a warning. Whether it pays is measured in docs/benchmarks.md."""
+    compiling never breaks a run. Whether it pays is measured in docs/benchmarks.md."""
     import torch._dynamo
 
     torch._dynamo.config.suppress_errors = True
-    torch._dynamo.config.capture_scalar_outputs = True
     return torch.compile(step)
