@@ -109,6 +109,8 @@ def test_a_mixed_spelling_is_the_same_word():
     vocab = Vocabulary([EOS, UNK, mixed])
     assert vocab.id_of(unicodedata.normalize("NFC", mixed)) == 2 == vocab.id_of(unicodedata.normalize("NFD", mixed))
     assert Vocabulary([EOS, UNK, "dog", unicodedata.normalize("NFD", mixed)]).id_of(mixed) == 3
+    kelvin = Vocabulary([EOS, UNK, "\u212a"])              # KELVIN SIGN: its canonical spelling is ASCII "K"
+    assert kelvin.id_of("K") == 2 == kelvin.id_of("\u212a") and kelvin.encode(["K", "k"]).tolist() == [2, 1]
 
 
 def test_a_corpus_split_is_encoded_as_spelled_so_a_runs_ids_never_move(tmp_path):

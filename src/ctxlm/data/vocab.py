@@ -51,7 +51,9 @@ class Vocabulary:
         """The id of `word`, or None: the word as written, else the vocabulary's word canonically equivalent to it (the
         same word in another Unicode spelling: composed (NFC), decomposed (NFD) or mixed)."""
         found = self.index.get(word)
-        if found is None and isinstance(word, str) and not word.isascii():
+        if found is None and isinstance(word, str):
+            if word.isascii():          # composed already: a word whose NFC is ASCII (KELVIN SIGN for K) or none
+                return self._equivalents.get(word)
             composed = unicodedata.normalize("NFC", word)
             found = self.index.get(composed)
             if found is None:
@@ -91,13 +93,10 @@ class Vocabulary:
 
     def _tensor(self, ids: list[int], tokens: Iterable[str]) -> torch.Tensor:
         """`ids` as a tensor, where -1 marks a token the index missed: looked up again by `id_of`, else `<unk>`."""
-        tensor = torch.tensor(ids, dtype=torch.long)
         if -1 in ids:                   # only misses pay for the second look
-            tokens = tokens if isinstance(tokens, (list, tuple)) else list(tokens)
-            missed = (tensor < 0).nonzero().flatten().tolist()
-            found = [self.id_of(tokens[k]) for k in missed]
-            tensor[missed] = torch.tensor([self.unk if i is None else i for i in found], dtype=torch.long)
-        return tensor
+            id_of, unk = self.id_of, self.unk
+            ids = [i if i >= 0 else unk if (j := id_of(t)) is None else j for i, t in zip(ids, tokens)]
+        return torch.tensor(ids, dtype=torch.long)
 
     def decode(self, ids: Iterable[int]) -> list[str]:
         return [self.words[i] for i in ids]
