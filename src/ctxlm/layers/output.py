@@ -34,6 +34,14 @@ def block_rows(positions: int, vocab_size: int, device: torch.device) -> int:
     return max(CPU_BLOCK_ROWS, CPU_EVAL_BLOCK_FLOATS // max(1, vocab_size))
 
 
+def target_count(keep: torch.Tensor):
+    """How many targets a loss sums over (`keep`: True where not padding): an int, but a 0-d tensor while
+    torch.compile traces the loss (train.compile), read by `train_step` after the compiled frame, so that
+    tracing does not break the graph at `int(tensor)`."""
+    count = keep.sum()
+    return count if torch.compiler.is_compiling() else int(count)
+
+
 class _CastOnceLinear(torch.autograd.Function):
     """F.linear(h, W, b) in autocast's dtype with W's low-precision copy made once by the caller for all blocks;
     each block's weight and bias gradients leave widened to W's dtype, so autograd sums the blocks in float32."""
@@ -153,9 +161,9 @@ class SoftmaxOutput(nn.Module):
         (docs/benchmarks.md).
         """
         if self.blocked_loss:
-            return -self.target_log_probs(hidden, targets).sum(), int((targets != IGNORE).sum())
+            return -self.target_log_probs(hidden, targets).sum(), target_count(targets != IGNORE)
         nll = F.cross_entropy(self.logits(hidden).flatten(0, -2), targets.flatten(), ignore_index=IGNORE, reduction="sum")
-        return nll, int((targets != IGNORE).sum())
+        return nll, target_count(targets != IGNORE)
 
 
 def unigram(counts: torch.Tensor | None, vocab_size: int) -> torch.Tensor:
@@ -210,7 +218,7 @@ class NCEOutput(SoftmaxOutput):
         sampled = widen(F.linear(flat_hidden, self.weight[noise], self.bias[noise]))        # o_n, [N, k]
         terms = (F.logsigmoid(data - self.log_z - log_kq[words])
                  + F.logsigmoid(log_kq[noise] + self.log_z - sampled).sum(-1))
-        return -(terms * keep).sum(), int(keep.sum())
+        return -(terms * keep).sum(), target_count(keep)
 
 
 def frequency_classes(counts: torch.Tensor | None, vocab_size: int, classes: int) -> torch.Tensor:
@@ -287,7 +295,7 @@ class ClassOutput(nn.Module):
 
     def loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
         """(exact summed NLL over non-padding targets, their count)."""
-        return -self.target_log_probs(hidden, targets).sum(), int((targets != IGNORE).sum())
+        return -self.target_log_probs(hidden, targets).sum(), target_count(targets != IGNORE)
 
 
 def parse_cutoffs(text: str, vocab_size: int | None) -> list[int]:
@@ -348,7 +356,7 @@ class AdaptiveOutput(nn.Module):
 
     def loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
         """(exact summed NLL over non-padding targets, their count)."""
-        return -self.target_log_probs(hidden, targets).sum(), int((targets != IGNORE).sum())
+        return -self.target_log_probs(hidden, targets).sum(), target_count(targets != IGNORE)
 
 
 OUTPUT_KEYS = {"blocked_loss": "softmax", "classes": "class", "cutoffs": "adaptive", "div_value": "adaptive", "noise_samples": "nce", "log_z": "nce"}

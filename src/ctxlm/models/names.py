@@ -29,7 +29,7 @@ from ..checks import at_least, one_of, setting
 from ..data.batching import IGNORE
 from ..data.vocab import read_names
 from ..errors import CtxlmError
-from ..layers.output import SoftmaxOutput, block_linear, block_rows, block_weights
+from ..layers.output import SoftmaxOutput, block_linear, block_rows, block_weights, target_count
 from .base import LanguageModel, ModelOutput, register
 from .recurrent import _CELLS, RecurrentLM, RecurrentOptions
 
@@ -129,7 +129,7 @@ class NamesMixtureLM(LanguageModel):
     def loss(self, out, targets):
         """−Σ log p(y) over non-padding targets: eq 5.8's first term, the mixture's NLL."""
         keep = targets != IGNORE
-        return -self.target_log_probs(out, targets)[keep].sum(), int(keep.sum())
+        return -self.target_log_probs(out, targets)[keep].sum(), target_count(keep)
 
     def objective(self, out, targets):
         """Eq 5.8 with the sign fixed (REC 51): −Σ log p(y) + λ Σ BCE(P(name), y is a name); the NLL part apart."""

@@ -13,6 +13,7 @@ from torch import nn
 from ..checks import at_least, one_of, setting
 from ..data.batching import IGNORE
 from ..layers.history import empty_memory, masked_softmax, windowed_history
+from ..layers.output import target_count
 from .base import LanguageModel, ModelOutput, register
 from .recurrent import _CELLS, RecurrentLM, RecurrentOptions
 
@@ -114,7 +115,7 @@ class PointerSentinelLM(LanguageModel):
         keep = targets != IGNORE
         mixed = self.target_log_probs(out, targets)
         supervision = torch.log(out.attention[..., -1] + self._pointer_mass(out, targets))
-        return -(mixed + supervision)[keep].sum(), int(keep.sum())
+        return -(mixed + supervision)[keep].sum(), target_count(keep)
 
     def attention_distances(self, out: ModelOutput) -> torch.Tensor:
         """[B, T, L + 1]: steps back to each window position (the current one is 0), then −1: the sentinel."""

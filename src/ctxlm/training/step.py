@@ -43,6 +43,7 @@ def train_step(model, optimizer, inputs, targets, reset, carry, clip: float, nor
             state = out.state
         else:
             minimised, nll, count, state = step(inputs, targets, reset, carry)
+            count = int(count)              # a 0-d tensor when `step` is compiled (layers/output.target_count)
     if denominator is None:
         denominator = loss_denominator(normalization, inputs.size(0), count)
     optimizer.zero_grad(set_to_none=True)
