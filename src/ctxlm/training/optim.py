@@ -7,16 +7,22 @@ from ..errors import CtxlmError
 
 
 def build_optimizer(name: str, parameters, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """SGD, Adam or AdamW, each through PyTorch's fused kernel where this PyTorch has one for the parameters'
+    device. Fused SGD takes the same steps to the bit as the per-tensor loop (tests/test_training.py) in
+    one pass over each tensor, where the loop allocates grad + λ·param first: 8–16% of a Pham step on a CPU."""
     if name == "sgd":
-        return torch.optim.SGD(parameters, lr=lr, weight_decay=weight_decay)
-    if name in ("adam", "adamw"):   # [000]: β1 = 0.9, β2 = 0.999; the fused kernel where this PyTorch has one
+        return _fused_if_possible(torch.optim.SGD, list(parameters), lr=lr, weight_decay=weight_decay)
+    if name in ("adam", "adamw"):   # [000]: β1 = 0.9, β2 = 0.999
         kind = torch.optim.Adam if name == "adam" else torch.optim.AdamW
-        parameters = list(parameters)
-        try:
-            return kind(parameters, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay, fused=True)
-        except (RuntimeError, TypeError):
-            return kind(parameters, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay)
+        return _fused_if_possible(kind, list(parameters), lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay)
     raise CtxlmError(f"unknown optimizer {name!r} (train.optimizer); choose sgd, adam or adamw")
+
+
+def _fused_if_possible(kind, parameters: list, **settings) -> torch.optim.Optimizer:
+    try:
+        return kind(parameters, fused=True, **settings)
+    except (RuntimeError, TypeError):   # an older PyTorch, or a device without the fused kernel
+        return kind(parameters, **settings)
 
 
 def next_lr(lr: float, schedule: str, factor: float, decay_start: int, epoch: int, improved: bool) -> float:
