@@ -149,6 +149,30 @@ def test_sgd_steps_as_the_reference_loop_does_to_the_bit(weight_decay):
         assert torch.equal(ours, reference), name
 
 
+def test_a_state_saved_before_sgd_was_fused_resumes_through_the_fused_kernel():
+    """A checkpoint's optimizer state from the per-tensor loop (runs begun before SGD was fused) keeps its rate
+    and goes on through the fused kernel, taking the steps the loop would have taken."""
+    from ctxlm.training.optim import build_optimizer, load_optimizer_state
+
+    torch.manual_seed(5)
+    start, gradients = torch.randn(50, 7), [torch.randn(50, 7) for _ in range(3)]
+    old_weight, new_weight = torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())
+    old = torch.optim.SGD([old_weight], lr=0.5, weight_decay=1e-3, foreach=False)
+    old_weight.grad = gradients[0].clone()
+    old.step()
+    old.param_groups[0]["lr"] = 0.25
+    with torch.no_grad():
+        new_weight.copy_(old_weight)
+    new = build_optimizer("sgd", [new_weight], 1.0, 1e-3)
+    load_optimizer_state(new, old.state_dict())
+    assert new.param_groups[0]["fused"] and new.param_groups[0]["lr"] == 0.25
+    for gradient in gradients[1:]:
+        old_weight.grad, new_weight.grad = gradient.clone(), gradient.clone()
+        old.step()
+        new.step()
+    assert torch.equal(old_weight, new_weight)
+
+
 def test_resume_can_extend_training_but_not_change_the_model(tmp_path, corpus):
     import subprocess
     import sys

@@ -25,6 +25,17 @@ def _fused_if_possible(kind, parameters: list, **settings) -> torch.optim.Optimi
         return kind(parameters, **settings)
 
 
+def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict) -> None:
+    """A checkpoint's optimizer state. SGD's goes on through the kernel this optimizer was built with (a state
+    saved before SGD was fused names the loop, whose steps are the same); Adam's keeps the kernel it was saved
+    with, whose float sums a resumed run must repeat."""
+    fused = optimizer.defaults.get("fused")
+    optimizer.load_state_dict(saved)
+    if isinstance(optimizer, torch.optim.SGD):
+        for group in optimizer.param_groups:
+            group["fused"] = fused
+
+
 def next_lr(lr: float, schedule: str, factor: float, decay_start: int, epoch: int, improved: bool) -> float:
     """The rate for the epoch after `epoch` (1-based).
 

@@ -28,7 +28,7 @@ from ..models.base import build_model, detach_state, map_state
 from . import checkpoint, divergence
 from .distributed import LossStep, World, main_process, merge_state, restore_rng, rng_states, split_state, wrap
 from .names_list import corpus_names
-from .optim import build_optimizer, next_lr
+from .optim import build_optimizer, load_optimizer_state, next_lr
 from .precision import emulated_bf16
 from .preflight import check_config, pick_device
 from .rundir import RunDir, RunLock, check_same_data, content, data_fingerprint, git_commit, identity, resume_state, resumed_config
@@ -146,7 +146,7 @@ class Trainer:
             own = self.model.state_dict()
             for name, tensor in state["model"].items():
                 own[name].copy_(tensor)
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"])
         restore_rng(state, self.world, self.device)
         self.generator.set_state(state["generator"])
         carry = state["carry"]
