@@ -80,6 +80,24 @@ def test_a_new_run_keeps_another_machines_record_of_the_row_as_earlier(reference
                            resumed)["hardware"] == f"AMD EPYC; then {records['lstm']['hardware']}"
 
 
+def test_an_unfinished_run_on_the_automatic_device_records_the_device_it_trains_on(reference, tmp_path):
+    """train.device = "auto" names no device: a record written before the run's end says the one its trainer
+    picked here (before: "auto", beside the CPU's name even where the run trained on a GPU)."""
+    import torch
+
+    project, records, _ = reference
+    run = tmp_path / "lstm"
+    shutil.copytree(project / "ref-runs" / "tiny-1" / "lstm", run)
+    (run / "results.json").unlink()
+    config = (run / "config.toml").read_text()
+    (run / "config.toml").write_text(config.replace('device = "cpu"', 'device = "auto"'))
+    assert 'device = "auto"' in (run / "config.toml").read_text()
+    here = "cuda" if torch.cuda.is_available() else "cpu"
+    record = record_from_run("tiny-1", "lstm", run, "ctxlm train ...")
+    assert not record["finished"] and record["device"] == here
+    assert record_from_run("tiny-1", "lstm", run, "ctxlm train ...", dict(record, device="auto"))["device"] == here
+
+
 def test_again_retrains_a_finished_row_and_keeps_its_old_figures(reference):
     """A row whose record today's code no longer follows is trained anew with --again, only then."""
     project, records, _ = reference

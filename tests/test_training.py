@@ -124,21 +124,23 @@ def test_decay_schedule_divides_after_start_epoch():
     assert rates == [1.0, 1.0, 1.0, 0.5, 0.25]
 
 
-@pytest.mark.parametrize("weight_decay", [0.0, 3e-5])
-def test_sgd_steps_as_the_reference_loop_does_to_the_bit(weight_decay):
-    """build_optimizer's SGD (fused where PyTorch has it) moves every weight exactly as torch.optim.SGD's
-    per-tensor loop does, across a change of rate: records trained before it was fused still reproduce."""
+@pytest.mark.parametrize("weight_decay,tied", [(0.0, False), (3e-5, True)])
+def test_sgd_steps_as_the_reference_loop_does_to_the_bit(weight_decay, tied):
+    """build_optimizer's SGD (fused on a CPU) moves every weight exactly as torch.optim.SGD's per-tensor loop
+    does, across a change of rate, with the output weight tied to the embedding: records trained before it was
+    fused still reproduce. Off a CPU it keeps PyTorch's default kernel."""
     from ctxlm.models.base import build_model
     from ctxlm.training.optim import build_optimizer
     from ctxlm.training.step import train_step
 
-    config = tiny_config({"train": "-", "valid": "-", "test": "-"}, dropout=0.0)
+    config = tiny_config({"train": "-", "valid": "-", "test": "-"}, dropout=0.0, tie_weights=tied)
     torch.manual_seed(3)
     models = [build_model(config.model, 40) for _ in range(2)]
     models[1].load_state_dict(models[0].state_dict())
     optimizers = [build_optimizer("sgd", models[0].parameters(), 0.5, weight_decay),
                   torch.optim.SGD(models[1].parameters(), lr=0.5, weight_decay=weight_decay, foreach=False)]
     assert optimizers[0].defaults["fused"]          # PyTorch >= 2.4 has the CPU kernel
+    assert not build_optimizer("sgd", [torch.nn.Parameter(torch.ones(2, device="meta"))], 0.5, 0.0).defaults["fused"]
     batches = [(torch.randint(0, 40, (4, 7)), torch.randint(0, 40, (4, 7))) for _ in range(6)]
     for step, (inputs, targets) in enumerate(batches):
         for model, optimizer in zip(models, optimizers):

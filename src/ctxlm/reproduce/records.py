@@ -24,6 +24,7 @@ from ..errors import CtxlmError
 from ..io import atomic_write_text
 from ..jsonio import json_text
 from ..training import checkpoint
+from ..training.preflight import pick_device
 from ..training.rundir import RunDir
 from ..training.trainer import Trainer  # imported with this module: a runner fingerprints with the code it started from
 
@@ -126,6 +127,8 @@ def record_from_run(table: str, row: str, run_dir: Path, command: str, previous:
             earlier = earlier + [{k: v for k, v in previous.items() if k not in ("table", "row", "earlier")}]
         previous = {}
     device = (results or {}).get("device") or previous.get("device") or config.train.device
+    if device == "auto":            # an unfinished run's: the device its trainer picked on this machine
+        device = pick_device(device).type
     record = {
         "table": table, "row": row, "finished": results is not None,
         "curve": curve,
