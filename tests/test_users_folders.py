@@ -152,3 +152,17 @@ def test_eval_never_reads_the_training_text(world):
     assert json.loads(result.stdout) == before
     one_line_error(run_ctxlm("analyze", "categories", world / "lstm", "--out", world / "analysis"),
                    f"{world / 'corpus' / 'train.txt'}: not found (data.train in {world / 'lstm' / 'config.toml'})")
+
+
+def test_mix_and_the_rms_rule_name_a_moved_file_with_the_key_to_edit(world):
+    """`eval --mix` (valid chooses λ) and dynamic evaluation's rms rule (it reads the training text) check the files
+    they read as `eval` does: a moved one is named with its key and the run's config.toml."""
+    config = world / "lstm" / "config.toml"
+    valid, train = world / "corpus" / "valid.txt", world / "corpus" / "train.txt"
+    valid.rename(world / "corpus" / "moved.txt")
+    one_line_error(run_ctxlm("eval", world / "lstm", "--mix", world / "ngram", "--split", "test"),
+                   f"{valid}: not found (data.valid in {config})", "edit data.valid there if it moved")
+    (world / "corpus" / "moved.txt").rename(valid)
+    train.rename(world / "corpus" / "moved.txt")
+    one_line_error(run_ctxlm("eval", world / "lstm", "--dynamic", "--dynamic-rule", "rms", "--split", "test"),
+                   f"{train}: not found (data.train in {config})", "edit data.train there if it moved")

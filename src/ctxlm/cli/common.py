@@ -155,16 +155,22 @@ def split_data(run, args, *splits):
     names for them that is gone is one line naming the key to edit if it moved."""
     from ..data.load import prepare_data
 
-    d = run.config.data
-    named = {"files": {f"data.{s}": getattr(d, s) for s in splits or ("valid", "test")}, "prepared": {"data.prepared": d.prepared}}
-    for key, path in named.get(d.dataset, {}).items():
-        if path and not Path(path).expanduser().exists():
-            raise CtxlmError(f"{path}: not found ({key} in {run.path / 'config.toml'}): put it back, or edit {key} "
-                             "there if it moved")
+    check_split_files(run, *(splits or ("valid", "test")))
     data = prepare_data(run.config, args.data_dir, run.vocab)
     for split in splits:
         check_split(run, args, list(data.ids), split)
     return data
+
+
+def check_split_files(run, *splits) -> None:
+    """The file the run's config names for each of `splits` (data.<split>; a prepared corpus' folder) is there,
+    else one line naming the key to edit in the run's config.toml if it moved."""
+    d = run.config.data
+    named = {"files": {f"data.{s}": getattr(d, s) for s in splits}, "prepared": {"data.prepared": d.prepared}}
+    for key, path in named.get(d.dataset, {}).items():
+        if path and not Path(path).expanduser().exists():
+            raise CtxlmError(f"{path}: not found ({key} in {run.path / 'config.toml'}): put it back, or edit {key} "
+                             "there if it moved")
 
 
 def split_ids(run, args):

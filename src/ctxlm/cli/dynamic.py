@@ -12,6 +12,7 @@ from ..io import atomic_write_text, warn
 from ..jsonio import json_text
 from ..training.rundir import RunDir, git_commit
 from .common import (
+    check_split_files,
     comma_values,
     data_dir_option,
     left_to_right,
@@ -73,6 +74,7 @@ def with_dynamic(run, args, data=None, setting: DynamicSetting | None = None):
     setting = setting or chosen_setting(run, args)
     train = None
     if setting.rule == "rms":
+        check_split_files(run, "train")
         train = (data or split_data(run, args, "train")).ids["train"]
     return run.with_dynamic(setting, train)
 

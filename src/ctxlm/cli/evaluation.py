@@ -11,6 +11,7 @@ from ..jsonio import json_text
 from .common import (
     SPLITS,
     cache_options,
+    check_split_files,
     comma_values,
     data_dir_option,
     json_option,
@@ -152,8 +153,9 @@ def _eval_mixture(run, args) -> int:
                          f"with {', '.join(given)}: drop {'it' if len(given) == 1 else 'them'}")
     other = load(args.mix)
     check_mixable(run, other)
-    data = prepare_data(run.config, args.data_dir, run.vocab)
     splits = args.split or ["valid", "test"]
+    check_split_files(run, *dict.fromkeys(splits + ([] if args.mix_weight is not None else ["valid"])))
+    data = prepare_data(run.config, args.data_dir, run.vocab)
     for split in splits + ([] if args.mix_weight is not None else ["valid"]):
         if split not in data.ids:
             raise CtxlmError(f"--split {split}: dataset {run.config.data.dataset!r} has splits {', '.join(data.ids)}"
