@@ -154,14 +154,15 @@ def _eval_mixture(run, args) -> int:
     other = load(args.mix)
     check_mixable(run, other)
     splits = args.split or ["valid", "test"]
-    check_split_files(run, *dict.fromkeys(splits + ([] if args.mix_weight is not None else ["valid"])))
+    read = list(dict.fromkeys(splits + ([] if args.mix_weight is not None else ["valid"])))   # valid chooses λ
+    check_split_files(run, *read)
     data = prepare_data(run.config, args.data_dir, run.vocab)
-    for split in splits + ([] if args.mix_weight is not None else ["valid"]):
+    for split in read:
         if split not in data.ids:
             raise CtxlmError(f"--split {split}: dataset {run.config.data.dataset!r} has splits {', '.join(data.ids)}"
                              + ("" if split in splits else " (λ is chosen on valid: give --mix-weight)"))
     scores = {}
-    for split in dict.fromkeys(splits + ([] if args.mix_weight is not None else ["valid"])):
+    for split in read:
         scores[split] = (split_log_probs(run, data.ids[split], f"eval {split}: {args.run}"),
                          split_log_probs(other, data.ids[split], f"eval {split}: {args.mix}"))
     lam = args.mix_weight if args.mix_weight is not None else best_weight(*scores["valid"])
