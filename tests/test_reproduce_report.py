@@ -261,3 +261,14 @@ def test_a_record_names_the_commit_given_by_ctxlm_commit(monkeypatch):
     assert git_commit() == "abc1234"
     monkeypatch.delenv("CTXLM_COMMIT")
     assert git_commit() != "abc1234"
+
+
+def test_a_gpu_record_names_the_gpu_it_ran_on(monkeypatch):
+    """On a machine of several GPUs, a row trained on cuda:1 names cuda:1's model, not the first GPU's."""
+    import torch
+
+    names = {0: "GPU Zero", 1: "GPU One"}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: names[torch.device(device).index or 0])
+    assert hardware("cuda:1").startswith("GPU One (CUDA)")
+    assert hardware("cuda").startswith("GPU Zero (CUDA)")

@@ -56,7 +56,7 @@ CURVE_KEYS = ("epoch", "lr", "train_ppl", "valid_ppl", "tokens_per_s", "elapsed_
 def hardware(device: str = "cpu") -> str:
     """The machine in words: the GPU's name, or the CPU's model, cores and bf16 support."""
     if device.startswith("cuda") and torch.cuda.is_available():
-        return f"{torch.cuda.get_device_name(0)} (CUDA), PyTorch {torch.__version__}"
+        return f"{torch.cuda.get_device_name(torch.device(device))} (CUDA), PyTorch {torch.__version__}"
     model, flags = platform.processor() or platform.machine(), ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
