@@ -308,3 +308,13 @@ def test_a_registered_corpus_reads_decomposed_raw_text_as_its_composed_words(tok
     recipe = TextRecipe(tokenize=tokenize)
     assert decomposed != composed and recipe.tokens(decomposed) == recipe.tokens(composed)
     assert any("é" in word for word in recipe.tokens(decomposed))
+
+
+@pytest.mark.parametrize("inside", ["Tom", "<unk>"])
+def test_brown_quotes_alternate_across_tokens_kept_as_written(inside):
+    """A `<unk>` inside the quotes does not restart which quote comes next, nor does a quotation in Brown's form."""
+    brown = TextRecipe(tokenize="brown")
+    words = brown.tokens(f'He said, "I saw {inside} today." Then "Really?" she asked.')
+    assert [w for w in words if w in ("``", "''")] == ["``", "''", "``", "''"]
+    words = brown.tokens(f'`` I saw {inside} \'\' he said, "really".')
+    assert [w for w in words if w in ("``", "''")] == ["``", "''", "``", "''"]

@@ -209,7 +209,8 @@ def tokenizer(options: TextRecipe) -> Callable[[str], list[str]]:
                 run = []
             else:
                 run.append(word)
-        return out + converted(run)
+        out += converted(run)
+        return _brown_quotes(out) if options.tokenize == "brown" else out
 
     return tokens
 
@@ -267,21 +268,30 @@ def _wikitext(lang: str) -> Callable[[str], list[str]]:
 
 
 def _brown(moses: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
-    """Moses tokens as the Brown corpus writes them: "Atlanta's", `` and '' for opening and closing quotes."""
+    """Moses tokens as the Brown corpus writes them: "Atlanta's" (its quotes: `_brown_quotes`)."""
     def tokens(text: str) -> list[str]:
         out: list[str] = []
-        opened = False
         for word in moses(text):
             if word.lower() == "'s" and out and out[-1][-1:].isalnum():
                 out[-1] += word
-            elif word == '"':
-                out.append("''" if opened else "``")
-                opened = not opened
             else:
                 out.append(word)
         return out
 
     return tokens
+
+
+def _brown_quotes(words: list[str]) -> list[str]:
+    """Each `"` as Brown's opening `` or closing '', alternating through the whole sentence, across any tokens
+    kept as written (`<unk>` inside a quotation); a `` or '' already in the text says which comes next."""
+    out, opened = [], False
+    for word in words:
+        if word == '"':
+            word = "''" if opened else "``"
+        if word in ("``", "''"):
+            opened = word == "``"
+        out.append(word)
+    return out
 
 
 def file_tokens(path: str | Path, recipe: TextRecipe | None = None) -> Iterator[str]:
