@@ -197,6 +197,18 @@ def test_harness_num_fewshot_beyond_the_rules_is_one_line(runs):
     (lambda run: run.generate(b"the"), r"generate: prompt must be a str, got bytes"),
     (lambda run: run.next_word_log_probs(b"the"), r"context must be a str"),
     (lambda run: run.continuation("the", b"cat"), r"continuation: continuation must be a str"),
+    (lambda run: run.words(["the cat"]), r"words: line must be a str, got list"),
+    (lambda run: run.with_cache({"window": 100}), r"with_cache: settings must be a ctxlm.CacheSettings or None, got dict"),
+    (lambda run: run.with_cache(100), r"with_cache: settings must be a ctxlm.CacheSettings or None, got int"),
+    (lambda run: run.with_dynamic("sgd"), r"with_dynamic: setting must be a ctxlm.DynamicSetting or None, got str"),
+    (lambda run: run.with_dynamic(CacheSettings()), r"with_dynamic: setting must be a ctxlm.DynamicSetting or None, got CacheSettings"),
+    (lambda run: ctxlm.evaluate_stream(run, torch.tensor([0, 1])), r"evaluate_stream: model must be a ctxlm model .*run.model"),
+    (lambda run: ctxlm.evaluate_stream(run.model, [0, 1, 2]), r"evaluate_stream: token ids must be a 1-D integer tensor"),
+    (lambda run: ctxlm.evaluate_stream(run.model, torch.tensor([[0, 1, 2]])), r"evaluate_stream: token ids must be a 1-D"),
+    (lambda run: ctxlm.evaluate_stream(run.model, torch.tensor([0.0, 1.0])), r"evaluate_stream: token ids must be a 1-D"),
+    (lambda run: ctxlm.evaluate_stream(run.model, torch.tensor([0, 1]), chunk=0), r"evaluate_stream: chunk must be an integer at least 1"),
+    (lambda run: ctxlm.evaluate_sentences(run.model, torch.tensor([0, 1]), 0), r"evaluate_sentences: sentences must be a list"),
+    (lambda run: ctxlm.evaluate_sentences(run.model, [[2, 3, 0]], 0), r"evaluate_sentences: token ids must be a 1-D"),
 ])
 def test_api_texts_of_the_wrong_type_are_a_ctxlm_error(runs, call, needle):
     with pytest.raises(CtxlmError, match=needle):

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import torch
 
-from .checks import SEED, at_least, safe_exp
+from .arguments import check_batch_size, check_device, check_ids, check_instance, run_folder, seeded
+from .checks import safe_exp
 from .config import Config
 from .data.text import APPROXIMATE, WHITESPACE, TextRecipe, file_tokens, note_once
 from .data.vocab import EOS, Vocabulary
@@ -111,6 +112,7 @@ class Run:
     def words(self, line: str, pretokenized: bool = False) -> list[str]:
         """One line of raw text as the run's tokens, by its corpus's recipe; split on whitespace if `pretokenized`
         (or where the run recorded no recipe, with a note once)."""
+        check_text(line, "words: line")
         recipe = None if pretokenized else self.text_recipe()
         return line.split() if recipe is None else recipe.tokens(line)
 
@@ -134,6 +136,7 @@ class Run:
     def with_cache(self, settings: CacheSettings | None = None) -> "Run":
         """The run with the neural cache (Grave et al. 2017): `settings`, else those `ctxlm tune-cache` recorded,
         else the defaults; a record whose tuning helped nothing holds no choice and is refused (give `settings`)."""
+        check_instance(settings, CacheSettings, "with_cache: settings", "a ctxlm.CacheSettings")
         self._neural("the neural cache reads a neural model's hidden states")
         settings = settings or CacheSettings.recorded(self.path) or CacheSettings()
         try:
@@ -147,6 +150,7 @@ class Run:
         recorded, else the defaults. The rms rule needs the training gradients' mean squares, measured on
         `train_ids` (default: the run's training split, read from `data_dir`). The steps adapt a copy of the
         weights, so this run scores as before; under a cache (`with_cache` first) they adapt the model inside it."""
+        check_instance(setting, DynamicSetting, "with_dynamic: setting", "a ctxlm.DynamicSetting")
         self._neural("dynamic evaluation takes gradient steps on a neural model's weights")
         self._left_to_right("dynamic evaluation")
         if isinstance(self.model, NeuralCache):
@@ -325,35 +329,6 @@ class Run:
         return Scored(line, tokens, log_probs.tolist(), (self.vocab.encode(tokens) == unk).tolist())
 
 
-def check_ids(ids, size: int, name: str) -> None:
-    """A CtxlmError unless `ids` is a 1-D integer tensor of ids in [0, size)."""
-    if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype == torch.bool \
-            or ids.is_complex():
-        raise CtxlmError(f"{name} must be a 1-D integer tensor of token ids, got {shown(ids)}")
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= size):
-        raise CtxlmError(f"{name}: ids must be in [0, {size}) (the run's vocabulary), found {int(ids.min())} to "
-                         f"{int(ids.max())}; encode the text with run.vocab.encode")
-
-
-def seeded(seed: int | None) -> torch.Generator:
-    """A generator seeded with `seed` (as `ctxlm generate --seed`), or from fresh randomness for None."""
-    generator = torch.Generator()
-    if seed is None:
-        generator.seed()
-        return generator
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not SEED.admits(int(seed)):
-        raise CtxlmError(f"generate: seed must be {SEED.describe(int)}, a torch.Generator, or None for a random draw; "
-                         f"got {shown(seed)}")
-    return generator.manual_seed(int(seed))
-
-
-def check_batch_size(batch_size: int) -> int:
-    """The texts scored together, as an int: as `--batch-size` allows (a CtxlmError otherwise)."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or not at_least(1).admits(int(batch_size)):
-        raise CtxlmError(f"batch_size must be {at_least(1).describe(int)}, got {batch_size!r}")
-    return int(batch_size)
-
-
 def load(run_dir: str | Path, device: str = "cpu", data_dir=None, start: bool = True) -> Run:
     """Build the model from the run's config.toml and vocab.txt and load its best weights, on `device`
     (count-based models, Kneser-Ney, always on the CPU: their tables are numpy arrays), with the state texts
@@ -369,30 +344,3 @@ def load(run_dir: str | Path, device: str = "cpu", data_dir=None, start: bool = 
     if start:
         model.start = start_for(files.path, config, vocab, model, metadata.get("sha256", ""), data_dir)
     return Run(files.path, config, vocab, model, weights_sha256=metadata.get("sha256", ""), recipe=files.read_text_recipe())
-
-
-def run_folder(run_dir) -> Path:
-    """`run_dir` as a Path: a CtxlmError where it is not a path, does not exist or is a file (config.toml, say)."""
-    if not isinstance(run_dir, (str, os.PathLike)):
-        raise CtxlmError(f"load: run_dir must be a run's folder (a str or a Path), got {type(run_dir).__name__} {shown(run_dir)}")
-    path = Path(run_dir)
-    if not path.exists():
-        raise CtxlmError(f"{path}: not a run directory (no such folder); give the folder `ctxlm train` wrote")
-    if not path.is_dir():
-        raise CtxlmError(f"{path}: not a run directory (it is a file); give the run's folder, {path.parent}")
-    return path
-
-
-def check_device(device) -> None:
-    """A CtxlmError unless `device` is 'cpu', 'cuda' or 'cuda:N' (a str or a torch.device) that this machine has."""
-    try:
-        parsed = torch.device(device)
-    except (RuntimeError, TypeError, ValueError):
-        parsed = None
-    if parsed is None or parsed.type not in ("cpu", "cuda"):
-        raise CtxlmError(f"load: device must be 'cpu', 'cuda' or 'cuda:N' (a str or a torch.device), got {shown(device)}")
-    if parsed.type == "cuda" and not torch.cuda.is_available():
-        raise CtxlmError(f"load: device {str(device)!r}, but no CUDA device is available here; use 'cpu'")
-    if parsed.type == "cuda" and (parsed.index or 0) >= torch.cuda.device_count():
-        raise CtxlmError(f"load: device {str(device)!r}, but this machine has {torch.cuda.device_count()} CUDA device(s), "
-                         "cuda:0 upwards; use one of those")

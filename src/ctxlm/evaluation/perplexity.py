@@ -4,6 +4,7 @@ shows its progress in tokens on stderr (io.Progress)."""
 from __future__ import annotations
 
 import itertools
+import numbers
 import tempfile
 from contextlib import nullcontext
 from pathlib import Path
@@ -11,13 +12,16 @@ from pathlib import Path
 import torch
 
 from ..checks import safe_exp
-from ..data.batching import IGNORE, SentenceBatches, SpooledStreamBatches, StreamBatches, spool_ids
+from ..data.batching import IGNORE, SentenceBatches, Sentences, SpooledStreamBatches, StreamBatches, spool_ids
 from ..data.load import sentences_of
 from ..data.text import TextRecipe, file_tokens
 from ..data.vocab import EOS
+from ..errors import CtxlmError
 from ..io import Progress
+from ..models.base import LanguageModel
 from .dynamic import DynamicWeights
 from .scoring import score_sentences, stream_log_probs
+from .texts import shown
 
 
 def _accumulate(model, batches, device, carry: bool, desc: str | None = None, total: int | None = None) -> dict[str, float]:
@@ -42,9 +46,30 @@ def _accumulate(model, batches, device, carry: bool, desc: str | None = None, to
     return {"nll": total, "tokens": count, "ppl": safe_exp(total / count) if count else float("nan")}
 
 
+def is_id_vector(value) -> bool:
+    """Whether `value` is a 1-D integer tensor (token ids)."""
+    return isinstance(value, torch.Tensor) and value.dim() == 1 and not (
+        value.dtype.is_floating_point or value.dtype == torch.bool or value.is_complex())
+
+
+def check_arguments(name: str, model, ids: list, **sizes) -> None:
+    """A CtxlmError saying what `name` (a function of the Python API) needs, before torch meets a wrong argument:
+    a ctxlm model, 1-D integer tensors of token ids, and each of `sizes` an integer at least 1."""
+    if not isinstance(model, LanguageModel):
+        hint = "; give a Run's model, run.model" if isinstance(getattr(model, "model", None), LanguageModel) else ""
+        raise CtxlmError(f"{name}: model must be a ctxlm model (LanguageModel), got {type(model).__name__}{hint}")
+    for tensor in ids:
+        if not is_id_vector(tensor):
+            raise CtxlmError(f"{name}: token ids must be a 1-D integer tensor (vocab.encode), got {shown(tensor)}")
+    for option, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise CtxlmError(f"{name}: {option} must be an integer at least 1, got {shown(value)}")
+
+
 def evaluate_stream(model, ids: torch.Tensor, batch_size: int = 1, chunk: int = 1000, doc_starts=None,
                     device="cpu", desc: str | None = None) -> dict[str, float]:
     """Regime A: `ids` starts with `<eos>`; state is carried across chunks (batch 1 = exact history)."""
+    check_arguments("evaluate_stream", model, [ids], batch_size=batch_size, chunk=chunk)
     return _accumulate(model, StreamBatches(ids, batch_size, chunk, doc_starts), device, True, desc, ids.numel() - 1)
 
 
@@ -102,6 +127,9 @@ def unknown_targets(ids: torch.Tensor, vocab) -> int:
 def evaluate_sentences(model, sentences: list[torch.Tensor], eos: int, batch_size: int = 32,
                        device="cpu", desc: str | None = None) -> dict[str, float]:
     """Regime B: each sentence alone, never truncated (SPEC §6.3 REC 24)."""
+    if not isinstance(sentences, (list, tuple, Sentences)):
+        raise CtxlmError(f"evaluate_sentences: sentences must be a list of 1-D integer tensors, got {shown(sentences)}")
+    check_arguments("evaluate_sentences", model, [] if isinstance(sentences, Sentences) else sentences, batch_size=batch_size)
     return _accumulate(model, SentenceBatches(sentences, batch_size, eos), device, False, desc,
                        sum(s.numel() for s in sentences))
 
