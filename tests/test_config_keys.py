@@ -303,3 +303,11 @@ def test_a_vocabulary_too_small_for_a_word_is_refused(tmp_path, value):
                    f"data.max_vocab = {value} leaves no room for a word beside <eos> and <unk>", "give 3 or more (or 0: the corpus's own limit")
     assert not (tmp_path / "run").exists()
     check_config(apply_overrides(Config(), ["data.max_vocab=3"]))
+
+
+@pytest.mark.parametrize("given, value", [('data.sentence_ends=". ? !"', ". ? !"), ("data.sentence_ends='. ? !'", ". ? !"),
+                                          ('data.dataset="ptb"', "ptb"), ('data.sentence_ends=" . "', " . "),
+                                          ('data.sentence_ends=a"b"', 'a"b"')])
+def test_a_set_value_quoted_as_in_toml_is_the_string_inside(given, value):
+    key = given.split("=")[0].split(".")[1]
+    assert getattr(apply_overrides(Config(), [given]).data, key) == value

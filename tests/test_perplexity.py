@@ -164,3 +164,20 @@ def test_extra_sentence_ends_cut_without_adding_targets():
     pieces = split_sentences(stream, 0, (9,))
     assert [p.tolist() for p in pieces] == [[5, 6, 9], [7, 9, 0], [0], [8, 0]]
     assert sum(p.numel() for p in pieces) == stream.numel()
+
+
+def test_a_min_count_above_every_word_is_refused_and_an_absent_sentence_end_is_named(corpus, capsys):
+    """A vocabulary of <eos> and <unk> alone scores every word as <unk>: a perplexity that says nothing."""
+    from conftest import tiny_config
+    from ctxlm.data.load import prepare_data, sentences_of
+
+    config = tiny_config(corpus)
+    config.data.min_count = 10**6
+    with pytest.raises(CtxlmError, match="data.min_count = 1000000 leaves no word beside <eos> and <unk>"):
+        prepare_data(config)
+    config.data.min_count, config.data.batching = 1, "sentence"
+    data = prepare_data(config)
+    word = data.vocab.words[2]
+    config.data.sentence_ends = f'"{word}" {word} ?'
+    sentences_of(data.ids["valid"], data.vocab, config)
+    assert f'data.sentence_ends: "{word}" ? not in the vocabulary, so never ending a sentence' in capsys.readouterr().err

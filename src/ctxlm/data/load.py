@@ -211,13 +211,14 @@ def prepare_data(config: Config, data_dir=None, vocab: Vocabulary | None = None)
     corpus = load_corpus(config.data.dataset, data_dir, files, config.data.max_train_tokens, config.data.prepared)
     min_count = config.data.min_count or corpus.min_count
     if corpus.prepared is not None:     # int32 arrays on disk, never a list of strings
-        vocab = vocab or corpus.prepared.vocabulary(config.data.max_vocab or corpus.max_vocab, min_count, corpus.train_length)
+        vocab = vocab or _some_word(corpus.prepared.vocabulary(config.data.max_vocab or corpus.max_vocab, min_count,
+                                                               corpus.train_length), min_count)
         streams = corpus.prepared.streams(vocab, corpus.train_length)
         return Data(vocab, Lazy(streams, lambda split: streams[split].tensor()), None, streams)
     splits, made = corpus.splits, {}
     if vocab is None:           # the training text read once, for the vocabulary and its ids
         train = splits["train"]
-        vocab = Vocabulary.build(train, config.data.max_vocab, min_count)
+        vocab = _some_word(Vocabulary.build(train, config.data.max_vocab, min_count), min_count)
         made["train"] = vocab.encode([EOS] + train, exact=True)
         del train
 
@@ -227,6 +228,15 @@ def prepare_data(config: Config, data_dir=None, vocab: Vocabulary | None = None)
     if isinstance(splits, Lazy):        # text files: a split is read when its ids are asked for
         return Data(vocab, Lazy(splits, encoded, made=made), corpus.tags)
     return Data(vocab, {split: made[split] if split in made else encoded(split) for split in splits}, corpus.tags)
+
+
+def _some_word(vocab: Vocabulary, min_count: int) -> Vocabulary:
+    """`vocab`, or a CtxlmError where `data.min_count` left it no word beside `<eos>` and `<unk>` (every word
+    would be scored as `<unk>`, a perplexity that says nothing)."""
+    if len(vocab) < 3 and min_count > 1:
+        raise CtxlmError(f"config: data.min_count = {min_count} leaves no word beside <eos> and <unk>: no word of the "
+                         "training text occurs that often; give a smaller data.min_count")
+    return vocab
 
 
 def text_recipe(config: Config) -> TextRecipe:
@@ -260,7 +270,12 @@ MAX_SENTENCE = 2048      # tokens: a longer "sentence" (a corpus on one line) is
 def sentences_of(ids: torch.Tensor, vocab: Vocabulary, config: Config) -> Sentences:
     """The sentence regime's units: lines, cut further after any `data.sentence_ends` token and into pieces
     of at most MAX_SENTENCE tokens (said once per split on stderr)."""
-    extra = tuple(vocab.index[t] for t in config.data.sentence_ends.split() if t in vocab.index)   # as spelled, as the ids
+    ends = config.data.sentence_ends.split()
+    extra = tuple(vocab.index[t] for t in ends if t in vocab.index)   # as spelled, as the ids
+    if len(extra) < len(ends):
+        absent = [t for t in ends if t not in vocab.index]
+        note_once(("sentence ends", tuple(absent)), f"data.sentence_ends: {' '.join(absent)} not in the vocabulary, so "
+                  "never ending a sentence (the tokens are spelled as in the corpus, separated by spaces)")
     sentences, cut, longest = cap_sentences(split_sentences(ids[1:], vocab.eos, extra), MAX_SENTENCE)
     if cut:
         note_once(("long sentences", ids.numel(), longest), f"{cut:,} sentence(s) of this data are longer than "
