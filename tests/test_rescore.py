@@ -172,13 +172,26 @@ def test_bad_input_gives_one_line(world):
     assert (world / "test.txt").read_text() == TEST
 
 
+def test_the_lists_rescored_are_refused_as_the_development_lists(world):
+    """α and β chosen on the test lists (or their references) would make the test's word error rate optimistic."""
+    run = unigram_run(world / "lm")
+    (world / "link.txt").symlink_to(world / "test.txt")
+    outputs = ("--out", world / "r.jsonl", "--one-best", world / "b.txt")
+    for dev, dev_refs, needle in [("link.txt", "dev_refs.txt", "--dev"), ("dev.txt", "refs.txt", "--dev-refs")]:
+        one_line_error(ctxlm("rescore", run, world / "test.txt", "--refs", world / "refs.txt", "--dev", world / dev,
+                             "--dev-refs", world / dev_refs, *outputs), f"{needle} {world / dev_refs if needle == '--dev-refs' else world / dev}",
+                       "of the lists being rescored", "held-out development lists")
+    assert not (world / "r.jsonl").exists()
+
+
 def test_references_without_words_and_empty_grids_refused(world):
     """References that hold no words at all (no word error rate to give, nor to choose α and β by) are refused, naming
     the file, before anything is written; some empty references are fine. An empty grid is refused as a bad one."""
     run = unigram_run(world / "lm")
     (world / "empty.txt").write_text("t1\nt2\n")
     outputs = ("--out", world / "r.jsonl", "--one-best", world / "b.txt")
-    dev = ("--dev", world / "test.txt", "--dev-refs", world / "empty.txt", *GRID)
+    (world / "dev_copy.txt").write_text(TEST)
+    dev = ("--dev", world / "dev_copy.txt", "--dev-refs", world / "empty.txt", *GRID)
     for options in (("--refs", world / "empty.txt", "--lm-weight", "1"), dev):
         one_line_error(ctxlm("rescore", run, world / "test.txt", *options, *outputs), "empty.txt", "no words")
     assert not (world / "r.jsonl").exists() and not (world / "b.txt").exists()

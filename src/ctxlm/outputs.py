@@ -84,7 +84,7 @@ def check_outputs(args) -> None:
     for name in names:
         written = Path(output) / name
         for given in inputs:
-            if _same_file(written, Path(given)):
+            if same_file(written, Path(given)):
                 raise CtxlmError(f"{option} {output}: this command writes {written.name} there, and that is {given}, an "
                                  f"input of this command; writing it would destroy the input: choose another {option}")
     if args.command not in FILES:
@@ -109,7 +109,7 @@ def check_output(output, option: str, inputs) -> Path:
     target = _resolved(out)
     for given in inputs:
         path = Path(given)
-        if _same_file(out, path):
+        if same_file(out, path):
             raise CtxlmError(f"{option} {output}: that is {given}, an input of this command; writing there would "
                              f"destroy it: choose another {option}")
         if path.is_dir() and (target == _resolved(path) or _resolved(path) in target.parents):
@@ -171,7 +171,7 @@ def _resolved(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
 
-def _same_file(a: Path, b: Path) -> bool:
+def same_file(a: Path, b: Path) -> bool:
     try:
         return os.path.samefile(a, b)           # also hard links and symbolic links
     except OSError:                             # one of them does not exist (yet)

@@ -2,6 +2,8 @@
 on a development list (docs/rescoring.md)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..checks import at_least, edge_note, in_range, option, rule_option
 from ..errors import CtxlmError
 from ..io import atomic_write_text, warn
@@ -60,6 +62,11 @@ def _check(args) -> None:
         raise CtxlmError("--lm-weights and --penalties are the grid searched on --dev; add --dev and --dev-refs")
     if args.mix and args.mix_weight is None and not args.dev:
         raise CtxlmError("--mix: give --mix-weight, or --dev with --dev-refs to choose it")
+    from ..outputs import same_file
+    for name, dev, rescored in (("--dev", args.dev, args.nbest), ("--dev-refs", args.dev_refs, args.refs)):
+        if dev and rescored and same_file(Path(dev), Path(rescored)):
+            raise CtxlmError(f"{name} {dev}: that is {rescored}, of the lists being rescored; α and β chosen on them would "
+                             "make their word error rate optimistic: give held-out development lists")
 
 
 def cmd_rescore(args) -> int:
