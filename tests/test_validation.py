@@ -56,6 +56,11 @@ def test_combinations_are_refused(runs, tmp_path):
     one_line_error(ctxlm("eval", runs["lstm"], "--split", "valid", "--file", corpus / "valid.txt"),
                    "--file: not allowed with argument --split")
     one_line_error(ctxlm("train", "--resume", runs["lstm"], "--run-dir", tmp_path / "x"), "--resume")
+    for chosen in (["--split", "test"], ["--line", "2"], ["--split", "valid"]):
+        one_line_error(ctxlm("attention", runs["attention"], "--text", "a b", *chosen, "--out", tmp_path / "a"),
+                       "--text gives the text to explain", "give one or the other")
+    one_line_error(ctxlm("train", "--resume", runs["lstm"] / "config.toml"), "not a run directory (it is a file)",
+                   f"give the run's folder, {runs['lstm']}")
     one_line_error(ctxlm("eval", runs["lstm"], "--split", "valid", "--cache-window", "100"), "--cache-window goes with --cache")
     one_line_error(ctxlm("score", runs["lstm"], "--dynamic-lr", "0.5"), "--dynamic-lr goes with --dynamic")
     one_line_error(ctxlm("tune-cache", runs["lstm"], "--windows", "100,abc"), "comma-separated whole numbers", "100,500")

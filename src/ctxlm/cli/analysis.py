@@ -44,7 +44,7 @@ def add_attention(sub) -> None:
     p.add_argument("--text", help="the text to explain (tokenised by the run's text recipe, a line break read as <eos>; read from the zero state)")
     pretokenized_option(p, "--text")
     split_option(p, "valid", "without --text, explain a line of this split")
-    p.add_argument("--line", type=option(int, at_least(1)), default=1, help="1-based line number in --split (default %(default)s)")
+    p.add_argument("--line", type=option(int, at_least(1)), help="without --text, the 1-based line number in --split (default 1)")
     p.add_argument("--top", type=option(int, in_range(1, TOP)), default=5,
                    help=f"predictions shown per position, at most {TOP} (default %(default)s)")
     p.add_argument("--start", type=option(int, at_least(1)), default=1,
@@ -61,6 +61,9 @@ def cmd_attention(args) -> int:
     from ..analysis.attention import explain, plot_heatmap, plot_top_predictions, write_json
     from ..run import load, pair_words
 
+    if args.text is not None and (args.split_chosen or args.line is not None):
+        raise CtxlmError("--text gives the text to explain, --split and --line choose a line of a split instead: give one or the other")
+    args.line = args.line or 1
     run = load(args.run, start=False)
     if args.text is not None:           # a line break is `<eos>`, as explore and generate --prompt read it
         words = pair_words(args.text, split=functools.partial(run.words, pretokenized=args.pretokenized))[0]

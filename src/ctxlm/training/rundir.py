@@ -99,8 +99,11 @@ class RunDir:
 
     def read_config(self, hint: str) -> Config:
         """The run's resolved config; `hint` ends the error of a folder without one."""
+        if self.path.is_file():
+            raise CtxlmError(f"{self.path}: not a run directory (it is a file); give the run's folder, {self.path.parent}")
         if not self.config.is_file():
-            raise CtxlmError(f"{self.path}: not a run directory (no config.toml); {hint}")
+            why = "no config.toml" if self.path.exists() else "no such folder"
+            raise CtxlmError(f"{self.path}: not a run directory ({why}); {hint}")
         return load_toml(self.config, saved=True)
 
     def saved_config(self) -> Config | None:
