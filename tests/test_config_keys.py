@@ -307,7 +307,14 @@ def test_a_vocabulary_too_small_for_a_word_is_refused(tmp_path, value):
 
 @pytest.mark.parametrize("given, value", [('data.sentence_ends=". ? !"', ". ? !"), ("data.sentence_ends='. ? !'", ". ? !"),
                                           ('data.dataset="ptb"', "ptb"), ('data.sentence_ends=" . "', " . "),
-                                          ('data.sentence_ends=a"b"', 'a"b"')])
+                                          ('data.sentence_ends=a"b"', 'a"b"'), ("data.sentence_ends=''", "''"),
+                                          ("data.sentence_ends='' . ''", "'' . ''"), ("data.sentence_ends=\"''\"", "''")])
 def test_a_set_value_quoted_as_in_toml_is_the_string_inside(given, value):
+    """Brown's closing quote '' (and a list of such tokens) stays as written."""
     key = given.split("=")[0].split(".")[1]
     assert getattr(apply_overrides(Config(), [given]).data, key) == value
+
+
+def test_a_set_value_quoted_but_no_toml_string_is_refused():
+    with pytest.raises(CtxlmError, match=r"the value is quoted but not a TOML string .*write it without the quotes"):
+        apply_overrides(Config(), ['data.train="C:\\data\\x.txt"'])

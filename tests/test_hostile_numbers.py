@@ -133,7 +133,9 @@ def test_rescore_refuses_weights_that_overflow(runs, tmp_path, args, needle):
 def test_rescore_refuses_a_grid_that_overflows(runs, tmp_path):
     nbest = _nbest(tmp_path)
     (tmp_path / "refs.txt").write_text("u1 the cat sat\nu2 a dog ran\n")
-    one_line_error(run_ctxlm("rescore", runs["ngram"], nbest, "--dev", nbest, "--dev-refs", tmp_path / "refs.txt",
+    dev = tmp_path / "dev.txt"
+    dev.write_text(nbest.read_text())
+    one_line_error(run_ctxlm("rescore", runs["ngram"], nbest, "--dev", dev, "--dev-refs", tmp_path / "refs.txt",
                              "--lm-weights", "1,1e308", "--out", tmp_path / "r.jsonl", "--one-best", tmp_path / "b.txt"),
                    "--lm-weights '1,1e308': each value must be a number in [0, 1000000]")
 

@@ -269,6 +269,9 @@ def test_a_gpu_record_names_the_gpu_it_ran_on(monkeypatch):
 
     names = {0: "GPU Zero", 1: "GPU One"}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: names[torch.device(device).index or 0])
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: names[index])
     assert hardware("cuda:1").startswith("GPU One (CUDA)")
     assert hardware("cuda").startswith("GPU Zero (CUDA)")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)      # re-recorded where cuda:1 is not
+    assert hardware("cuda:1").startswith("GPU Zero (CUDA)")

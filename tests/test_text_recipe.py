@@ -318,3 +318,5 @@ def test_brown_quotes_alternate_across_tokens_kept_as_written(inside):
     assert [w for w in words if w in ("``", "''")] == ["``", "''", "``", "''"]
     words = brown.tokens(f'`` I saw {inside} \'\' he said, "really".')
     assert [w for w in words if w in ("``", "''")] == ["``", "''", "``", "''"]
+    words = brown.tokens(f'`` I saw {inside} " he said.')
+    assert [w for w in words if w in ("``", "''")] == ["``", "''"]

@@ -10,8 +10,7 @@ import torch
 
 from .checks import SEED, at_least
 from .errors import CtxlmError
-from .evaluation.perplexity import is_id_vector
-from .evaluation.texts import shown
+from .evaluation.texts import is_id_vector, shown
 
 
 def check_instance(value, kind: type, name: str, what: str) -> None:

@@ -63,10 +63,9 @@ def _check(args) -> None:
     if args.mix and args.mix_weight is None and not args.dev:
         raise CtxlmError("--mix: give --mix-weight, or --dev with --dev-refs to choose it")
     from ..outputs import same_file
-    for name, dev, rescored in (("--dev", args.dev, args.nbest), ("--dev-refs", args.dev_refs, args.refs)):
-        if dev and rescored and same_file(Path(dev), Path(rescored)):
-            raise CtxlmError(f"{name} {dev}: that is {rescored}, of the lists being rescored; α and β chosen on them would "
-                             "make their word error rate optimistic: give held-out development lists")
+    if args.dev and same_file(Path(args.dev), Path(args.nbest)):
+        raise CtxlmError(f"--dev {args.dev}: that is {args.nbest}, the lists being rescored; α and β chosen on them would "
+                         "make their word error rate optimistic: give held-out development lists")
 
 
 def cmd_rescore(args) -> int:

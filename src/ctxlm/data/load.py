@@ -210,15 +210,18 @@ def prepare_data(config: Config, data_dir=None, vocab: Vocabulary | None = None)
     files = {"train": config.data.train, "valid": config.data.valid, "test": config.data.test}
     corpus = load_corpus(config.data.dataset, data_dir, files, config.data.max_train_tokens, config.data.prepared)
     min_count = config.data.min_count or corpus.min_count
+    given = f"data.min_count = {min_count}" if config.data.min_count else \
+        f"the prepared folder's min_count {min_count} (ctxlm prepare --min-count)" if corpus.prepared is not None else \
+        f"{config.data.dataset}'s min_count {min_count} (data.min_count = 0: the corpus's own)"
     if corpus.prepared is not None:     # int32 arrays on disk, never a list of strings
         vocab = vocab or _some_word(corpus.prepared.vocabulary(config.data.max_vocab or corpus.max_vocab, min_count,
-                                                               corpus.train_length), min_count)
+                                                               corpus.train_length), min_count, given)
         streams = corpus.prepared.streams(vocab, corpus.train_length)
         return Data(vocab, Lazy(streams, lambda split: streams[split].tensor()), None, streams)
     splits, made = corpus.splits, {}
     if vocab is None:           # the training text read once, for the vocabulary and its ids
         train = splits["train"]
-        vocab = _some_word(Vocabulary.build(train, config.data.max_vocab, min_count), min_count)
+        vocab = _some_word(Vocabulary.build(train, config.data.max_vocab, min_count), min_count, given)
         made["train"] = vocab.encode([EOS] + train, exact=True)
         del train
 
@@ -230,12 +233,12 @@ def prepare_data(config: Config, data_dir=None, vocab: Vocabulary | None = None)
     return Data(vocab, {split: made[split] if split in made else encoded(split) for split in splits}, corpus.tags)
 
 
-def _some_word(vocab: Vocabulary, min_count: int) -> Vocabulary:
-    """`vocab`, or a CtxlmError where `data.min_count` left it no word beside `<eos>` and `<unk>` (every word
-    would be scored as `<unk>`, a perplexity that says nothing)."""
+def _some_word(vocab: Vocabulary, min_count: int, given: str) -> Vocabulary:
+    """`vocab`, or a CtxlmError where the minimum count (`given`: which setting holds it) left no word beside `<eos>`
+    and `<unk>` (every word would be scored as `<unk>`, a perplexity that says nothing)."""
     if len(vocab) < 3 and min_count > 1:
-        raise CtxlmError(f"config: data.min_count = {min_count} leaves no word beside <eos> and <unk>: no word of the "
-                         "training text occurs that often; give a smaller data.min_count")
+        raise CtxlmError(f"config: {given} leaves no word beside <eos> and <unk>: no word of the training text occurs "
+                         "that often; give a smaller data.min_count")
     return vocab
 
 

@@ -21,7 +21,7 @@ from ..io import Progress
 from ..models.base import LanguageModel
 from .dynamic import DynamicWeights
 from .scoring import score_sentences, stream_log_probs
-from .texts import shown
+from .texts import is_id_vector, shown
 
 
 def _accumulate(model, batches, device, carry: bool, desc: str | None = None, total: int | None = None) -> dict[str, float]:
@@ -46,13 +46,7 @@ def _accumulate(model, batches, device, carry: bool, desc: str | None = None, to
     return {"nll": total, "tokens": count, "ppl": safe_exp(total / count) if count else float("nan")}
 
 
-def is_id_vector(value) -> bool:
-    """Whether `value` is a 1-D integer tensor (token ids)."""
-    return isinstance(value, torch.Tensor) and value.dim() == 1 and not (
-        value.dtype.is_floating_point or value.dtype == torch.bool or value.is_complex())
-
-
-def check_arguments(name: str, model, ids: list, **sizes) -> None:
+def check_model_and_ids(name: str, model, ids: list, **sizes) -> None:
     """A CtxlmError saying what `name` (a function of the Python API) needs, before torch meets a wrong argument:
     a ctxlm model, 1-D integer tensors of token ids, and each of `sizes` an integer at least 1."""
     if not isinstance(model, LanguageModel):
@@ -69,7 +63,7 @@ def check_arguments(name: str, model, ids: list, **sizes) -> None:
 def evaluate_stream(model, ids: torch.Tensor, batch_size: int = 1, chunk: int = 1000, doc_starts=None,
                     device="cpu", desc: str | None = None) -> dict[str, float]:
     """Regime A: `ids` starts with `<eos>`; state is carried across chunks (batch 1 = exact history)."""
-    check_arguments("evaluate_stream", model, [ids], batch_size=batch_size, chunk=chunk)
+    check_model_and_ids("evaluate_stream", model, [ids], batch_size=batch_size, chunk=chunk)
     return _accumulate(model, StreamBatches(ids, batch_size, chunk, doc_starts), device, True, desc, ids.numel() - 1)
 
 
@@ -129,7 +123,7 @@ def evaluate_sentences(model, sentences: list[torch.Tensor], eos: int, batch_siz
     """Regime B: each sentence alone, never truncated (SPEC §6.3 REC 24)."""
     if not isinstance(sentences, (list, tuple, Sentences)):
         raise CtxlmError(f"evaluate_sentences: sentences must be a list of 1-D integer tensors, got {shown(sentences)}")
-    check_arguments("evaluate_sentences", model, [] if isinstance(sentences, Sentences) else sentences, batch_size=batch_size)
+    check_model_and_ids("evaluate_sentences", model, [] if isinstance(sentences, Sentences) else sentences, batch_size=batch_size)
     return _accumulate(model, SentenceBatches(sentences, batch_size, eos), device, False, desc,
                        sum(s.numel() for s in sentences))
 

@@ -1,10 +1,12 @@
 """The texts the Python API is given, cut into the texts it scores as `ctxlm eval --file` cuts a file
-(docs/python.md, "Texts: a list, a string or a file")."""
+(docs/python.md, "Texts: a list, a string or a file"), and the checks of a text and of token ids it is given."""
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+import torch
 
 from ..data.corpus import gutenberg_sentences, iter_lines, passage_sentences
 from ..data.text import SENTENCES
@@ -69,6 +71,12 @@ def check_text(text, name: str) -> None:
     if not isinstance(text, str):
         hint = "; decode bytes first (text.decode('utf-8'))" if isinstance(text, (bytes, bytearray)) else ""
         raise CtxlmError(f"{name} must be a str, got {type(text).__name__} {shown(text)}{hint}")
+
+
+def is_id_vector(value) -> bool:
+    """Whether `value` is a 1-D integer tensor (token ids)."""
+    return isinstance(value, torch.Tensor) and value.dim() == 1 and not (
+        value.dtype.is_floating_point or value.dtype == torch.bool or value.is_complex())
 
 
 def shown(value) -> str:

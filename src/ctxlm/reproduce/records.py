@@ -56,7 +56,8 @@ CURVE_KEYS = ("epoch", "lr", "train_ppl", "valid_ppl", "tokens_per_s", "elapsed_
 def hardware(device: str = "cpu") -> str:
     """The machine in words: the GPU's name, or the CPU's model, cores and bf16 support."""
     if device.startswith("cuda") and torch.cuda.is_available():
-        return f"{torch.cuda.get_device_name(torch.device(device))} (CUDA), PyTorch {torch.__version__}"
+        index = torch.device(device).index or 0        # a run of a machine of more GPUs than this one's: the first's name
+        return f"{torch.cuda.get_device_name(index if index < torch.cuda.device_count() else 0)} (CUDA), PyTorch {torch.__version__}"
     model, flags = platform.processor() or platform.machine(), ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -100,7 +100,8 @@ class RunDir:
     def read_config(self, hint: str) -> Config:
         """The run's resolved config; `hint` ends the error of a folder without one."""
         if self.path.is_file():
-            raise CtxlmError(f"{self.path}: not a run directory (it is a file); give the run's folder, {self.path.parent}")
+            folder = f", {self.path.parent}" if self.path.name == "config.toml" else ""
+            raise CtxlmError(f"{self.path}: not a run directory (it is a file); give the run's folder{folder}")
         if not self.config.is_file():
             why = "no config.toml" if self.path.exists() else "no such folder"
             raise CtxlmError(f"{self.path}: not a run directory ({why}); {hint}")
