@@ -242,7 +242,7 @@ def quiet_one_line(result, caplog, *needles):
 def test_local_task_that_cannot_be_built_is_one_line(runs, tmp_path, caplog):
     """A local task copy the harness cannot build (docs/harness.md tells users to make them): a `!function` whose
     module is not beside it, a data file that is not JSON, a template naming no field, one failing on a later
-    document (found while scoring): one line naming its YAML file and the cause, no harness warnings, no results."""
+    document (found while scoring), a multiple-choice task without doc_to_choice: one line naming its YAML file and the cause, no harness warnings, no results."""
     import logging
 
     caplog.set_level(logging.WARNING)
@@ -256,7 +256,11 @@ def test_local_task_that_cannot_be_built_is_one_line(runs, tmp_path, caplog):
               "field": (task.replace("doc_to_text: \"{{text.split(' ')[:-1]|join(' ')}}\"", 'doc_to_text: "{{nofield}}"'),
                         None, "UndefinedError: 'nofield' is undefined"),
               "later": (task.replace("doc_to_text: \"{{text.split(' ')[:-1]|join(' ')}}\"", 'doc_to_text: "{{extra.upper()}}"'),
-                        rows, "UndefinedError: 'None' has no attribute 'upper'")}
+                        rows, "UndefinedError: 'None' has no attribute 'upper'"),
+              "choice": (task.replace("output_type: loglikelihood", "output_type: multiple_choice")   # no doc_to_choice
+                         .replace("doc_to_target: \"{{' '+text.split(' ')[-1]}}\"", "doc_to_target: 0")
+                         .split("metric_list:")[0] + "metadata:" + task.split("metadata:")[1], None,
+                         "TypeError: (raised in doc_to_choice)")}
     for name, (text, data, cause) in broken.items():
         place = tmp_path / name
         place.mkdir()

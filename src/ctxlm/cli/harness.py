@@ -30,7 +30,7 @@ def add_harness(sub) -> None:
     run_argument(p)
     p.add_argument("--tasks", required=True, help="comma-separated task, group or tag names (the harness's own, or "
                    "ones in --include-path, e.g. from `ctxlm lambada-task`)")
-    p.add_argument("--include-path", help="a folder of task YAML files to add to the harness's")
+    p.add_argument("--include-path", help="a folder of task YAML files to add to the harness's own tasks")
     p.add_argument("--only-include-path", action="store_true", help="look for the tasks in --include-path only, not "
                    "among the harness's own (indexing its 14,000 tasks takes most of a minute)")
     p.add_argument("--limit", type=option(int, at_least(1)), help="only the first N documents of each task")

@@ -188,11 +188,26 @@ def task_files(manager, tasks: list[str]) -> str:
     return f" ({', '.join(files)})" if files else ""
 
 
+def through_ctxlm(frames) -> bool:
+    """Whether a traceback passes through ctxlm's own code (the model the harness calls): an error there is ctxlm's,
+    not the task's, and keeps its traceback."""
+    package = Path(__file__).resolve().parents[1]
+    while frames is not None:
+        if package in Path(frames.tb_frame.f_code.co_filename).resolve().parents:
+            return True
+        frames = frames.tb_next
+    return False
+
+
 def causes(exc: BaseException) -> str:
     """An exception and those it was raised from, "Type: message; ...", on one line."""
     found = []
     while exc is not None:
-        found.append(f"{type(exc).__name__}: {' '.join(str(exc).split())}")
+        frames = exc.__traceback__
+        while frames is not None and frames.tb_next is not None:
+            frames = frames.tb_next
+        where = f"(raised in {frames.tb_frame.f_code.co_name})" if frames is not None else "(no message)"
+        found.append(f"{type(exc).__name__}: {' '.join(str(exc).split()) or where}")
         exc = exc.__cause__ or exc.__context__
     return "; ".join(found)
 
@@ -256,17 +271,19 @@ def evaluate(run: str | Path | Run, tasks: list[str], include_path: str | None =
         elif task.get_config("num_fewshot") is None:
             task.set_config(key="num_fewshot", value=0)
         task.set_fewshot_seed(seed=1234)
-    with contextlib.redirect_stdout(sys.stderr), bars_off_in_logs(), bootstrap_in_process():   # its progress to stderr: stdout holds the results
+    with contextlib.redirect_stdout(sys.stderr), bars_off_in_logs(), bootstrap_in_process(), logs_held("lm_eval"):   # progress to stderr
         try:
             results = harness_evaluate(lm=model, task_dict=loaded, limit=limit, bootstrap_iters=bootstrap_iters,
                                        log_samples=False, verbosity="WARNING")
-        except ValueError as exc:                         # its sampler draws the examples with random.sample
-            if "larger than population" not in str(exc):
-                raise
-            raise CtxlmError(f"--num-fewshot {num_fewshot}: more few-shot examples than the task has documents to draw "
-                             "them from; give fewer") from None
-        except jinja2.TemplateError as exc:               # a task's template fails on a later document than its first
-            raise CtxlmError(f"--tasks {','.join(tasks)}{task_files(manager, tasks)}: a template of the task fails on a "
-                             f"document ({causes(exc)}); fix the task file (its doc_to_text, doc_to_target...)") from None
+        except CtxlmError:
+            raise
+        except Exception as exc:
+            if isinstance(exc, ValueError) and "larger than population" in str(exc):   # its sampler's random.sample
+                raise CtxlmError(f"--num-fewshot {num_fewshot}: more few-shot examples than the task has documents to "
+                                 "draw them from; give fewer") from None
+            if isinstance(exc, jinja2.TemplateError) or not through_ctxlm(exc.__traceback__.tb_next):
+                raise CtxlmError(f"--tasks {','.join(tasks)}{task_files(manager, tasks)}: the task fails on a document "
+                                 f"({causes(exc)}); fix the task file (its doc_to_text, doc_to_target, doc_to_choice...)") from None
+            raise
     return json.loads(json.dumps({key: results[key] for key in ("results", "groups", "n-samples", "versions", "higher_is_better")
                                   if key in results}, default=str))
