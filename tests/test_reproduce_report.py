@@ -240,6 +240,13 @@ def test_a_row_that_cannot_run_here_is_said_to_be_unavailable(tmp_path):
 def test_options_that_go_with_another_are_refused_alone(tmp_path):
     one_line_error(ctxlm("reproduce", "--plot", tmp_path / "rows.png"), "--plot and --page go with --report")
     one_line_error(ctxlm("reproduce", "tiny-1", "--measure"), "--measure goes with --plan")
+    for given, needle in [(["--report", "--check"], "--report and --check: give one of them"),
+                          (["--plan", "--check"], "--plan and --check: give one of them"),
+                          (["--report", "--jobs", "2"], "--jobs goes with training rows"),
+                          (["--check", "--again"], "--again goes with training rows"),
+                          (["--report", "--set", "train.threads=1"], "--set goes with training rows"),
+                          (["--plan", "--stop-after", "1h"], "--stop-after goes with training rows")]:
+        one_line_error(ctxlm("reproduce", "tiny-1", *given), needle)
 
 
 def test_durations():

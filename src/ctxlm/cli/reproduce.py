@@ -47,6 +47,7 @@ def cmd_reproduce(args) -> int:
     from ..reproduce import report, rows, runner
     from ..reproduce.tables import load_tables
 
+    _check_modes(args)
     stop_after = runner.parse_duration(args.stop_after) if args.stop_after else None
     root = _project_root(args.tables)
     tables_dir, records_dir = Path(args.tables or root / "reproductions"), Path(args.records or root / "results")
@@ -86,6 +87,19 @@ def cmd_reproduce(args) -> int:
     if args.check:
         return 1 if runner.check(runs, args.data_dir) else 0
     return runner.Runner(args.jobs, stop_after, extra, args.data_dir).run(runs)
+
+
+def _check_modes(args) -> None:
+    """One of --list, --plan, --report and --check at most, and no option that the chosen one would ignore."""
+    modes = [name for name in ("--list", "--plan", "--report", "--check") if getattr(args, name[2:])]
+    if len(modes) > 1:
+        raise CtxlmError(f"{' and '.join(modes)}: give one of them (each is a command of its own)")
+    ignored = {"--jobs": args.jobs != 1, "--stop-after": args.stop_after, "--set": args.set and not args.plan,
+               "--again": args.again and not args.plan}
+    for name, given in ignored.items():
+        if modes and given:
+            raise CtxlmError(f"{name} goes with training rows (and --set, --again with --plan too), not with {modes[0]}: "
+                             f"leave it out")
 
 
 def _project_root(tables: str | None) -> Path:
