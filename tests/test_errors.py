@@ -133,3 +133,13 @@ def test_a_checkpoint_error_without_a_message_is_still_one_line(tmp_path, monkey
     with pytest.raises(CtxlmError, match="trainer_state.pt: truncated or corrupt checkpoint \\(EOFError\\)") as caught:
         load_state(path)
     assert caught.value.reason == "truncated or corrupt: EOFError"
+
+
+def test_datasets_tells_a_corrupt_file_from_a_missing_one(tmp_path, monkeypatch):
+    monkeypatch.delenv("CTXLM_DATA_DIR", raising=False)
+    (tmp_path / "ptb").mkdir()
+    (tmp_path / "ptb" / "ptb.valid.txt").write_text(" not the real ptb \n")
+    result = run("datasets", "--data-dir", tmp_path)
+    assert result.returncode == 0, result.stderr
+    ptb = result.stdout.split("\nwikitext")[0]
+    assert "train: missing" in ptb and f"valid: CORRUPT {tmp_path / 'ptb' / 'ptb.valid.txt'}: checksum mismatch" in ptb, ptb

@@ -172,13 +172,15 @@ def add_datasets(sub) -> None:
 
 
 def cmd_datasets(args) -> int:
-    from ..data.registry import DATASETS, locate
+    from ..data.registry import DATASETS, ChecksumMismatch, locate
 
     for name, info in DATASETS.items():
         status = []
         for key in info.files:
             try:
                 status.append(f"{key}: {locate(name, key, args.data_dir, download=False)}")
+            except ChecksumMismatch as exc:
+                status.append(f"{key}: CORRUPT {exc}")
             except CtxlmError:
                 status.append(f"{key}: missing")
         if name == "holmes":

@@ -175,12 +175,16 @@ def locate(dataset: str, key: str, data_dir: str | Path | None = None, download:
     )
 
 
+class ChecksumMismatch(CtxlmError):
+    """A dataset's file found, but not the registered content."""
+
+
 def verify(path: Path, entry: DataFile) -> None:
     if entry.sha256 is None:
         return
     actual = content_sha256(path)
     if actual != entry.sha256:
-        raise CtxlmError(
+        raise ChecksumMismatch(
             f"{path}: checksum mismatch (sha256 of content {actual[:12]}…, expected {entry.sha256[:12]}…); "
             "the file is corrupt or a different version: delete it and fetch it again"
         )
