@@ -67,6 +67,8 @@ def test_names_go_with_a_file_and_refuse_several_streams(runs, tmp_path):
 def test_a_cache_grid_that_helps_nothing_records_no_choice(runs, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(runs["lstm"], run)
+    done = ctxlm("tune-cache", run, "--windows", "5", "--thetas", "0.2", "--lambdas", "0")     # the model alone
+    assert done.returncode == 0 and json.loads((run / "cache.json").read_text())["best"] is None, done.stderr
     done = ctxlm("tune-cache", run, "--windows", "1", "--thetas", "5", "--lambdas", "0.99")
     assert done.returncode == 0, done.stderr
     record = json.loads((run / "cache.json").read_text())

@@ -167,14 +167,14 @@ def cmd_tune_dynamic(args) -> int:
             print(f"  rule {rule}, lr {lr}, decay {decay}, segment {segment}: {shown_ppl(ppl)}", flush=True)
     best = min(grid, key=lambda r: math.inf if math.isnan(r["ppl"]) else r["ppl"])      # NaN: diverged
     record = RunDir(run.path).dynamic
-    helped = best["ppl"] < plain
+    helped = best["ppl"] < plain and best["lr"] > 0         # steps of size 0 change no weight: no gain but float noise
     atomic_write_text(record, json_text({"split": args.split, "tokens": ids.numel() - 1, "model_ppl": plain, "best": best if helped else None,
                                          "grid": grid, "commit": git_commit(), "weights": run.weights_sha256}, indent=1) + "\n")
     if helped and best["rule"] == "rms":
         keep_mean_squares(run.path, passes[best["segment"]], data.ids["train"], best["segment"], run.weights_sha256)
     if not helped:
         print(f"no setting lowered {args.split} perplexity {plain:.2f} (best {shown_ppl(best['ppl'])}); recorded in {record} "
-              "without a choice, so `eval --dynamic` asks for one: try smaller --lrs")
+              "without a choice, so `eval --dynamic` asks for one: try smaller non-zero --lrs")
         return 0
     print(f"best: {best['ppl']:.2f} ({100 * (1 - best['ppl'] / plain):.1f}% lower) with rule {best['rule']}, "
           f"lr {best['lr']}, decay {best['decay']}, segment {best['segment']}; recorded in {record} "

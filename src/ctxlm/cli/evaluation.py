@@ -222,7 +222,7 @@ def cmd_tune_cache(args) -> int:
     note_read_as_stream(run, "tune-cache", "its perplexity without cache is that stream's, not `ctxlm eval`'s")
     result = cache_grid(run.model, data.ids[args.split], windows, thetas, lambdas, run.config.data.eval_chunk)
     best = result["best"]
-    helped = best["ppl"] < result["model_ppl"]
+    helped = best["ppl"] < result["model_ppl"] and best["lambda"] > 0         # λ = 0 is the model alone: no gain but noise
     result.update(best=best if helped else None, split=args.split, commit=git_commit(), weights=run.weights_sha256)
     record, plot = CacheSettings.record_path(args.run), Path(args.run) / "cache_grid.png"
     atomic_write_text(record, json_text(result, indent=1) + "\n")
@@ -232,7 +232,7 @@ def cmd_tune_cache(args) -> int:
         print(f"{row['window']:>8}{row['theta']:>8}{row['lambda']:>8}{row['ppl']:>12.2f}")
     if not helped:
         print(f"no setting lowered {args.split} perplexity {result['model_ppl']:.2f} (best {best['ppl']:.2f}); recorded in "
-              f"{record} without a choice, so `eval --cache` asks for one: try smaller --lambdas; grid plot {plot}")
+              f"{record} without a choice, so `eval --cache` asks for one: try smaller non-zero --lambdas; grid plot {plot}")
         return 0
     print(f"{args.split} perplexity without cache {result['model_ppl']:.2f}; best with cache {best['ppl']:.2f} "
           f"({100 * (1 - best['ppl'] / result['model_ppl']):.1f}% lower) at window {best['window']}, "
