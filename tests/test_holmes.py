@@ -134,6 +134,7 @@ def test_max_train_tokens_keeps_whole_sentences(holmes_data, tmp_path, corpus):
     prepare(holmes_data, tmp_path / "out")
     config = Config()
     config.data.dataset, config.data.max_train_tokens = "holmes", 20
+    config.data.min_count = 1                                 # 20 tokens: no word reaches the corpus's 7
     data = prepare_data(config, tmp_path / "out")
     train = data.ids["train"]
     assert 0 < train.numel() - 1 <= 20 and train[-1] == data.vocab.eos

@@ -85,7 +85,7 @@ def test_a_table_of_validation_perplexities_shows_them(reference, tmp_path):
 
 def test_the_check_finds_a_row_that_today_trains_differently(reference, tmp_path):
     project, _, _ = reference
-    args = [*folders(project, "ref"), "--set", "train.threads=1"]
+    args = folders(project, "ref")
     result = ctxlm("reproduce", "tiny-1", "lstm", "--check", *args)
     assert result.returncode == 0 and "tiny-1/lstm: follows" in result.stdout, result.stdout + result.stderr
     preset = project / "configs" / "lstm.toml"
@@ -243,6 +243,7 @@ def test_options_that_go_with_another_are_refused_alone(tmp_path):
     for given, needle in [(["--report", "--check"], "--report and --check: give one of them"),
                           (["--plan", "--check"], "--plan and --check: give one of them"),
                           (["--report", "--jobs", "2"], "--jobs goes with training rows"),
+                          (["--check", "--set", "train.threads=1"], "--set goes with training rows"),
                           (["--check", "--again"], "--again goes with training rows"),
                           (["--report", "--set", "train.threads=1"], "--set goes with training rows"),
                           (["--plan", "--stop-after", "1h"], "--stop-after goes with training rows")]:

@@ -94,12 +94,12 @@ def _check_modes(args) -> None:
     modes = [name for name in ("--list", "--plan", "--report", "--check") if getattr(args, name[2:])]
     if len(modes) > 1:
         raise CtxlmError(f"{' and '.join(modes)}: give one of them (each is a command of its own)")
-    ignored = {"--jobs": args.jobs != 1, "--stop-after": args.stop_after, "--set": args.set and not args.plan,
-               "--again": args.again and not args.plan}
+    ignored = {"--jobs": args.jobs != 1 and not args.plan, "--stop-after": args.stop_after,   # --plan shows the threads
+               "--set": args.set and not args.plan, "--again": args.again and not args.plan}
     for name, given in ignored.items():
         if modes and given:
-            raise CtxlmError(f"{name} goes with training rows (and --set, --again with --plan too), not with {modes[0]}: "
-                             f"leave it out")
+            also = "" if name == "--stop-after" else " (and --plan, whose commands show it)"
+            raise CtxlmError(f"{name} goes with training rows{also}, not with {modes[0]}: leave it out")
 
 
 def _project_root(tables: str | None) -> Path:
