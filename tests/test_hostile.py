@@ -268,6 +268,8 @@ def test_curves_never_star_a_non_finite_epoch(tmp_path):
     assert result.returncode == 0, result.stderr
     starred = [line for line in result.stdout.splitlines() if line.endswith(" *")]
     assert len(starred) == 1 and starred[0].split()[0] == "2" and "best valid 60.00 (epoch 2)" in result.stdout
+    third = next(line.split() for line in result.stdout.splitlines() if line.strip().startswith("3 "))
+    assert third[2:4] == ["–", "–"] and "nan" not in result.stdout        # none (an NCE run's training figure), not "nan"
 
 
 def test_eval_names_missing_fails_before_any_work(world, monkeypatch):

@@ -54,6 +54,12 @@ def read_test_ppl(run_dir: str | Path) -> float | None:
         raise CtxlmError(f"{path}: not the JSON object `ctxlm train` writes; delete it or train again") from None
 
 
+def perplexity_cell(value: float, width: int = 12) -> str:
+    """A perplexity right-aligned in `width` characters, "–" where there is none (NaN: an NCE run's training
+    figure, which is no perplexity, or a diverged epoch's)."""
+    return f"{'–' if math.isnan(value) else f'{value:.2f}':>{width}}"
+
+
 def best_epoch(rows: list[dict]) -> dict | None:
     """The epoch whose weights the run keeps: the lowest finite validation perplexity (the first such
     epoch), as the trainer chooses; None if no epoch has one."""

@@ -353,7 +353,7 @@ def add_curves(sub) -> None:
 
 def cmd_curves(args) -> int:
     from ..analysis.attention import write_json
-    from ..analysis.curves import NoCurve, best_epoch, plot_curves, read_curve, read_test_ppl
+    from ..analysis.curves import NoCurve, best_epoch, perplexity_cell, plot_curves, read_curve, read_test_ppl
 
     labels = run_labels(args.runs)
     curves, shown, skipped = {}, [], []
@@ -375,7 +375,7 @@ def cmd_curves(args) -> int:
               + (f", test {test:.2f}" if test else ", no test figure (not read yet, or no test split)"))
         print(f"{'epoch':>7}{'lr':>12}{'train ppl':>12}{'valid ppl':>12}{'hours':>8}")
         for r in rows:
-            print(f"{r['epoch']:>7}{r['lr']:>12.6g}{r['train_ppl']:>12.2f}{r['valid_ppl']:>12.2f}"
+            print(f"{r['epoch']:>7}{r['lr']:>12.6g}{perplexity_cell(r['train_ppl'])}{perplexity_cell(r['valid_ppl'])}"
                   f"{r['elapsed_s'] / 3600:>8.2f}" + (" *" if r is best else ""))
     out = output_dir(args)
     write_json(curves, out / "curves.json")
