@@ -208,7 +208,7 @@ def test_harness_num_fewshot_beyond_the_rules_is_one_line(runs):
     (lambda run: ctxlm.evaluate_stream(run.model, [0, 1, 2]), r"evaluate_stream: token ids must be a 1-D integer tensor"),
     (lambda run: ctxlm.evaluate_stream(run.model, torch.tensor([[0, 1, 2]])), r"evaluate_stream: token ids must be a 1-D"),
     (lambda run: ctxlm.evaluate_stream(run.model, torch.tensor([0.0, 1.0])), r"evaluate_stream: token ids must be a 1-D"),
-    (lambda run: ctxlm.evaluate_stream(run.model, torch.tensor([0, 1]), chunk=0), r"evaluate_stream: chunk must be an integer at least 1"),
+    (lambda run: ctxlm.evaluate_stream(run.model, torch.tensor([0, 1]), chunk=0), r"evaluate_stream: chunk must be an integer ≥ 1"),
     (lambda run: ctxlm.evaluate_sentences(run.model, torch.tensor([0, 1]), 0), r"evaluate_sentences: sentences must be a list"),
     (lambda run: ctxlm.evaluate_sentences(run.model, [[2, 3, 0]], 0), r"evaluate_sentences: token ids must be a 1-D"),
 ])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from .checks import SEED, at_least
+from .checks import SEED, argument
 from .errors import CtxlmError
 from .evaluation.texts import is_id_vector, shown
 
@@ -42,9 +42,7 @@ def seeded(seed: int | None) -> torch.Generator:
 
 def check_batch_size(batch_size: int) -> int:
     """The texts scored together, as an int: as `--batch-size` allows (a CtxlmError otherwise)."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or not at_least(1).admits(int(batch_size)):
-        raise CtxlmError(f"batch_size must be {at_least(1).describe(int)}, got {batch_size!r}")
-    return int(batch_size)
+    return argument("api.count", batch_size, "batch_size")
 
 
 def run_folder(run_dir) -> Path:

@@ -180,6 +180,7 @@ RULES = {
     "rescore.penalty": Rule(float, in_range(-1e6, 1e6), "rescore --penalty, --penalties"),
     "harness.num_fewshot": Rule(int, in_range(0, 1000), "harness --num-fewshot"),
     "reproduce.stop_after": Rule(float, in_range(0, 1e9, low_open=True), "reproduce --stop-after (seconds)"),
+    "api.count": Rule(int, at_least(1), "batch_size of Run.score and the like; batch_size, chunk of evaluate_stream, evaluate_sentences"),
     "table.band": Rule(float, in_range(0, 1), "band of a reproduction table"),
     "table.perplexity": Rule(float, at_least(1), "test_ppl, valid_ppl, train_ppl, below of a table or record"),
     "table.accuracy": Rule(float, in_range(0, 100), "accuracy (percent) of a table or record"),

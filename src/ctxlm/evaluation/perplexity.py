@@ -4,14 +4,13 @@ shows its progress in tokens on stderr (io.Progress)."""
 from __future__ import annotations
 
 import itertools
-import numbers
 import tempfile
 from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 
-from ..checks import safe_exp
+from ..checks import argument, safe_exp
 from ..data.batching import IGNORE, SentenceBatches, Sentences, SpooledStreamBatches, StreamBatches, spool_ids
 from ..data.load import sentences_of
 from ..data.text import TextRecipe, file_tokens
@@ -56,8 +55,7 @@ def check_model_and_ids(name: str, model, ids: list, **sizes) -> None:
         if not is_id_vector(tensor):
             raise CtxlmError(f"{name}: token ids must be a 1-D integer tensor (vocab.encode), got {shown(tensor)}")
     for option, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise CtxlmError(f"{name}: {option} must be an integer at least 1, got {shown(value)}")
+        argument("api.count", value, f"{name}: {option}")
 
 
 def evaluate_stream(model, ids: torch.Tensor, batch_size: int = 1, chunk: int = 1000, doc_starts=None,
