@@ -338,7 +338,9 @@ def test_an_empty_held_out_file_or_a_vocabulary_of_one_is_refused(text, tmp_path
                        f"--max-vocab {size}: leaves no room for a word beside <eos> and <unk>", "3 or more")
     one_line_error(run_ctxlm("prepare", "text", text["train"], "--valid-sentences", "99.99%", "--out", tmp_path / "p"),
                    "--valid-sentences 99.99% (", "hold out fewer")
-    assert not any((tmp_path / name / "manifest.json").exists() for name in "etvp")
+    one_line_error(run_ctxlm("prepare", "text", text["train"], "--valid-sentences", "5", "--min-count", "1000000", "--out", tmp_path / "m"),
+                   "--min-count 1000000: no training word occurs that often, leaving no word beside <eos> and <unk>")
+    assert not any((tmp_path / name).exists() for name in "etvpm")
 
 
 def test_a_file_read_twice_is_refused(text, tmp_path):

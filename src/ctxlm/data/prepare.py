@@ -132,6 +132,9 @@ def _prepare(recipe: Recipe, described: dict, folder: Path, command: str, log) -
         counts[: encoder.counts.size] = encoder.counts
         if held is not None:
             counts -= held.counts(len(counts))
+        vocab = 2 + int(np.count_nonzero(counts[2:] >= recipe.min_count))
+        if vocab == 2:          # every word would be <unk>: a perplexity that says nothing
+            raise CtxlmError(f"--min-count {recipe.min_count}: no training word occurs that often, leaving no word beside <eos> and <unk>; give a smaller one")
         ids = np.arange(len(encoder.words))[2:]
         ranked = [0, 1] + sorted(ids.tolist(), key=lambda i: (-counts[i], encoder.words[i]))
         remap = np.empty(len(encoder.words), dtype=np.int32)
@@ -142,8 +145,7 @@ def _prepare(recipe: Recipe, described: dict, folder: Path, command: str, log) -
         for split in ("valid", "test"):
             if spools[split].exists():
                 files[f"{split}.npy"], tokens[split], sentence_counts[split] = _copy_split(folder / f"{split}.npy", spools[split], remap)
-        for split in ("valid", "test"):
-            if f"{split}.npy" not in files:
+            else:
                 (folder / f"{split}.npy").unlink(missing_ok=True)      # a test split of an earlier recipe
         files["words.tsv"] = _write_words(folder / "words.tsv", encoder.words, ranked, counts)
     except CtxlmError as exc:       # refused (the input or an option), not interrupted: the marker says why
@@ -152,7 +154,6 @@ def _prepare(recipe: Recipe, described: dict, folder: Path, command: str, log) -
     finally:
         for spool in spools.values():
             spool.unlink(missing_ok=True)
-    vocab = 2 + int(np.count_nonzero(counts[2:] >= recipe.min_count))
     seconds = time.time() - started
     manifest = {
         "format": FORMAT, "recipe": described, "inputs": len(recipe.inputs),
