@@ -27,13 +27,13 @@ PRESETS = ["daniluk/ptb-lstm", "daniluk/ptb-attention", "pham/ptb-cnn", "salton/
 MODES = {"default": {"CTXLM_ALLOCATOR": "default"}, "kept": {}}
 
 
-def child(preset: str, threads: int, warmup: int, batches: int) -> dict:
-    """Train `preset` in this process; the usage of batches warmup+1 .. warmup+batches."""
+def child(preset: str, threads: int, warmup: int, batches: int, overrides: tuple[str, ...] = ()) -> dict:
+    """Train `preset` (with `overrides`, `--set` style) in this process; the usage of batches warmup+1 .. warmup+batches."""
     from ctxlm.config import apply_overrides, load_toml
     from ctxlm.training.trainer import Trainer
 
     config = apply_overrides(load_toml(f"configs/{preset}.toml"),
-                             [f"train.threads={threads}", "train.epochs=1", "train.checkpoint_every=0"])
+                             [*overrides, f"train.threads={threads}", "train.epochs=1", "train.checkpoint_every=0"])
     marks = {}
 
     def on_batch(trainer, epoch, number):
