@@ -266,21 +266,22 @@ def test_per_branch_mapping_weights_as_one_matrix():
     assert dense[:9, :, 2:].abs().sum() == 0 and dense[9:, :, :2].abs().sum() == 0
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_per_branch_mapping_trains_to_the_bit_as_autograd_would(precision):
+@pytest.mark.parametrize("precision, dtype", [("fp32", torch.float32), ("bf16", torch.float32), ("bf16", torch.float64)])
+def test_per_branch_mapping_trains_to_the_bit_as_autograd_would(precision, dtype):
     """BranchMappings makes its own weight gradient (in the weight's layout, bench/branch_mappings.py): its output and
     the gradients of weight, bias and input equal autograd's through baddbmm(bias, x, weightᵀ) exactly, in float32
-    and under bf16 autocast, so rows trained before it was written train the same."""
+    and under bf16 autocast (which leaves float64 alone), at a batch of 128 windows of 16 positions as the presets
+    train, so rows trained before it was written train the same."""
     from ctxlm.models.feedforward import BranchMappings
 
     torch.manual_seed(0)
-    layer = BranchMappings(groups=2, positions=4, kernels=6, hidden=5)
+    layer = BranchMappings(groups=2, positions=16, kernels=24, hidden=40).to(dtype)
     for parameter in layer.parameters():
         torch.nn.init.uniform_(parameter, -0.5, 0.5)
-    flat, grad = torch.randn(7, 4 * 2 * 6, requires_grad=True), torch.randn(7, 2 * 5)
+    flat, grad = torch.randn(128, 16 * 2 * 24, dtype=dtype, requires_grad=True), torch.randn(128, 2 * 40, dtype=dtype)
 
     def autograd_product(flat):
-        per_branch = flat.view(-1, 4, 2, 6).transpose(0, 2).transpose(1, 2).flatten(2)
+        per_branch = flat.view(-1, 16, 2, 24).transpose(0, 2).transpose(1, 2).flatten(2)
         return torch.baddbmm(layer.bias.unsqueeze(1), per_branch, layer.weight.transpose(1, 2)).transpose(0, 1).flatten(1)
 
     results = []
@@ -290,7 +291,7 @@ def test_per_branch_mapping_trains_to_the_bit_as_autograd_would(precision):
         out.float().backward(grad)
         results.append([out, layer.weight.grad, layer.bias.grad, flat.grad])
         layer.weight.grad = layer.bias.grad = flat.grad = None
-    assert results[1][0].dtype == (torch.bfloat16 if precision == "bf16" else torch.float32)
+    assert results[1][0].dtype == (torch.bfloat16 if precision == "bf16" and dtype == torch.float32 else dtype)
     assert all(ours.dtype == theirs.dtype and torch.equal(ours, theirs) for theirs, ours in zip(*results))
 
 

@@ -209,6 +209,8 @@ def test_harness_num_fewshot_beyond_the_rules_is_one_line(runs):
     (lambda run: ctxlm.evaluate_stream(run.model, torch.tensor([[0, 1, 2]])), r"evaluate_stream: token ids must be a 1-D"),
     (lambda run: ctxlm.evaluate_stream(run.model, torch.tensor([0.0, 1.0])), r"evaluate_stream: token ids must be a 1-D"),
     (lambda run: ctxlm.evaluate_stream(run.model, torch.tensor([0, 1]), chunk=0), r"evaluate_stream: chunk must be an integer ≥ 1"),
+    (lambda run: ctxlm.evaluate_stream(run.model, torch.tensor([0, 1]), chunk=[0] * 5000), r"chunk must be an integer ≥ 1, got \[0, 0, [0, ]*\.\.\.$"),
+    (lambda run: ctxlm.evaluate_stream(run.model, torch.tensor([0, 1]), chunk=2**70), r"chunk must be an integer ≥ 1 that fits in 64 bits, got 11805"),
     (lambda run: ctxlm.evaluate_sentences(run.model, torch.tensor([0, 1]), 0), r"evaluate_sentences: sentences must be a list"),
     (lambda run: ctxlm.evaluate_sentences(run.model, [[2, 3, 0]], 0), r"evaluate_sentences: token ids must be a 1-D"),
 ])

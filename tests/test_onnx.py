@@ -130,6 +130,15 @@ def test_every_output_layer_exports(layer, folder, tmp_path):
     compare_streams(model, tmp_path / "m.onnx", False)
 
 
+def test_com_with_a_mapping_layer_per_branch_exports(folder, tmp_path):
+    """Pham's COM presets (`mapping_per_branch`): their mapping layer is an autograd function (models/feedforward.py)."""
+    config = config_of("com", folder)
+    config.model.options = dataclasses.replace(config.model.options, mapping_per_branch=True, channel_major=True, carry=True)
+    model = ready(config)
+    assert export_onnx(model, VOCAB, "com", tmp_path / "m.onnx")["max_difference"] <= TOLERANCE
+    compare_streams(model, tmp_path / "m.onnx", False)
+
+
 @pytest.mark.parametrize("name", REFUSED)
 def test_a_family_that_cannot_be_exported_is_refused_with_its_reason(name, folder, tmp_path):
     config = config_of(name, folder)

@@ -339,8 +339,12 @@ def test_an_empty_held_out_file_or_a_vocabulary_of_one_is_refused(text, tmp_path
     one_line_error(run_ctxlm("prepare", "text", text["train"], "--valid-sentences", "99.99%", "--out", tmp_path / "p"),
                    "--valid-sentences 99.99% (", "hold out fewer")
     one_line_error(run_ctxlm("prepare", "text", text["train"], "--valid-sentences", "5", "--min-count", "1000000", "--out", tmp_path / "m"),
-                   "--min-count 1000000: no training word occurs that often, leaving no word beside <eos> and <unk>")
-    assert not any((tmp_path / name).exists() for name in "etvpm")
+                   "the training split has no word beside <eos> and <unk>: none is seen 1000000 times (--min-count); give a smaller --min-count")
+    only_unknown = tmp_path / "unknown.txt"         # what is left to train on is <unk> alone
+    only_unknown.write_text("<unk> <unk>\nfoo bar\n")
+    one_line_error(run_ctxlm("prepare", "text", only_unknown, "--valid-sentences", "1", "--seed", "2", "--out", tmp_path / "u"),
+                   "the training split has no word beside <eos> and <unk>: give more text, or hold out fewer sentences")
+    assert not any((tmp_path / name).exists() for name in "etvpmu")
 
 
 def test_a_file_read_twice_is_refused(text, tmp_path):

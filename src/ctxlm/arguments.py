@@ -8,9 +8,9 @@ from pathlib import Path
 
 import torch
 
-from .checks import SEED, argument
+from .checks import SEED, argument, shown
 from .errors import CtxlmError
-from .evaluation.texts import is_id_vector, shown
+from .evaluation.texts import is_id_vector
 
 
 def check_instance(value, kind: type, name: str, what: str) -> None:

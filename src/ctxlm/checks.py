@@ -180,7 +180,7 @@ RULES = {
     "rescore.penalty": Rule(float, in_range(-1e6, 1e6), "rescore --penalty, --penalties"),
     "harness.num_fewshot": Rule(int, in_range(0, 1000), "harness --num-fewshot"),
     "reproduce.stop_after": Rule(float, in_range(0, 1e9, low_open=True), "reproduce --stop-after (seconds)"),
-    "api.count": Rule(int, at_least(1), "batch_size of Run.score and the like; batch_size, chunk of evaluate_stream, evaluate_sentences"),
+    "api.count": Rule(int, at_least(1), "batch_size of Run.score and the like, of evaluate_sentences; batch_size, chunk of evaluate_stream"),
     "table.band": Rule(float, in_range(0, 1), "band of a reproduction table"),
     "table.perplexity": Rule(float, at_least(1), "test_ppl, valid_ppl, train_ppl, below of a table or record"),
     "table.accuracy": Rule(float, in_range(0, 100), "accuracy (percent) of a table or record"),
@@ -195,13 +195,20 @@ def argument(rule: str, value: Any, name: str) -> Any:
     typed = isinstance(value, numbers.Integral if kind is int else numbers.Real) and not isinstance(value, bool)
     result = kind(value) if typed else None
     if result is None or not RULES[rule].allowed.admits(result):
-        raise InvalidValue(f"{name} must be {RULES[rule].describe()}, got {value!r}")
+        too_big = kind is int and result is not None and not INT64[0] <= result <= INT64[1]
+        raise InvalidValue(f"{name} must be {RULES[rule].describe()}{' that fits in 64 bits' if too_big else ''}, got {shown(value)}")
     return result
 
 
 def rule_option(rule: str):
     """argparse `type=` for an option that follows `RULES[rule]`."""
     return option(RULES[rule].kind, RULES[rule].allowed)
+
+
+def shown(value) -> str:
+    """A value's repr, cut to 40 characters (for messages)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def safe_exp(x: float) -> float:

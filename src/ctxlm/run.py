@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from .arguments import check_batch_size, check_device, check_ids, check_instance, run_folder, seeded
-from .checks import safe_exp
+from .checks import safe_exp, shown
 from .config import Config
 from .data.text import APPROXIMATE, WHITESPACE, TextRecipe, file_tokens, note_once
 from .data.vocab import EOS, Vocabulary
@@ -30,7 +30,7 @@ from .evaluation.dynamic import DynamicSetting, DynamicWeights, stored_mean_squa
 from .evaluation.lambada import not_answers
 from .evaluation.scoring import score_item, score_sentences, score_stream
 from .evaluation.start import start_for
-from .evaluation.texts import check_text, read_texts, shown
+from .evaluation.texts import check_text, read_texts
 from .generate import sample
 from .models.base import LanguageModel, build_model
 from .models.cache import CacheSettings, NeuralCache

@@ -134,7 +134,7 @@ def _prepare(recipe: Recipe, described: dict, folder: Path, command: str, log) -
             counts -= held.counts(len(counts))
         vocab = 2 + int(np.count_nonzero(counts[2:] >= recipe.min_count))
         if vocab == 2:          # every word would be <unk>: a perplexity that says nothing
-            raise CtxlmError(f"--min-count {recipe.min_count}: no training word occurs that often, leaving no word beside <eos> and <unk>; give a smaller one")
+            raise CtxlmError("the training split has no word beside <eos> and <unk>: " + (f"none is seen {recipe.min_count} times (--min-count); give a smaller --min-count" if recipe.min_count > 1 else "give more text, or hold out fewer sentences"))
         ids = np.arange(len(encoder.words))[2:]
         ranked = [0, 1] + sorted(ids.tolist(), key=lambda i: (-counts[i], encoder.words[i]))
         remap = np.empty(len(encoder.words), dtype=np.int32)

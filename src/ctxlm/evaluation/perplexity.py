@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from ..checks import argument, safe_exp
+from ..checks import argument, safe_exp, shown
 from ..data.batching import IGNORE, SentenceBatches, Sentences, SpooledStreamBatches, StreamBatches, spool_ids
 from ..data.load import sentences_of
 from ..data.text import TextRecipe, file_tokens
@@ -20,7 +20,7 @@ from ..io import Progress
 from ..models.base import LanguageModel
 from .dynamic import DynamicWeights
 from .scoring import score_sentences, stream_log_probs
-from .texts import is_id_vector, shown
+from .texts import is_id_vector
 
 
 def _accumulate(model, batches, device, carry: bool, desc: str | None = None, total: int | None = None) -> dict[str, float]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from ..checks import shown
 from ..data.corpus import gutenberg_sentences, iter_lines, passage_sentences
 from ..data.text import SENTENCES
 from ..errors import CtxlmError
@@ -77,12 +78,6 @@ def is_id_vector(value) -> bool:
     """Whether `value` is a 1-D integer tensor (token ids)."""
     return isinstance(value, torch.Tensor) and value.dim() == 1 and not (
         value.dtype.is_floating_point or value.dtype == torch.bool or value.is_complex())
-
-
-def shown(value) -> str:
-    """A value's repr, cut to 40 characters (for messages)."""
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _blank(path: Path) -> bool:

@@ -11,8 +11,8 @@ from importlib import resources
 
 import torch
 
+from ..checks import shown
 from ..errors import CtxlmError
-from ..evaluation.texts import shown
 from ..jsonio import json_text
 from .scoring import MAX_TOKENS, MAX_TOP_K, RequestError, load_runs, score, text_recipe
 

@@ -286,10 +286,11 @@ class BranchMappings(nn.Module):
         per_branch = flat.view(-1, self.positions, self.groups, self.kernels).transpose(0, 2)   # [G, n, N, k]
         per_branch = per_branch.transpose(1, 2).flatten(2)                                      # [G, N, n·k]
         device = flat.device.type
-        if torch.is_autocast_enabled(device):           # autocast's casts, made here: the product runs outside it
-            low = torch.get_autocast_dtype(device)
+        if device in ("cpu", "cuda") and torch.is_autocast_enabled(device):    # autocast's casts, made here (float64 it
+            low = torch.get_autocast_dtype(device)                              # leaves); the product runs outside it
+            cast = [t if t.dtype == torch.float64 else t.to(low) for t in (self.bias, per_branch, self.weight)]
             with torch.autocast(device, enabled=False):
-                out = _BranchProduct.apply(self.bias.to(low), per_branch.to(low), self.weight.to(low))
+                out = _BranchProduct.apply(*cast)
         else:
             out = _BranchProduct.apply(self.bias, per_branch, self.weight)                      # [G, N, H]
         return out.transpose(0, 1).flatten(1)
