@@ -315,6 +315,14 @@ def test_a_set_value_quoted_as_in_toml_is_the_string_inside(given, value):
     assert getattr(apply_overrides(Config(), [given]).data, key) == value
 
 
+@pytest.mark.parametrize("given", ['train.epochs="3"', "train.lr='0.5'", 'model.tie_weights="true"'])
+def test_a_set_value_quoted_as_in_toml_is_no_number_nor_truth_value(given):
+    """As in a preset (`epochs = "3"` is refused): docs/configuration.md."""
+    with pytest.raises(CtxlmError, match=r"--set: .* \(a quoted string: write it without quotes\)"):
+        apply_overrides(Config(), [given])
+    assert apply_overrides(Config(), [given.replace('"', "").replace("'", "")])
+
+
 def test_a_set_value_quoted_but_no_toml_string_is_refused():
     with pytest.raises(CtxlmError, match=r"the value is quoted but not a TOML string .*write it without the quotes"):
         apply_overrides(Config(), ['data.train="C:\\data\\x.txt"'])

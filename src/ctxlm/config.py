@@ -288,22 +288,23 @@ def apply_overrides(config: Config, overrides: list[str]) -> Config:
         section, dot, key = name.strip().partition(".")
         if not sep or not dot:
             raise CtxlmError(f"--set {item!r}: expected section.key=value, e.g. --set train.epochs=3")
-        parsed.append((section, key.strip(), _unquoted(value.strip(), item)))
-    for section, key, value in sorted(parsed, key=lambda p: (p[0], p[1]) != ("model", "name")):      # stable
-        apply(config, section, key, value, "--set")
+        parsed.append((section, key.strip(), *_unquoted(value.strip(), item)))
+    for section, key, value, quoted in sorted(parsed, key=lambda p: (p[0], p[1]) != ("model", "name")):      # stable
+        apply(config, section, key, value, "--set", strict=quoted)      # a quoted value is a string, as in a file
     return config
 
 
-def _unquoted(value: str, item: str) -> str:
-    """A value quoted as in a TOML file is the string inside: `--set 'data.sentence_ends=". ? !"'` sets the three
-    tokens, not `". ? !"` with its quotes; "…" reads TOML's escapes. Brown's closing quote `''` and values such as
+def _unquoted(value: str, item: str) -> tuple[str, bool]:
+    """(the value, whether it was a TOML string). A value quoted as in a TOML file is the string inside:
+    `--set 'data.sentence_ends=". ? !"'` sets the three tokens, not `". ? !"` with its quotes; "…" reads TOML's
+    escapes; and, as in a file, it is no number or truth value. Brown's closing quote `''` and values such as
     `'' . ''` (no TOML string) stay as written."""
     if len(value) < 2 or value[0] != value[-1] or value[0] not in "\"'" or value == "''":
-        return value
+        return value, False
     try:
-        return tomllib.loads(f"v = {value}")["v"]
+        return tomllib.loads(f"v = {value}")["v"], True
     except tomllib.TOMLDecodeError as exc:
         if value[0] == "'":
-            return value
+            return value, False
         raise CtxlmError(f"--set {item!r}: the value is quoted but not a TOML string ({exc}); write it without the "
                          "quotes, or with \\\\ for each backslash") from None
