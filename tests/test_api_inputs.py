@@ -61,6 +61,8 @@ def test_a_path_is_read_as_eval_file_reads_it(runs, lstm, tmp_path):
     assert -document_total(lstm, path) == pytest.approx(eval_file(runs["lstm"], path)["nll"], rel=1e-12, abs=0)
     assert [s.tokens for s in lstm.score(path)] == [s.tokens for s in lstm.score(path.read_text(encoding="utf-8"))]
     assert lstm.score(path)[0].tokens == ["the", "cat", "sat", "<eos>"]             # the byte-order mark dropped
+    with open(path, encoding="utf-8") as lines:                                     # and from open()'s first line
+        assert [s.log_probs for s in lstm.score(lines)] == [s.log_probs for s in lstm.score(path)]
 
 
 def test_a_list_item_is_one_line_and_a_line_break_inside_it_is_refused(lstm):

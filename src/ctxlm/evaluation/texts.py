@@ -37,6 +37,7 @@ def read_texts(texts, rule: str, name: str) -> Iterator[tuple[str, bool]]:
                          "give its pathlib.Path)")
     for number, text in enumerate(texts, 1):
         check_text(text, f"{name}: text {number}")
+        text = text[1:] if number == 1 and text.startswith("\ufeff") else text     # open(path)'s first line: as a file's
         yield one_line(text, f"{name}: text {number}"), False
 
 
