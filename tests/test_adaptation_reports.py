@@ -2,6 +2,7 @@
 predictions as its row (SPEC §0.2 rule 6), a tuning that helped nothing recorded without a choice, and a note
 wherever a sentence-trained run is read as one stream."""
 import json
+import math
 import shutil
 
 import pytest
@@ -62,6 +63,17 @@ def test_names_go_with_a_file_and_refuse_several_streams(runs, tmp_path):
     none = names_file(tmp_path, ("Zebra", "Quux"))
     one_line_error(ctxlm("eval", runs["lstm"], "--split", "valid", "--names", none), f"--names {none}",
                    "none of its 2 words is in the vocabulary")
+
+
+def test_names_of_the_vocabulary_that_no_target_is_are_said_to_be_none(capsys):
+    from ctxlm.cli.common import print_perplexities
+    from ctxlm.evaluation.names import names_perplexity
+
+    named = names_perplexity(torch.tensor([-1.0, -2.0]), torch.tensor([0, 3, 4]), torch.tensor([False, False, True, False, False]))
+    assert named["tokens"] == 0 and str(named["nll"]) == "0.0" and math.isnan(named["ppl"])
+    print_perplexities({"valid": {"tokens": 2, "nll": 3.0, "ppl": 4.4817, "names": named}})
+    assert capsys.readouterr().out.splitlines()[-1].split() == ["names", "0", "(no", "target", "of", "valid", "is", "in",
+                                                                "the", "names", "list)"]
 
 
 def test_a_cache_grid_that_helps_nothing_records_no_choice(runs, tmp_path):

@@ -217,7 +217,10 @@ def print_perplexities(results: dict) -> None:
             print(f"  ({name}: some target has probability 0, e.g. a word outside a model without <unk>)")
         if "names" in r:
             n = r["names"]
-            print(f"{'  names':<12}{n['tokens']:>10,}{n['nll'] / max(n['tokens'], 1):>11.4f}{n['ppl']:>12.2f}")
+            if not n["tokens"]:
+                print(f"{'  names':<12}{0:>10}   (no target of {name} is in the names list)")
+                continue
+            print(f"{'  names':<12}{n['tokens']:>10,}{n['nll'] / n['tokens']:>11.4f}{n['ppl']:>12.2f}")
 
 
 SWITCHED = {"cache": ("cache_window", "cache_theta", "cache_lambda"),

@@ -10,5 +10,5 @@ def names_perplexity(log_probs: torch.Tensor, ids: torch.Tensor, is_name: torch.
     """{tokens, nll, ppl} over the targets ids[1:] that are names; `log_probs` aligned with those targets."""
     mask = is_name[ids[1:]]
     count = int(mask.sum())
-    nll = -float(log_probs[mask].sum())
+    nll = -float(log_probs[mask].sum()) if count else 0.0
     return {"tokens": count, "nll": nll, "ppl": safe_exp(nll / count) if count else float("nan")}
