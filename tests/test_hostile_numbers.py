@@ -183,6 +183,13 @@ def test_prepare_refuses_numbers_that_make_a_wrong_folder(tmp_path, text_file, a
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
+def test_only_the_test_split_may_be_left_out(tmp_path, text_file):
+    valid = one_line_error(run_ctxlm("prepare", "text", text_file, "--out", tmp_path / "out", "--valid-sentences", "0"))
+    test = one_line_error(run_ctxlm("prepare", "text", text_file, "--out", tmp_path / "out", "--valid-sentences", "2",
+                                    "--test-sentences", "0%"))
+    assert valid.endswith("(e.g. 1%)") and test.endswith("(e.g. 1%); leave the option out for no such split")
+
+
 def test_harness_num_fewshot_beyond_the_rules_is_one_line(runs):
     one_line_error(run_ctxlm("harness", runs["lstm"], "--tasks", "lambada_local", "--num-fewshot", "1000000"),
                    "argument --num-fewshot: must be an integer in [0, 1000]")

@@ -265,8 +265,8 @@ def _amount(rule: str, sentences: int, option: str) -> int:
     except (ValueError, OverflowError):
         amount = -1
     if amount < 0 or (share is not None and not 0 < share < 100) or (share is None and amount == 0):
-        raise CtxlmError(f"{option} {rule}: give a number of sentences ≥ 1 (e.g. 3000) or a percentage in (0, 100) "
-                         "(e.g. 1%); leave the option out for no such split")
+        raise CtxlmError(f"{option} {rule}: give a number of sentences ≥ 1 (e.g. 3000) or a percentage in (0, 100) (e.g. 1%)"
+                         + ("" if option == "--valid-sentences" else "; leave the option out for no such split"))
     if sentences and amount == 0:
         raise CtxlmError(f"{option} {rule}: {rule} of the corpus's {sentences:,} sentences is none; hold out at least "
                          "one sentence (a larger percentage, or a number)")
