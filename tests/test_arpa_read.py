@@ -107,6 +107,16 @@ def test_an_export_reads_back_to_its_own_keys_and_vocabulary(tmp_path):
         assert np.allclose(ours.log_backoff, theirs.log_backoff, rtol=0, atol=1e-7 * LN10)
 
 
+def test_an_export_named_gz_is_gzip_compressed(tmp_path):
+    """As KenLM and SRILM read a .gz name: the same bytes as the plain export, compressed."""
+    import gzip
+
+    model, vocab = estimated(3, 4)
+    write_arpa(model, vocab, tmp_path / "m.arpa")
+    write_arpa(model, vocab, tmp_path / "m.arpa.gz")
+    assert gzip.decompress((tmp_path / "m.arpa.gz").read_bytes()) == (tmp_path / "m.arpa").read_bytes()
+
+
 def test_a_hand_written_arpa_gives_these_tables(tmp_path):
     (tmp_path / "m.arpa").write_text("\\data\\\nngram 1=4\nngram 2=2\n\n\\1-grams:\n-1.0\t</s>\n-99\t<s>\t-0.5\n"
                                      "-0.5\tb\t-0.25\n-0.75 a -0.1\n\n\\2-grams:\n-0.3\t<s> a\n-0.2\ta b\n\\end\\\n")

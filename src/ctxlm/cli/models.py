@@ -65,7 +65,7 @@ def cmd_info(args) -> int:
 def add_export_arpa(sub) -> None:
     p = sub.add_parser("export-arpa", help="write an n-gram run as an ARPA file (KenLM, SRILM can read it)")
     run_argument(p, "run directory of a kneser-ney model")
-    p.add_argument("output", help="ARPA file to write")
+    p.add_argument("output", help="ARPA file to write (a name ending in .gz: gzip-compressed)")
     p.set_defaults(func=cmd_export_arpa)
 
 

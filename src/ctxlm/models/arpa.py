@@ -6,6 +6,7 @@ as `</s>`; `<s>` is the context-only start symbol (log p = -99). Importing build
 """
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,8 @@ __all__ = ["LN10", "read_arpa", "write_arpa"]
 
 
 def write_arpa(model: KneserNeyLM, vocab: Vocabulary, path: str | Path, progress=lambda ngrams: None) -> None:
-    """Write the model's tables as an ARPA file (log10, 7 decimals; lines built for whole arrays, arpa_lines.py)."""
+    """Write the model's tables as an ARPA file (log10, 7 decimals; lines built for whole arrays, arpa_lines.py),
+    gzip-compressed where `path` ends in .gz (as KenLM and SRILM read such a name)."""
     from ..io import atomic_write
 
     reserved = [w for w in ("<s>", "</s>") if w in vocab]
@@ -37,7 +39,7 @@ def write_arpa(model: KneserNeyLM, vocab: Vocabulary, path: str | Path, progress
         words.append(ids)
 
     def write(tmp):
-        with open(tmp, "wb") as out:
+        with (gzip.open(tmp, "wb", compresslevel=6) if str(path).endswith(".gz") else open(tmp, "wb")) as out:
             out.write(b"\\data\\\n")
             for n, table in enumerate(model.tables, 1):
                 out.write(f"ngram {n}={table.keys.size}\n".encode())
