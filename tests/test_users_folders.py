@@ -166,3 +166,13 @@ def test_mix_and_the_rms_rule_name_a_moved_file_with_the_key_to_edit(world):
     train.rename(world / "corpus" / "moved.txt")
     one_line_error(run_ctxlm("eval", world / "lstm", "--dynamic", "--dynamic-rule", "rms", "--split", "test"),
                    f"{train}: not found (data.train in {config})", "edit data.train there if it moved")
+
+
+def test_a_new_run_naming_no_file_says_to_give_one(tmp_path):
+    """A typo in a fresh run's data.train is not a file that moved."""
+    (tmp_path / "valid.txt").write_text("a b c\n")
+    one_line_error(run_ctxlm("train", "--config", "configs/ngram/ptb-kn5.toml", "--set", "data.dataset=files", "--set",
+                             f"data.train={tmp_path / 'nope.txt'}", "--set", f"data.valid={tmp_path / 'valid.txt'}",
+                             "--run-dir", tmp_path / "run"),
+                   f"{tmp_path / 'nope.txt'}: not found (data.train): give the path of an existing file")
+    assert not (tmp_path / "run").exists()

@@ -87,8 +87,8 @@ def _line_splits(path_of: Callable[[str], Path], splits, max_train_tokens: int) 
 def _named_file(paths: dict[str, Path], split: str) -> Path:
     """The file of `data.<split>`; one that is gone is one line naming the key."""
     if not paths[split].exists():
-        raise CtxlmError(f"{paths[split]}: not found (data.{split} in the config): put it back, or edit data.{split} "
-                         "if it moved")
+        raise CtxlmError(f"{paths[split]}: not found (data.{split}): give the path of an existing file (a run's file that "
+                         f"moved: put it back, or edit data.{split} in its config.toml)")
     return paths[split]
 
 
