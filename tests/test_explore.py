@@ -337,6 +337,46 @@ def test_page_in_a_real_browser(run_dirs, browser, tmp_path):
         server.server_close()
 
 
+def test_the_page_shows_a_word_of_probability_0(run_dirs, browser, tmp_path):
+    """An imported ARPA file without <unk>: the API sends null for the word's log-probability and the perplexity;
+    the page shows ∞, colours the word as the most surprising, and compares and exports without a script error."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from ctxlm.training.count import import_arpa
+
+    (tmp_path / "u.arpa").write_text("\\data\\\nngram 1=3\n\n\\1-grams:\n-0.5 </s>\n-0.3 the\n-99 <s>\n\n\\end\\\n")
+    import_arpa(tmp_path / "u.arpa", tmp_path / "unigram", [], warn=lambda *a: None)
+    server = ExploreServer(load_runs([run_dirs[0], tmp_path / "unigram"]), "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        _, answer = request(server, "POST", "/api/score", {"text": "the zebra"})
+        assert answer["runs"][1]["log_probs"][1] is None and answer["runs"][1]["ppl"] is None
+        wait, find = WebDriverWait(browser, 20), browser.find_element
+        browser.get(server.url)
+        wait.until(lambda b: "2 runs" in find(By.ID, "runs-info").text)
+        find(By.ID, "text").send_keys("the zebra")
+        find(By.ID, "score").click()
+        wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, ".run .tok")) == 6)
+        runs = browser.find_elements(By.CSS_SELECTOR, ".run")
+        assert runs[1].find_element(By.CSS_SELECTOR, ".ppl").text == "∞"
+        zebra = runs[1].find_elements(By.CSS_SELECTOR, ".tok")[1]
+        assert "∞" in zebra.get_attribute("title")
+        darkest = max((s.value_of_css_property("background-color") for s in runs[0].find_elements(By.CSS_SELECTOR, ".tok")),
+                      key=lambda colour: -sum(int(v) for v in colour[5:-1].split(",")[:3]))
+        assert sum(map(int, zebra.value_of_css_property("background-color")[5:-1].split(",")[:3])) <= \
+            sum(map(int, darkest[5:-1].split(",")[:3]))
+        zebra.click()
+        assert "p = 0," in runs[1].find_element(By.CSS_SELECTOR, ".detail").text
+        assert "∞" in find(By.ID, "compare-summary").text
+        find(By.ID, "export-svg").click()
+        wait.until(lambda b: (tmp_path / "downloads" / "ctxlm-explore.svg").exists())
+        assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_cache_runs_show_their_weights_and_attention(run_dirs):
     """`explore --cache`: each neural run also as RUN + cache; its log-probs are the cache wrapper's."""
     runs = load_runs(run_dirs[:1], cache=True)

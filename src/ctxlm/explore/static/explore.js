@@ -36,8 +36,11 @@
     ramp(d > 0 ? ["#ffffff", "#f4a582", "#b2182b"] : ["#ffffff", "#92c5de", "#2166ac"], differenceShade(d, threshold));
   const differenceInk = (d, threshold) => (differenceShade(d, threshold) > 0.7 ? "#fff" : "#1d2530");
   const label = (token) => (token === "<eos>" ? "↵" : token);
-  const fmtP = (p) => (p >= 0.001 ? p.toFixed(3) : p.toExponential(1));
-  const surprisals = (run) => run.log_probs.map((lp) => -lp);
+  const fmtP = (p) => (p >= 0.001 ? p.toFixed(3) : p > 0 ? p.toExponential(1) : "0");
+  const surprisals = (run) => run.log_probs.map((lp) => (lp === null ? Infinity : -lp));   // null: probability 0
+  const nats = (s) => (Number.isFinite(s) ? s.toFixed(2) : "∞");
+  const pplText = (ppl) => (ppl === null ? "∞" : ppl.toFixed(2));
+  const surprisalDelta = (sa, sb) => sb.map((s, i) => (s === sa[i] ? 0 : s - sa[i]));      // ∞ − ∞: no difference
   function bar(p) {
     const span = el("span", { class: "bar" });
     span.style.width = `${Math.max(1, Math.round(p * 120))}px`;
@@ -120,12 +123,12 @@
       const s = surprisals(run);
       const tokens = el("div", { class: "tokens" });
       const spans = tokenSpans(tokens, (i) => [surprisalColour(s[i]), inkOn(s[i]),
-        `${data.tokens[i]}${run.unknown[i] ? " (scored as <unk>)" : ""}: −ln p = ${s[i].toFixed(2)}`,
+        `${data.tokens[i]}${run.unknown[i] ? " (scored as <unk>)" : ""}: −ln p = ${nats(s[i])}`,
         run.unknown[i] ? " unk" : ""]);
       const detail = el("div", { class: "detail" }, el("p", { class: "empty" }, "Hover over a word to see what the model expected there."));
       results.append(el("div", { class: "run", "data-run": run.run },
         el("h2", {}, `${run.run} `, el("small", {}, run.model)),
-        el("div", { class: "stats" }, "perplexity ", el("b", { class: "ppl" }, run.ppl.toFixed(2)),
+        el("div", { class: "stats" }, "perplexity ", el("b", { class: "ppl" }, pplText(run.ppl)),
            ` · ${run.tokens.toLocaleString()} tokens · ${run.unknown_count} unknown`),
         tokens, detail));
       views.push({ run, spans, detail });
@@ -163,7 +166,7 @@
     const token = data.tokens[i], lp = run.log_probs[i], actual = run.unknown[i] ? "<unk>" : token;
     const before = data.tokens.slice(Math.max(0, i - 6), i).map(label).join(" ");
     const parts = [el("p", {}, `#${i + 1} `, el("b", {}, token), run.unknown[i] ? " (scored as <unk>)" : "",
-      `: p = ${fmtP(Math.exp(lp))}, −ln p = ${(-lp).toFixed(2)}`,
+      `: p = ${fmtP(lp === null ? 0 : Math.exp(lp))}, −ln p = ${nats(lp === null ? Infinity : -lp)}`,
       run.rank ? `, rank ${run.rank[i].toLocaleString()} of ${run.vocab_size.toLocaleString()}` : "",
       el("br"), el("span", { class: "hint" }, `after “${before ? "… " + before : "<eos>"}”`))];
     const panes = [];
@@ -225,24 +228,24 @@
     views = views.filter((view) => view.detail);
     const [a, b] = ["compare-a", "compare-b"].map((id) => data.runs.find((run) => run.run === $(id).value));
     const threshold = Number($("threshold").value) || 0;
-    const sa = surprisals(a), sb = surprisals(b), delta = sb.map((s, i) => s - sa[i]);
+    const sa = surprisals(a), sb = surprisals(b), delta = surprisalDelta(sa, sb);
     const tokens = $("compare-tokens");
     tokens.replaceWith(tokens.cloneNode(false));        // drop the old listeners with the old spans
     const fresh = $("compare-tokens");
     const spans = tokenSpans(fresh, (i) => [differenceColour(delta[i], threshold), differenceInk(delta[i], threshold),
-      `${data.tokens[i]}: ${a.run} ${sa[i].toFixed(2)}, ${b.run} ${sb[i].toFixed(2)}, Δ ${delta[i].toFixed(2)} nats`,
+      `${data.tokens[i]}: ${a.run} ${nats(sa[i])}, ${b.run} ${nats(sb[i])}, Δ ${nats(delta[i])} nats`,
       Math.abs(delta[i]) >= threshold ? " big" : ""]);
     views.push({ run: null, spans, detail: null });
     const more = delta.filter((d) => d >= threshold).length, less = delta.filter((d) => d <= -threshold).length;
     $("compare-summary").textContent = `Red: ${b.run} at least ${threshold} nats more surprised than ${a.run} ` +
       `(${more} tokens). Blue: ${a.run} at least ${threshold} nats more surprised than ${b.run} (${less} tokens). ` +
-      `Perplexity ${a.ppl.toFixed(2)} (${a.run}) vs ` +
-      `${b.ppl.toFixed(2)} (${b.run}).` + (a.vocab_size !== b.vocab_size || a.unknown_count !== b.unknown_count ?
+      `Perplexity ${pplText(a.ppl)} (${a.run}) vs ` +
+      `${pplText(b.ppl)} (${b.run}).` + (a.vocab_size !== b.vocab_size || a.unknown_count !== b.unknown_count ?
       " The vocabularies differ: a word unknown to a run is scored as <unk> there." : "");
     const order = delta.map((d, i) => i).sort((i, j) => Math.abs(delta[j]) - Math.abs(delta[i])).slice(0, 10);
     $("compare-top").replaceChildren(...order.map((i) => {
       const item = el("li", {}, el("b", {}, label(data.tokens[i])), ` (#${i + 1}): ${delta[i] > 0 ? b.run : a.run} ` +
-        `${Math.abs(delta[i]).toFixed(2)} nats more surprised`);
+        `${nats(Math.abs(delta[i]))} nats more surprised`);
       item.addEventListener("click", () => { pinned = true; select(i, true); });
       return item;
     }));
@@ -281,15 +284,15 @@
     };
     for (const run of data.runs) {
       const s = surprisals(run);
-      block(`${run.run} (${run.model}): perplexity ${run.ppl.toFixed(2)}, ${run.tokens} tokens, ${run.unknown_count} unknown`,
+      block(`${run.run} (${run.model}): perplexity ${pplText(run.ppl)}, ${run.tokens} tokens, ${run.unknown_count} unknown`,
             (i) => [surprisalColour(s[i]), inkOn(s[i]), run.unknown[i]]);
     }
     if (!$("compare").hidden) {
       const [a, b] = ["compare-a", "compare-b"].map((id) => data.runs.find((run) => run.run === $(id).value));
       const threshold = Number($("threshold").value) || 0;
+      const delta = surprisalDelta(surprisals(a), surprisals(b));
       block(`Δ surprisal ${b.run} − ${a.run} (red: ${b.run} more surprised)`,
-            (i) => [differenceColour(a.log_probs[i] - b.log_probs[i], threshold),
-                    differenceInk(a.log_probs[i] - b.log_probs[i], threshold), false]);
+            (i) => [differenceColour(delta[i], threshold), differenceInk(delta[i], threshold), false]);
     }
     items.push({ text: "colour: surprisal −ln p in nats, 0 (light) to 16+ (dark red); dashed: scored as <unk>",
                  x: pad, y: y + 4, font: "12px system-ui, 'DejaVu Sans', sans-serif", ink: "#5d6875" });
