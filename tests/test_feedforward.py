@@ -254,6 +254,16 @@ def test_weights_positions_and_lesion_by_hand():
     assert result["exponent"] == pytest.approx(slope, abs=1e-4)
 
 
+def test_kernel_ngrams_number_the_kernels_of_all_branches_as_kernels_takes_them():
+    """`--kernels 3` of a COM model with 2 kernels per width is the first kernel of its w = 5 branch: labelled 3."""
+    from types import SimpleNamespace
+
+    from ctxlm.analysis.feedforward import top_ngrams
+
+    rows = top_ngrams(make("com", context=3, kernels=2), SimpleNamespace(eos=0, words=[f"w{i}" for i in range(V)]), stream(40, 1))
+    assert [(r["number"], r["width"], r["kernel"]) for r in rows] == [(1, 3, 0), (2, 3, 1), (3, 5, 0), (4, 5, 1)]
+
+
 def test_per_branch_mapping_weights_as_one_matrix():
     """The analyses read mapping_weight() [H, n, F]; with one mapping layer per branch it is block-structured:
     applied to the features it gives the layer's own output, and each unit reads only its branch's kernels."""

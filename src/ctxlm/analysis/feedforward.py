@@ -44,7 +44,8 @@ def convolutional_families() -> list[str]:
 def top_ngrams(model, vocab, ids: torch.Tensor, top: int = 5) -> list[dict]:
     """For every first-layer kernel of every branch, the `top` distinct w-grams of `ids` with the highest
     response: the kernel applied to the w stacked embeddings plus its bias, before batch norm and ReLU
-    (SPEC §5.4.1 REC). N-grams that contain `<eos>` are skipped: they are not text. With position
+    (SPEC §5.4.1 REC); `number` counts the kernels of all branches from 1 (as `--kernels`), `kernel` within the
+    branch from 0. N-grams that contain `<eos>` are skipped: they are not text. With position
     embeddings the words' share of the input (0.9 E x) is read, the position's left out."""
     embedded = model.word_scale * model.embedding.weight.detach()[ids].T.unsqueeze(0)   # [1, emb, N]
     rows = []
@@ -63,7 +64,7 @@ def top_ngrams(model, vocab, ids: torch.Tensor, top: int = 5) -> list[dict]:
                 if key not in seen:
                     seen.add(key)
                     best.append({"ngram": " ".join(vocab.words[i] for i in key), "activation": round(float(scores[j]), 5)})
-            rows.append({"branch": branch, "width": width, "kernel": kernel, "top": best})
+            rows.append({"number": len(rows) + 1, "branch": branch, "width": width, "kernel": kernel, "top": best})
     return rows
 
 
@@ -109,7 +110,7 @@ def plot_ngrams(rows: list[dict], path: str | Path) -> None:
         labels = [g["ngram"] for g in row["top"]][::-1]
         ax.barh(range(len(labels)), [g["activation"] for g in row["top"]][::-1], color="tab:blue")
         ax.set_yticks(range(len(labels)), labels, fontsize=8)
-        ax.set_title(f"kernel {row['kernel'] + 1} (w = {row['width']})", fontsize=9)
+        ax.set_title(f"kernel {row['number']} (w = {row['width']})", fontsize=9)
         ax.tick_params(axis="x", labelsize=7)
     for ax in list(axes.flat)[len(rows):]:
         ax.axis("off")

@@ -258,7 +258,7 @@ def cmd_kernel_ngrams(args) -> int:
     write_json(rows, out / "kernel_ngrams.json")
     plot_ngrams(shown, out / "kernel_ngrams.png")
     for row in shown:
-        print(f"kernel {row['kernel'] + 1:>4} (w = {row['width']}): " + "; ".join(g["ngram"] for g in row["top"]))
+        print(f"kernel {row['number']:>4} (w = {row['width']}): " + "; ".join(g["ngram"] for g in row["top"]))
     print(f"wrote {out / 'kernel_ngrams.png'} and {out / 'kernel_ngrams.json'} (all {len(rows)} kernels, {args.split} split)")
     return 0
 
