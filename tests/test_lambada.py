@@ -107,6 +107,10 @@ def test_names_command_reads_folders_recursively(tmp_path):
     assert (tmp_path / "names.txt").read_text() == "holmes\nwatson\n" and "from 2 files" in done.stdout
     usage = " ".join(ctxlm("names", "--help").stdout.split())
     assert "(default 5)" in usage and "(default 0.9)" in usage
+    from conftest import one_line_error
+    one_line_error(ctxlm("names", tmp_path / "books", tmp_path / "books" / "a.txt", "--out", tmp_path / "twice.txt"),
+                   f"FILE {tmp_path / 'books' / 'a.txt'}: read twice", "give each file once")
+    assert not (tmp_path / "twice.txt").exists()
 
 
 def test_lambada_command_on_a_trained_run(tmp_path, corpus):

@@ -159,6 +159,11 @@ def cmd_names(args) -> int:
     from ..evaluation.lambada import capitalised_words
 
     paths = [p for given in args.files for p in (input_files([given], "FILE") if Path(given).is_dir() else [Path(given)])]
+    seen: dict = {}
+    for path in paths:
+        if seen.setdefault(path.resolve(), path) is not path:
+            raise CtxlmError(f"FILE {path}: read twice (named twice, or a file inside a folder named too; also as "
+                             f"{seen[path.resolve()]}), which would double its counts; give each file once")
     words = capitalised_words(paths, args.min_count, args.share)
     atomic_write_text(args.out, "".join(w + "\n" for w in words))
     print(f"{len(words):,} capitalised word types from {len(paths):,} file{'s' * (len(paths) != 1)} written to {args.out}")
