@@ -17,7 +17,7 @@ LN10 = math.log(10.0)
 
 def read_arpa(path: str | Path) -> tuple[KneserNeyLM, Vocabulary]:
     """Parse an ARPA file into a back-off model and its vocabulary; malformed files are clear errors."""
-    lines = read_text(path).split("\n")
+    lines = read_text(path, needs="an ARPA file starts with \\data\\ and its counts").split("\n")
     expected: dict[int, int] = {}
     number = 0
 
@@ -94,7 +94,7 @@ def read_arpa(path: str | Path) -> tuple[KneserNeyLM, Vocabulary]:
     tables = []
     unigram_prob, unigram_backoff = np.full(model.base, -np.inf), np.zeros(model.base)
     for (log_prob, _, backoff), w in zip(entries[1], unigram_words):
-        unigram_prob[word_id[w]] = log_prob * LN10
+        unigram_prob[word_id[w]] = log_prob * LN10 if log_prob > -99 else -np.inf       # −99: probability 0
         unigram_backoff[word_id[w]] = backoff * LN10
     unigram_prob[model.bos] = -np.inf
     tables.append(_Table(np.arange(model.base, dtype=np.int64), unigram_prob, unigram_backoff))
@@ -118,6 +118,7 @@ def read_arpa(path: str | Path) -> tuple[KneserNeyLM, Vocabulary]:
             raise CtxlmError(f"{path}: the {n}-gram {shown(again)!r} appears twice")
         order_by = np.argsort(keys, kind="stable")
         values = np.array([(p, b) for p, _, b in entries.get(n, [])], dtype=np.float64).reshape(-1, 2) * LN10
+        values[np.array([p <= -99 for p, _, _ in entries.get(n, [])], dtype=bool), 0] = -np.inf
         tables.append(_Table(keys[order_by], values[order_by, 0], values[order_by, 1]))
     model.tables = tables
     return model, vocab

@@ -236,6 +236,16 @@ def test_an_arpa_without_unk_is_said_at_import_and_at_eval(world):
     assert result.returncode == 0 and "has no <unk> unigram" in result.stderr
     result = run_ctxlm("eval", world / "imported", "--file", world / "passages.txt")
     assert result.returncode == 0 and "some target has probability 0" in result.stdout
+    exported = run_ctxlm("export-arpa", world / "imported", world / "again.arpa")      # <unk> written as −99: still 0
+    assert exported.returncode == 0 and "\n-99.0000000\t<unk>" in (world / "again.arpa").read_text()
+    result = run_ctxlm("import-arpa", world / "again.arpa", world / "again")
+    assert result.returncode == 0 and "gives <unk> probability 0 (−99)" in result.stderr
+    assert json.loads(run_ctxlm("eval", world / "again", "--file", world / "passages.txt", "--json").stdout)[
+        str(world / "passages.txt")]["ppl"] is None
+    one_line_error(run_ctxlm("import-arpa", world / "m.arpa", world / "set", "--set", "model.order=5"),
+                   "--set model.order=5: the model is the ARPA file's")
+    (world / "empty.arpa").write_text("")
+    one_line_error(run_ctxlm("import-arpa", world / "empty.arpa", world / "empty"), "file is empty; an ARPA file starts with")
 
 
 def test_a_missing_data_dir_is_an_error(world):

@@ -2,6 +2,7 @@
 `export-onnx`."""
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from ..checks import at_least, option
@@ -170,7 +171,7 @@ def cmd_import_arpa(args) -> int:
 
     model, vocab, dataset = import_arpa(args.arpa, args.run_dir, args.set or [])
     print(f"imported a {model.order}-gram model with {len(vocab):,} words into {Path(args.run_dir)}; "
-          f"`ctxlm eval {args.run_dir}` scores {dataset}'s valid and test text, `--file TEXT` any other")
+          f"`ctxlm eval {shlex.quote(str(args.run_dir))}` scores {dataset}'s valid and test text, `--file TEXT` any other")
     return 0
 
 

@@ -70,7 +70,8 @@ def _undecodable(path, line: int, encoding: str = "utf-8") -> CtxlmError:
 # read_text's errors outrank one another (a corrupt gzip stream, an empty file, NULs in the first BINARY_CHECKED bytes,
 # the first undecodable line) and any error its caller finds in the lines: text_blocks says one once the rest of the
 # file is read, where an error of a higher rank may be, and its caller reads the rest before saying one of its own.
-def text_blocks(path: str | Path, chunk: int = 1 << 20, start: tuple[int, int] = (0, 0)) -> Iterator[tuple[int, int, list[str]]]:
+def text_blocks(path: str | Path, chunk: int = 1 << 20, start: tuple[int, int] = (0, 0),
+                needs: str = "a corpus needs at least one line of text") -> Iterator[tuple[int, int, list[str]]]:
     """`read_text(path).split("\\n")` by blocks of whole lines, read `chunk` bytes at a time: (first index, byte offset, lines)."""
     path = Path(path)
     offset, number = start
@@ -126,7 +127,7 @@ def text_blocks(path: str | Path, chunk: int = 1 << 20, start: tuple[int, int] =
             yield number, offset, lines
             number, offset = number + len(lines), offset + len(data) + 1
         if blank:
-            raise CtxlmError(f"{path}: file is empty; a corpus needs at least one line of text")
+            raise CtxlmError(f"{path}: file is empty; {needs}")
         yield number, offset, decode(b"".join(pending), number)
 
 

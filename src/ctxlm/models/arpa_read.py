@@ -25,13 +25,14 @@ from ..errors import CtxlmError
 from .ngram import KneserNeyLM, _Table
 
 LN10 = math.log(10.0)
+ZERO = -99.0                # log10 p at or below which an entry is probability 0, as SRILM and `export-arpa` write it
 BLOCK = 1 << 12             # entry lines held as Python objects before they are packed into their order's arrays
 DEFLATE_RATIO = 1032        # the most bytes a byte of a gzip stream unpacks to (bounds the header's counts)
 
 
 def read_arpa(path: str | Path, chunk: int = 1 << 18) -> tuple[KneserNeyLM, Vocabulary]:
     """Parse an ARPA file, read `chunk` bytes at a time, into a back-off model and vocabulary; malformed: clear errors."""
-    reader, blocks = _Reader(path, chunk), text_blocks(path, chunk)
+    reader, blocks = _Reader(path, chunk), text_blocks(path, chunk, needs="an ARPA file starts with \\data\\ and its counts")
     try:
         reader.read(blocks)
     except CtxlmError as error:
@@ -50,6 +51,12 @@ def _lookup(keys: np.ndarray, query: np.ndarray) -> np.ndarray:
         there = keys[where] == query[order]
         found[order[there]] = where[there]
     return found
+
+
+def natural(log10_probs) -> np.ndarray:
+    """Natural-log probabilities of an order's log10 entries: ZERO (−99) or below is probability 0 (−inf)."""
+    values = np.array(log10_probs, dtype=np.float64)
+    return np.where(values <= ZERO, -np.inf, values * LN10)
 
 
 class _Bad(Exception):
@@ -235,7 +242,7 @@ class _Reader:
         section.last = keys[-1]
         end = start + keys.size
         section.keys[start:end] = keys
-        section.log_prob[start:end] = np.array(section.probs) * LN10
+        section.log_prob[start:end] = natural(section.probs)
         section.backoff[start:end] = np.array(section.backs) * LN10
 
     def _finish(self, section: _Section) -> None:
@@ -279,7 +286,7 @@ class _Reader:
         word_id["<s>"], word_id["</s>"] = model.bos, word_id[EOS]
         prob, backoff = np.full(model.base, -np.inf), np.zeros(model.base)
         ids = np.array([word_id[w] for w in words], dtype=np.int64)
-        prob[ids] = np.array(self.unigram_probs, dtype=np.float64) * LN10
+        prob[ids] = natural(self.unigram_probs)
         backoff[ids] = np.array(self.unigram_backs, dtype=np.float64) * LN10
         prob[model.bos] = -np.inf
         self.sections[1].table = _Table(np.arange(model.base, dtype=np.int64), prob, backoff)

@@ -3,6 +3,7 @@ or importing one from an ARPA file."""
 from __future__ import annotations
 
 import json
+import math
 import resource
 import time
 from pathlib import Path
@@ -69,6 +70,10 @@ def import_arpa(arpa: str | Path, run_dir: str | Path, overrides: list[str], war
     run_dir = RunDir(run_dir)
     if run_dir.path.exists() and any(run_dir.path.iterdir()):
         raise CtxlmError(f"run directory {run_dir} is not empty; pick another")
+    model_keys = [o for o in overrides if o.split("=", 1)[0].strip().startswith("model.")]
+    if model_keys:
+        raise CtxlmError(f"--set {model_keys[0]}: the model is the ARPA file's (kneser-ney of its order); only data.* "
+                         "settings apply (the corpus `ctxlm eval` scores)")
     data = apply_overrides(Config(), overrides).data           # checked before the ARPA file is read
     if data.dataset == "files" and not (data.train and data.valid):
         raise CtxlmError('--set data.dataset=files: `ctxlm eval` needs data.train and data.valid for that corpus (and '
@@ -76,9 +81,9 @@ def import_arpa(arpa: str | Path, run_dir: str | Path, overrides: list[str], war
     model, vocab = read_arpa(arpa)
     config = apply_overrides(Config(), [*overrides, "model.name=kneser-ney", f"model.order={model.order}"])
     check_config(config)
-    if "<unk>" not in model.arpa_words:
-        warn(f"warning: {arpa} has no <unk> unigram: a word outside its {len(vocab):,} words gets probability 0 "
-             "(perplexity inf); estimate it with <unk> (KenLM does by default)")
+    if "<unk>" not in model.arpa_words or model.tables[0].log_prob[vocab.unk] == -math.inf:
+        warn(f"warning: {arpa} {'has no <unk> unigram' if '<unk>' not in model.arpa_words else 'gives <unk> probability 0 (−99)'}: "
+             f"a word outside its {len(vocab):,} words gets probability 0 (perplexity inf); estimate it with <unk> (KenLM does by default)")
     run_dir.write_start(config, vocab)
     if not any(o.split("=", 1)[0].strip() in ("data.dataset", "data.prepared") for o in overrides):
         WHITESPACE.save(run_dir.text)           # an ARPA file says nothing of its corpus's tokeniser
