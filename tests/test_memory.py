@@ -292,6 +292,17 @@ def test_memory_records_hold_each_predictions_slot_words(memory_runs):
     assert torch.allclose(per_sentence.weights.sum(1), torch.ones(per_sentence.targets.numel(), dtype=torch.float64))
 
 
+def test_a_slot_no_prediction_holds_has_no_mean():
+    """Two predictions of a 3-slot memory, slot t-2 never filled: its means are None (the table's –), not 0."""
+    from ctxlm.analysis.memory import MemoryRecords, position_means
+
+    records = MemoryRecords(words=torch.tensor([[4, -1, -1], [5, 4, -1]]), weights=torch.tensor([[1.0, 0, 0], [0.25, 0.75, 0]]),
+                            targets=torch.tensor([5, 6]))
+    rows = position_means(records)["positions"]
+    assert [(r["mean_attention"], r["predictions"], r["mean_attention_full_memory"]) for r in rows] == \
+        [(0.625, 2, None), (0.75, 1, None), (None, 0, None)]
+
+
 @pytest.mark.parametrize("batching", ["stream", "sentence"])
 def test_analyze_memory_writes_positions_samples_and_the_cooccurrence_table(memory_runs, tmp_path, batching):
     run = memory_runs[batching]

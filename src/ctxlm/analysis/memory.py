@@ -15,6 +15,7 @@ back, 0 = the current word) and the words in them. From those records:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,9 +38,9 @@ class MemoryRecords:
 
 def require_memory(run) -> None:
     if not run.model.memory_block:
+        also = " (`ctxlm analyze attention-by-position` averages this run's attention)" if run.model.exposes_attention else ""
         raise CtxlmError(f"model {run.config.model.name!r} has no Memory Block to analyse; use a run of "
-                         f"{spoken(families(lambda cls: cls.memory_block))} "
-                         "(`ctxlm analyze attention-by-position` averages any attention model)")
+                         f"{spoken(families(lambda cls: cls.memory_block))}{also}")
 
 
 @torch.no_grad()
@@ -74,14 +75,18 @@ def memory_records(run, ids: torch.Tensor, max_tokens: int = 0, chunk: int = 100
 
 def position_means(records: MemoryRecords) -> dict:
     """Mean attention per slot: over the predictions that have the slot, and over those with a full memory
-    (the mean of p_t ∈ R^n, Tran Figure 3; these sum to 1)."""
+    (the mean of p_t ∈ R^n, Tran Figure 3; these sum to 1); None where no prediction has the slot (a full one)."""
     present = records.words >= 0
     full = present.all(1)
     counts = present.sum(0)
-    means = records.weights.sum(0) / counts.clamp(min=1)
+    means = torch.where(counts > 0, records.weights.sum(0) / counts.clamp(min=1), float("nan"))
     full_means = records.weights[full].mean(0) if bool(full.any()) else torch.full_like(means, float("nan"))
-    rows = [{"distance": j, "position": "t" if j == 0 else f"t-{j}", "mean_attention": round(float(means[j]), 6),
-             "predictions": int(counts[j]), "mean_attention_full_memory": round(float(full_means[j]), 6)}
+
+    def mean(value) -> float | None:
+        return None if math.isnan(float(value)) else round(float(value), 6)
+
+    rows = [{"distance": j, "position": "t" if j == 0 else f"t-{j}", "mean_attention": mean(means[j]),
+             "predictions": int(counts[j]), "mean_attention_full_memory": mean(full_means[j])}
             for j in range(records.weights.size(1))]
     return {"predictions": int(records.targets.numel()), "full_memory_predictions": int(full.sum()), "positions": rows}
 
@@ -174,7 +179,7 @@ def cooccurrence_markdown(table: dict, title: str) -> str:
              f"Predictions whose attention peaks on a word d ≥ {table['min_distance']} words before the word to predict: "
              f"{table['far_predictions']:,} of {table['predictions']:,}. μ = mean number of training sentences in "
              f"which the most-attended word occurs 1–{table['window']} words before the word to predict "
-             f"(per prediction; per distinct pair in the next column). Pearson r(d, μ) = {table['correlation_d_mu']}. "
+             f"(per prediction; per distinct pair in the next column). Pearson r(d, μ) = {'–' if table['correlation_d_mu'] is None else table['correlation_d_mu']}. "
              f"{eos_note(table)}",
              "", "| d | pairs | distinct | μ | μ (distinct) | most frequent pairs |", "|---|---|---|---|---|---|"]
     for r in table["rows"]:
@@ -193,9 +198,10 @@ def plot_positions(result: dict, name: str, path: str | Path) -> None:
     rows = result["positions"][::-1]
     x = np.arange(len(rows))
     fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(rows) + 2), 3.6))
-    ax.bar(x - 0.2, [r["mean_attention_full_memory"] for r in rows], 0.4, color="#3b75af",
+    height = lambda r, key: math.nan if r[key] is None else r[key]        # noqa: E731  (no bar where none)
+    ax.bar(x - 0.2, [height(r, "mean_attention_full_memory") for r in rows], 0.4, color="#3b75af",
            label=f"full memory ({result['full_memory_predictions']:,} predictions; sums to 1)")
-    ax.bar(x + 0.2, [r["mean_attention"] for r in rows], 0.4, color="#9cc3e4",
+    ax.bar(x + 0.2, [height(r, "mean_attention") for r in rows], 0.4, color="#9cc3e4",
            label=f"every prediction holding the slot ({result['predictions']:,} predictions)")
     ax.set_xticks(x, [r["position"] for r in rows], rotation=45, fontsize=8)
     ax.set_xlabel("memory position (t = the current word)")

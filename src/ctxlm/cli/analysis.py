@@ -230,8 +230,9 @@ def cmd_memory(args) -> int:
         table, f"{name}, {args.split} split: co-occurrence frequency against attention distance (Tran Table 3)"))
     print(f"{args.split} split")
     print(f"{'position':>9}{'mean attention':>16}{'full memory':>13}{'predictions':>13}")
+    cell = lambda value, width: f"{'–' if value is None else f'{value:.4f}':>{width}}"     # noqa: E731  (no prediction has it)
     for r in positions["positions"]:
-        print(f"{r['position']:>9}{r['mean_attention']:>16.4f}{r['mean_attention_full_memory']:>13.4f}{r['predictions']:>13,}")
+        print(f"{r['position']:>9}{cell(r['mean_attention'], 16)}{cell(r['mean_attention_full_memory'], 13)}{r['predictions']:>13,}")
     print(f"\n{'d':>3}{'pairs':>9}{'mu':>10}   most frequent pairs")
     for r in table["rows"]:
         mu = "-" if r["mean_frequency"] is None else f"{r['mean_frequency']:.1f}"
