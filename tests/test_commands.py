@@ -1,6 +1,7 @@
 """The everyday commands: a real SIGTERM saves and resumes, downloads verify, score, generate, info and curves."""
 import hashlib
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -117,6 +118,14 @@ def test_curves_prints_each_epoch_stars_the_best_and_rejects_bad_records(tmp_pat
     (tmp_path / "started").mkdir()
     (tmp_path / "started" / "config.toml").write_text((tmp_path / "run" / "config.toml").read_text())
     one_line_error(ctxlm("curves", tmp_path / "started"), "started", "no metrics.jsonl")
+    assert "3 epochs in" in done.stdout and "h, perplexities; best valid" in done.stdout
+    birm = tiny_config(corpus, name="bidirectional-rm")         # a run whose figures are pseudo-perplexities
+    (tmp_path / "birm").mkdir()
+    (tmp_path / "birm" / "config.toml").write_text(birm.to_toml())
+    shutil.copy(tmp_path / "run" / "metrics.jsonl", tmp_path / "birm" / "metrics.jsonl")
+    assert "h, pseudo-perplexities (each word read with both sides); best" in ctxlm("curves", tmp_path / "birm", "--out", tmp_path / "o").stdout
+    (tmp_path / "run" / "results.json").write_text('{"test": {"ppl": "abc"}}')       # edited by hand
+    one_line_error(ctxlm("curves", tmp_path / "run", "--out", tmp_path / "out"), "results.json: not the JSON object")
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     (tmp_path / "run" / "metrics.jsonl").write_text(lines[0] + '\n{"epoch": 2}\n')
     one_line_error(ctxlm("curves", tmp_path / "run"), "metrics.jsonl line 2", "valid_ppl")

@@ -43,15 +43,28 @@ def read_curve(run_dir: str | Path) -> list[dict]:
     return rows
 
 
+def figures_kind(run_dir: str | Path) -> str:
+    """"perplexities", or for a model that reads both sides of each word (the bidirectional RM) what its training
+    and validation figures are instead (as `ctxlm train` prints them)."""
+    from ..registry import MODELS
+
+    config = RunDir(run_dir).saved_config()
+    family = MODELS.get(config.model.name) if config else None
+    return "perplexities" if family is None or family.left_to_right else "pseudo-perplexities (each word read with both sides)"
+
+
 def read_test_ppl(run_dir: str | Path) -> float | None:
     """Test perplexity from RUN/results.json, which a run writes when it finishes; None before that."""
     path = RunDir(run_dir).results
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8")).get("test", {}).get("ppl")
+        ppl = json.loads(path.read_text(encoding="utf-8")).get("test", {}).get("ppl")
+        if ppl is None or (isinstance(ppl, (int, float)) and not isinstance(ppl, bool)):     # null: an infinite one
+            return ppl
     except (json.JSONDecodeError, AttributeError):
-        raise CtxlmError(f"{path}: not the JSON object `ctxlm train` writes; delete it or train again") from None
+        pass
+    raise CtxlmError(f"{path}: not the JSON object `ctxlm train` writes (its test.ppl a number); delete it or train again")
 
 
 def perplexity_cell(value: float, width: int = 12) -> str:
