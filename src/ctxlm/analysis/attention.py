@@ -80,7 +80,7 @@ def plot_heatmap(result: dict, path: str | Path) -> None:
     ax.set_yticks(range(rows), result["targets"], fontsize=8)
     ax.set_xlabel("attended input word (memory)" + (f"; to the first {lowest} inputs: attention.json" if cut else ""))
     ax.set_ylabel("predicted word")
-    ax.set_title(f"{result['model']}: attention over past outputs")
+    ax.set_title(f"{result['model']}: attention over the words read so far")
     fig.colorbar(image, ax=ax, fraction=0.03)
     fig.tight_layout()
     save_figure(fig, path, dpi=120, bbox_inches="tight")
