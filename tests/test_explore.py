@@ -245,6 +245,8 @@ def test_cli_prints_the_address_and_serves(run_dirs, capsys):
     with socket.create_server(("127.0.0.1", 0)) as taken:
         assert cli.main(["explore", str(run_dirs[0]), "--port", str(taken.getsockname()[1])]) == 2
     assert "pick another --port" in capsys.readouterr().err
+    assert cli.main(["explore", str(run_dirs[0]), "--host", "256.1.1.1"]) == 2       # no such address: the host is wrong
+    assert "give a --host this machine has" in capsys.readouterr().err
 
 
 @pytest.fixture

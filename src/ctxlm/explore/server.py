@@ -1,6 +1,7 @@
 """`ctxlm explore`: the page and its JSON API on the standard library's threading HTTP server."""
 from __future__ import annotations
 
+import errno
 import json
 import socket
 import sys
@@ -177,7 +178,9 @@ def serve(paths, host: str = "127.0.0.1", port: int = 8765, cache: bool = False,
     try:
         server = ExploreServer(runs, host, port, verbose=True, pretokenized=pretokenized)
     except OSError as exc:
-        raise CtxlmError(f"cannot serve on {host}:{port}: {exc.strerror}; pick another --port") from None
+        fix = "give a --host this machine has (127.0.0.1, or 0.0.0.0 for every address)" if isinstance(
+            exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL else "pick another --port"
+        raise CtxlmError(f"cannot serve on {host}:{port}: {exc.strerror}; {fix}") from None
     if not server.loopback:
         print(f"warning: serving on {host}: anyone who can reach this address can use the models", file=sys.stderr)
     print(f"ctxlm explore: {len(server.runs)} run(s) ({', '.join(server.runs)}); open {server.url}  (Ctrl-C to stop)",
