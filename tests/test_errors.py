@@ -143,3 +143,12 @@ def test_datasets_tells_a_corrupt_file_from_a_missing_one(tmp_path, monkeypatch)
     assert result.returncode == 0, result.stderr
     ptb = result.stdout.split("\nwikitext")[0]
     assert "train: missing" in ptb and f"valid: CORRUPT {tmp_path / 'ptb' / 'ptb.valid.txt'}: checksum mismatch" in ptb, ptb
+
+
+def test_datasets_notes_a_data_dir_variable_that_names_no_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("CTXLM_DATA_DIR", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    result = run("datasets")
+    assert result.returncode == 0 and "train: missing" in result.stdout
+    assert result.stderr.splitlines() == [f"note: $CTXLM_DATA_DIR {tmp_path / 'nowhere'}: no such folder; corpora are looked "
+                                          f"for in {tmp_path / 'cache' / 'ctxlm' / 'data'} only"]
