@@ -38,6 +38,22 @@ def as_sentence_run(runs, tmp_path, name="rm"):
     return run
 
 
+def test_attention_reads_each_line_of_a_sentence_run_alone(runs, tmp_path):
+    """`ctxlm attention --text` of two lines: the second line's predictions attend only to its own words, with the
+    figures of that line explained alone (a stream run reads across the line break, as it was trained)."""
+    from ctxlm.analysis.attention import explain
+    from ctxlm.run import load
+
+    for run_dir, alone in ((as_sentence_run(runs, tmp_path), True), (runs["rm"], False)):
+        run = load(run_dir, start=False)
+        both, second = explain(run, ["the", "cat", "<eos>", "a", "dog"]), explain(run, ["a", "dog"])
+        rows = torch.tensor(both["attention"])[3:]                        # predictions after the line break's <eos>
+        assert bool((rows[:, 1:4] == 0).all()) == alone
+        if alone:
+            assert torch.allclose(rows[:, 4:], torch.tensor(second["attention"])[:, 1:], atol=1e-6)
+            assert both["target_log_probs"][3:] == pytest.approx(second["target_log_probs"], abs=1e-5)
+
+
 def test_attention_by_position_reads_a_sentence_run_one_sentence_at_a_time(runs, tmp_path):
     """No slot reaches into another sentence: the counts per distance are those of `analyze memory`'s own reading."""
     from ctxlm.analysis.memory import memory_records, position_means

@@ -23,7 +23,7 @@ def explain(run, words: list[str], top: int = 5, first: int = 1, count: int | No
     """Attention over the input words, and the top predictions, of predictions first … first + count − 1 of one
     text (1-based; prediction len(words) + 1 is the <eos> after it; count None: to the end), the model reading
     the text from the zero state only up to the last of them: the work grows with the text up to there, the
-    rows with `count` alone.
+    rows with `count` alone. A run trained on sentences reads each line (after each <eos>) from the zero state.
 
     Rows: those predictions ("inputs" the word read, "targets" the word to predict, "first" the number of the
     first, "words" the text's length); columns: distance −1 (<h0> the attentive LM's zero slot, <sentinel> a pointer's
@@ -37,7 +37,10 @@ def explain(run, words: list[str], top: int = 5, first: int = 1, count: int | No
                          f"({len(targets)}: the <eos> after them)")
     begin = first - 1
     end = len(inputs) if count is None else min(begin + count, len(inputs))
-    out = model(vocab.encode(inputs[:end]).unsqueeze(0))
+    ids = vocab.encode(inputs[:end]).unsqueeze(0)
+    # a run trained on sentences read alone (data.batching = "sentence") reads each line of the text alone
+    reset = (ids == vocab.eos) & (torch.arange(end) > 0) if run.config.data.batching == "sentence" else None
+    out = model(ids, None, reset)
     log_probs = model.log_probs(out)[0, begin:end]
     target_ids = vocab.encode(targets[begin:end])
     distances = model.attention_distances(out)[0]

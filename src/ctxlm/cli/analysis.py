@@ -41,7 +41,7 @@ def add_attention(sub) -> None:
                                    "for at most --words predictions from --start; a longer text's others are left out, "
                                    "with a note. The model reads the text only up to the last of them.")
     run_argument(p, _attending())
-    p.add_argument("--text", help="the text to explain (tokenised by the run's text recipe, a line break read as <eos>; read from the zero state)")
+    p.add_argument("--text", help="the text to explain (tokenised by the run's text recipe, a line break read as <eos>; from the zero state, each line so if trained on sentences)")
     pretokenized_option(p, "--text")
     split_option(p, "valid", "without --text, explain a line of this split")
     p.add_argument("--line", type=option(int, at_least(1)), help="without --text, the 1-based line number in --split (default 1)")
