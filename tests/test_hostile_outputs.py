@@ -121,6 +121,10 @@ def test_a_link_in_an_output_folder_into_the_run_it_reads_is_refused(world):
     os.symlink(world / "lstm", out / "the-run")                          # under a name it never writes: no danger
     os.symlink(world / "lstm" / "config.toml", out / "its-config.toml")
     assert run_ctxlm("curves", world / "lstm", "--out", out).returncode == 0
+    os.symlink(world / "corpus" / "test.txt", out / "categories.json")   # to the run's own test text (data.test)
+    before = digests(world / "corpus")
+    one_line_error(run_ctxlm("analyze", "categories", world / "lstm", "--out", out), "writes categories.json there, and that is")
+    assert digests(world / "corpus") == before
 
 
 @pytest.mark.parametrize("case", [

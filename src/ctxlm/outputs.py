@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import tomllib
+
 from .errors import CtxlmError
 from .io import output_kind
 
@@ -77,6 +79,8 @@ def check_outputs(args) -> None:
     for name in reads:
         value = getattr(args, name, None)
         inputs += value if isinstance(value, list) else [value]
+        if name in ("run", "runs"):              # a run's own text files are read too (eval, analyses)
+            inputs += [f for run in (value if isinstance(value, list) else [value]) if run for f in run_data_files(run)]
     option = "--run-dir" if args.command == "train" else "--out" if attribute == "out" else attribute.upper()
     inputs = [p for p in inputs if p is not None and str(p) != "-"]
     check_output(output, option, inputs)
@@ -101,6 +105,16 @@ def check_outputs(args) -> None:
             raise CtxlmError(f"{second} {getattr(args, other)}: the same file as {option}; the second would "
                              f"overwrite the first: give them different names")
         check_writable_file(getattr(args, other), second)
+
+
+def run_data_files(run_dir) -> list[str]:
+    """The files and prepared folder a run's config names (data.train, valid, test, prepared), as its config.toml
+    holds them; none where it has no readable config (the command says what is wrong)."""
+    try:
+        data = tomllib.loads((Path(run_dir) / "config.toml").read_text(encoding="utf-8")).get("data", {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return []
+    return [data[key] for key in ("train", "valid", "test", "prepared") if isinstance(data.get(key), str) and data[key]]
 
 
 def check_output(output, option: str, inputs) -> Path:
