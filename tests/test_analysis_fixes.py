@@ -52,6 +52,14 @@ def test_attention_reads_each_line_of_a_sentence_run_alone(runs, tmp_path):
         if alone:
             assert torch.allclose(rows[:, 4:], torch.tensor(second["attention"])[:, 1:], atol=1e-6)
             assert both["target_log_probs"][3:] == pytest.approx(second["target_log_probs"], abs=1e-5)
+    config = tmp_path / "sentences" / "config.toml"                # a sentence also ends after "cat" (data.sentence_ends)
+    config.write_text(config.read_text().replace('sentence_ends = ""', 'sentence_ends = "cat"'))
+    run = load(tmp_path / "sentences", start=False)
+    both, second = explain(run, ["the", "cat", "a", "dog"]), explain(run, ["a", "dog"])
+    assert both["inputs"] == ["<eos>", "the", "<eos>", "a", "dog"]       # read from <eos> anew, as it was trained
+    assert torch.allclose(torch.tensor(both["attention"])[2:, 3:], torch.tensor(second["attention"])[:, 1:], atol=1e-6)
+    assert both["target_log_probs"] == pytest.approx(explain(run, ["the", "cat"])["target_log_probs"][:2] +
+                                                     second["target_log_probs"], abs=1e-5)
 
 
 def test_attention_by_position_reads_a_sentence_run_one_sentence_at_a_time(runs, tmp_path):

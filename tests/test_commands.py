@@ -124,6 +124,8 @@ def test_curves_prints_each_epoch_stars_the_best_and_rejects_bad_records(tmp_pat
     (tmp_path / "birm" / "config.toml").write_text(birm.to_toml())
     shutil.copy(tmp_path / "run" / "metrics.jsonl", tmp_path / "birm" / "metrics.jsonl")
     assert "h, pseudo-perplexities (each word read with both sides); best" in ctxlm("curves", tmp_path / "birm", "--out", tmp_path / "o").stdout
+    (tmp_path / "run" / "results.json").write_text('{"test": {"ppl": null}}')        # a target of probability 0
+    assert ", test inf" in ctxlm("curves", tmp_path / "run", "--out", tmp_path / "out").stdout
     (tmp_path / "run" / "results.json").write_text('{"test": {"ppl": "abc"}}')       # edited by hand
     one_line_error(ctxlm("curves", tmp_path / "run", "--out", tmp_path / "out"), "results.json: not the JSON object")
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()

@@ -358,6 +358,8 @@ def test_the_page_shows_a_word_of_probability_0(run_dirs, browser, tmp_path):
         browser.get(server.url)
         wait.until(lambda b: "2 runs" in find(By.ID, "runs-info").text)
         find(By.ID, "text").send_keys("the zebra")
+        find(By.ID, "top-k").clear()
+        find(By.ID, "top-k").send_keys("1")                     # the actual word then shows below the list
         find(By.ID, "score").click()
         wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, ".run .tok")) == 6)
         runs = browser.find_elements(By.CSS_SELECTOR, ".run")
@@ -370,6 +372,8 @@ def test_the_page_shows_a_word_of_probability_0(run_dirs, browser, tmp_path):
             sum(map(int, darkest[5:-1].split(",")[:3]))
         zebra.click()
         assert "p = 0," in runs[1].find_element(By.CSS_SELECTOR, ".detail").text
+        below = runs[1].find_elements(By.CSS_SELECTOR, ".topk tr.actual")[-1].find_elements(By.TAG_NAME, "td")
+        assert [below[1].text, below[2].text] == ["<unk>", "0"]
         assert "∞" in find(By.ID, "compare-summary").text
         find(By.ID, "export-svg").click()
         wait.until(lambda b: (tmp_path / "downloads" / "ctxlm-explore.svg").exists())

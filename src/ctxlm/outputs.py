@@ -34,6 +34,8 @@ OUTPUTS = {
     "curves": ("out", ("runs",)),
     "train": ("run_dir", ("config",)),
 }
+# the commands that read the text a run names in its config (a split to analyse or explain), not only the run
+READ_RUN_DATA = {"analyze", "attention"}
 # the commands whose output is one file (the others write a folder), with any second output file and the name
 # it takes when not given: in the first one's folder, or the current one when the first is a device or FIFO
 FILES = {"export-arpa": {}, "export-onnx": {}, "complete": {}, "lambada": {}, "harness": {}, "names": {},
@@ -79,7 +81,7 @@ def check_outputs(args) -> None:
     for name in reads:
         value = getattr(args, name, None)
         inputs += value if isinstance(value, list) else [value]
-        if name in ("run", "runs"):              # a run's own text files are read too (eval, analyses)
+        if name in ("run", "runs") and args.command in READ_RUN_DATA:       # a run's own text files are read too
             inputs += [f for run in (value if isinstance(value, list) else [value]) if run for f in run_data_files(run)]
     option = "--run-dir" if args.command == "train" else "--out" if attribute == "out" else attribute.upper()
     inputs = [p for p in inputs if p is not None and str(p) != "-"]
@@ -110,8 +112,9 @@ def check_outputs(args) -> None:
 def run_data_files(run_dir) -> list[str]:
     """The files and prepared folder a run's config names (data.train, valid, test, prepared), as its config.toml
     holds them; none where it has no readable config (the command says what is wrong)."""
+    config = Path(run_dir) / "config.toml"
     try:
-        data = tomllib.loads((Path(run_dir) / "config.toml").read_text(encoding="utf-8")).get("data", {})
+        data = tomllib.loads(config.read_text(encoding="utf-8")).get("data", {}) if config.is_file() else {}
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return []
     return [data[key] for key in ("train", "valid", "test", "prepared") if isinstance(data.get(key), str) and data[key]]

@@ -23,23 +23,27 @@ def explain(run, words: list[str], top: int = 5, first: int = 1, count: int | No
     """Attention over the input words, and the top predictions, of predictions first … first + count − 1 of one
     text (1-based; prediction len(words) + 1 is the <eos> after it; count None: to the end), the model reading
     the text from the zero state only up to the last of them: the work grows with the text up to there, the
-    rows with `count` alone. A run trained on sentences reads each line (after each <eos>) from the zero state.
+    rows with `count` alone. A run trained on sentences reads each sentence (a line, cut after any token of
+    data.sentence_ends) from <eos> and the zero state, as it was trained.
 
     Rows: those predictions ("inputs" the word read, "targets" the word to predict, "first" the number of the
     first, "words" the text's length); columns: distance −1 (<h0> the attentive LM's zero slot, <sentinel> a pointer's
     gate; else empty) and every input read, <eos> first."""
     model, vocab = run.model, run.vocab
     _require_attention(model, run.config.model.name)
-    inputs = [EOS] + words
     targets = words + [EOS]
+    sentences = run.config.data.batching == "sentence"
+    ends = {EOS, *(t for t in run.config.data.sentence_ends.split() if t in vocab.index)} if sentences else {EOS}
+    inputs = [EOS] + [EOS if word in ends else word for word in words]     # a sentence run starts each one anew
     if not 1 <= first <= len(targets):
         raise CtxlmError(f"--start {first}: the text has {len(words)} words; give --start from 1 to {len(targets)} "
                          f"({len(targets)}: the <eos> after them)")
     begin = first - 1
     end = len(inputs) if count is None else min(begin + count, len(inputs))
     ids = vocab.encode(inputs[:end]).unsqueeze(0)
-    # a run trained on sentences read alone (data.batching = "sentence") reads each line of the text alone
-    reset = (ids == vocab.eos) & (torch.arange(end) > 0) if run.config.data.batching == "sentence" else None
+    # a run trained on sentences read alone (data.batching = "sentence") reads each of the text's alone: its lines,
+    # cut after any data.sentence_ends token, each read from <eos> and the zero state, as sentences_of cuts them
+    reset = (ids == vocab.eos) & (torch.arange(end) > 0) if sentences else None
     out = model(ids, None, reset)
     log_probs = model.log_probs(out)[0, begin:end]
     target_ids = vocab.encode(targets[begin:end])

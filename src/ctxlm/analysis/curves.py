@@ -54,15 +54,20 @@ def figures_kind(run_dir: str | Path) -> str:
 
 
 def read_test_ppl(run_dir: str | Path) -> float | None:
-    """Test perplexity from RUN/results.json, which a run writes when it finishes; None before that."""
+    """Test perplexity from RUN/results.json, which a run writes when it finishes; None before that or without a
+    test split; inf where it is written null (a target of probability 0)."""
     path = RunDir(run_dir).results
     if not path.is_file():
         return None
     try:
-        ppl = json.loads(path.read_text(encoding="utf-8")).get("test", {}).get("ppl")
-        if ppl is None or (isinstance(ppl, (int, float)) and not isinstance(ppl, bool)):     # null: an infinite one
-            return ppl
-    except (json.JSONDecodeError, AttributeError):
+        test = json.loads(path.read_text(encoding="utf-8")).get("test")
+        if test is None:
+            return None
+        if test["ppl"] is None:
+            return math.inf
+        if isinstance(test["ppl"], (int, float)) and not isinstance(test["ppl"], bool):
+            return test["ppl"]
+    except (json.JSONDecodeError, AttributeError, KeyError, TypeError):
         pass
     raise CtxlmError(f"{path}: not the JSON object `ctxlm train` writes (its test.ppl a number); delete it or train again")
 

@@ -1,6 +1,7 @@
 """Data commands: `prepare` a corpus, list the `datasets`, list the `names` of cased text."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -177,8 +178,11 @@ def add_datasets(sub) -> None:
 
 
 def cmd_datasets(args) -> int:
-    from ..data.registry import DATASETS, ChecksumMismatch, locate
+    from ..data.registry import DATASETS, ChecksumMismatch, cache_dir, locate
 
+    variable = os.environ.get("CTXLM_DATA_DIR")
+    if not args.data_dir and variable and not Path(variable).is_dir():      # else every file would just be "missing"
+        print(f"note: $CTXLM_DATA_DIR {variable}: no such folder; corpora are looked for in {cache_dir()} only", file=sys.stderr)
     for name, info in DATASETS.items():
         status = []
         for key in info.files:

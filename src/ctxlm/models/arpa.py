@@ -1,9 +1,9 @@
 """ARPA back-off format, export and import, for the n-gram models of ngram.py.
 
 Log-probabilities and back-offs are base 10 in the file, natural internally. `<eos>` is written
-as `</s>`; `<s>` is the context-only start symbol (log p = -99), and so is any probability 0 (a word of a
-model without `<unk>`): importing reads -99 or below as probability 0, as SRILM writes it, so such a model
-keeps its zeros through export and import. Importing builds a vocabulary of
+as `</s>`; `<s>` is the context-only start symbol (log p = -99), and -99 is also written for any probability 0
+(a word of a model without `<unk>`): importing reads -99 or below as probability 0, SRILM's meaning of it, so
+such a model keeps its zeros through export and import (KenLM reads -99 as 10^-99). Importing builds a vocabulary of
 `<eos>`, `<unk>` and the file's other unigrams in file order.
 """
 from __future__ import annotations

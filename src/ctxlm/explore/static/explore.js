@@ -38,7 +38,7 @@
   const label = (token) => (token === "<eos>" ? "↵" : token);
   const fmtP = (p) => (p >= 0.001 ? p.toFixed(3) : p > 0 ? p.toExponential(1) : "0");
   const surprisals = (run) => run.log_probs.map((lp) => (lp === null ? Infinity : -lp));   // null: probability 0
-  const nats = (s) => (Number.isFinite(s) ? s.toFixed(2) : "∞");
+  const nats = (s) => (Number.isFinite(s) ? s.toFixed(2) : s > 0 ? "∞" : "−∞");
   const pplText = (ppl) => (ppl === null ? "∞" : ppl.toFixed(2));
   const surprisalDelta = (sa, sb) => sb.map((s, i) => (s === sa[i] ? 0 : s - sa[i]));      // ∞ − ∞: no difference
   function bar(p) {
@@ -164,9 +164,10 @@
 
   function detail(run, i) {
     const token = data.tokens[i], lp = run.log_probs[i], actual = run.unknown[i] ? "<unk>" : token;
+    const probability = lp === null ? 0 : Math.exp(lp);          // null: probability 0
     const before = data.tokens.slice(Math.max(0, i - 6), i).map(label).join(" ");
     const parts = [el("p", {}, `#${i + 1} `, el("b", {}, token), run.unknown[i] ? " (scored as <unk>)" : "",
-      `: p = ${fmtP(lp === null ? 0 : Math.exp(lp))}, −ln p = ${nats(lp === null ? Infinity : -lp)}`,
+      `: p = ${fmtP(probability)}, −ln p = ${nats(lp === null ? Infinity : -lp)}`,
       run.rank ? `, rank ${run.rank[i].toLocaleString()} of ${run.vocab_size.toLocaleString()}` : "",
       el("br"), el("span", { class: "hint" }, `after “${before ? "… " + before : "<eos>"}”`))];
     const panes = [];
@@ -176,7 +177,7 @@
         el("td", {}, bar(p))));
       if (run.rank[i] > run.top[i].length) {      // the actual word, below the list
         rows.push(el("tr", { class: "actual" }, el("td", {}, `${run.rank[i].toLocaleString()}.`), el("td", {}, actual),
-          el("td", {}, fmtP(Math.exp(lp))), el("td", {}, bar(Math.exp(lp)))));
+          el("td", {}, fmtP(probability)), el("td", {}, bar(probability))));
       }
       panes.push(el("table", { class: "topk" }, el("tbody", {}, ...rows)));
     }
