@@ -249,6 +249,8 @@ def test_every_numeric_option_is_checked(runs, tmp_path, holmes_data, command, o
         one_line_error(result, "dynamic evaluation diverged", "--dynamic-lr")
     elif command == "start-state" and option == "--tokens" and result.returncode:   # too few for two sentences
         one_line_error(result, f"the first {want} training tokens hold fewer than two sentences", "--tokens")
+    elif command.startswith("prepare") and option == "--min-count" and result.returncode:   # no word seen that often
+        one_line_error(result, f"none is seen {want} times (--min-count); give a smaller --min-count")
     elif option == "--max-vocab" and 0 < want < 3:     # <eos> and <unk> at most
         one_line_error(result, f"--max-vocab {want}: leaves no room for a word", "3 or more")
     elif option == "--vocab-size" and want > 2**40 and result.returncode:   # more than torch can size
