@@ -105,6 +105,10 @@ def test_names_command_reads_folders_recursively(tmp_path):
     done = ctxlm("names", tmp_path / "books", "--out", tmp_path / "names.txt", "--min-count", "2")
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "names.txt").read_text() == "holmes\nwatson\n" and "from 2 files" in done.stdout
+    (tmp_path / "books" / "empty.txt").write_text("")                   # an empty file in the folder: left out, said
+    done = ctxlm("names", tmp_path / "books", "--out", tmp_path / "names.txt", "--min-count", "2")
+    assert done.returncode == 0 and "left out 1 empty file(s)" in done.stderr and "from 2 files" in done.stdout
+    (tmp_path / "books" / "empty.txt").unlink()
     usage = " ".join(ctxlm("names", "--help").stdout.split())
     assert "(default 5)" in usage and "(default 0.9)" in usage
     from conftest import one_line_error

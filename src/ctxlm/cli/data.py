@@ -159,7 +159,13 @@ def cmd_names(args) -> int:
     from ..data.text import input_files
     from ..evaluation.lambada import capitalised_words
 
-    paths = [p for given in args.files for p in (input_files([given], "FILE") if Path(given).is_dir() else [Path(given)])]
+    found = {given: input_files([given], "FILE") if Path(given).is_dir() else [Path(given)] for given in args.files}
+    for given, files in found.items():          # an empty file inside a folder holds no names: left out, said
+        empty = [p for p in files if Path(given).is_dir() and p.stat().st_size == 0]
+        if empty:
+            print(f"note: {given}: left out {len(empty)} empty file(s), e.g. {empty[0]}", file=sys.stderr)
+            found[given] = [p for p in files if p not in empty]
+    paths = [p for files in found.values() for p in files]
     seen: dict = {}
     for path in paths:
         if seen.setdefault(path.resolve(), path) is not path:
