@@ -7,10 +7,10 @@ covers every key of the config and of every family's options.
 import dataclasses
 import json
 import tempfile
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 

@@ -6,11 +6,10 @@ import dataclasses
 import inspect
 import os
 import re
+import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from .checks import ANY, SEED, above, at_least, convert, in_range, one_of, setting
 from .errors import CtxlmError

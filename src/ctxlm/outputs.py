@@ -10,9 +10,8 @@ or written through when it is a device or FIFO, never a folder) is one rule: `io
 from __future__ import annotations
 
 import os
-from pathlib import Path
-
 import tomllib
+from pathlib import Path
 
 from .errors import CtxlmError
 from .io import output_kind

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import re
 import shlex
+import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-
-import tomllib
 
 from .. import schemas
 from ..errors import CtxlmError
