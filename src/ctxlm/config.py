@@ -31,7 +31,7 @@ class DataConfig:
     eval_batch_size: int = setting(1, at_least(1))  # SPEC §0.2: stream evaluation, batch size 1, large chunks
     eval_chunk: int = setting(1000, at_least(1))  # tokens per chunk of stream evaluation and scoring (same result, memory bounded by it)
     max_vocab: int = setting(0, at_least(0))  # at most this many entries, <eos> and <unk> among them: 0 (the corpus's own: a prepared folder's --max-vocab, else no limit) or 3 or more
-    min_count: int = setting(0, at_least(0))  # 0 = the dataset's default (1, or 4 for Brown)
+    min_count: int = setting(0, at_least(0))  # 0 = the dataset's default (1; 4 for Brown, 7 for holmes)
     max_train_tokens: int = setting(0, at_least(0))  # train on the first whole sentences up to this many tokens (0 = all)
 
 

@@ -6,7 +6,7 @@ none. A reference file has `UTTERANCE-ID WORD WORD ...`. Blank lines and lines s
 A bad line is an error naming its file and line.
 
 Word errors are the Levenshtein distance between word sequences (substitutions, deletions and insertions, each
-1), computed exactly here rather than with a library (jiwer and others give the same number): twenty lines, no
+1), computed exactly here rather than with a library (jiwer and others give the same number): ten lines, no
 dependency for a core command, and the per-hypothesis counts the tuning needs.
 """
 from __future__ import annotations
