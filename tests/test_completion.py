@@ -265,3 +265,12 @@ def test_the_challenge_questions_read_and_fill():
 def _write(path, text):
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def test_an_option_that_reads_as_no_words_is_refused_naming_it():
+    """Its blank would be scored as left out ("Profits rose 12 last year."), and could win; refused instead."""
+    question = CompletionQuestion("1", "Profits rose _____ last year.", ["fast", "!", "slowly", "well", "much"], "a")
+    words_only = lambda text: [w for w in text.split() if w.isalnum()]    # noqa: E731 (a tokeniser dropping punctuation)
+    with pytest.raises(CtxlmError, match=r"q\.csv: question 1, option b\) '!' reads as no words.*--pretokenized"):
+        candidate_sentences(question, words_only, "q.csv")
+    assert len(candidate_sentences(question, str.split, "q.csv")) == 5

@@ -56,7 +56,7 @@ def expected_lines(data: bytes):
         except (OSError, EOFError, zlib.error):
             return "corrupt gzip file"
     if b"\x00" in data:
-        return "looks binary"
+        return "NUL bytes"          # "looks binary (contains NUL bytes)", or UTF-16 text named as such
     try:
         text = data.decode("utf-8-sig")      # a byte-order mark at the start is no word (docs/reliability.md)
     except UnicodeDecodeError:

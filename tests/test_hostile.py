@@ -150,7 +150,15 @@ def test_threads_are_capped_at_the_cpu_count_with_a_warning(tmp_path, corpus):
 
 
 def test_eval_of_dev_zero_is_one_line(world):
-    one_line_error(run_ctxlm("eval", world / "lstm", "--file", "/dev/zero"), "/dev/zero, line 1", "NUL bytes")
+    one_line_error(run_ctxlm("eval", world / "lstm", "--file", "/dev/zero"), "/dev/zero, line 1", "looks binary", "NUL bytes")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32"])
+def test_utf16_text_is_named_so_not_called_binary(world, tmp_path, encoding):
+    text = tmp_path / "u16.txt"
+    text.write_bytes("The cat sat.\r\n".encode(encoding))
+    for command in (("eval", world / "lstm", "--file", text), ("score", world / "lstm", "--input", text)):
+        one_line_error(run_ctxlm(*command), str(text), "UTF-16 or UTF-32 text", "iconv -f UTF-16 -t UTF-8")
 
 
 def test_reading_a_line_is_bounded(world, monkeypatch):

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from conftest import FixedDistribution, ctxlm
+from conftest import FixedDistribution, ctxlm, one_line_error
 from ctxlm.data.vocab import Vocabulary
 from ctxlm.evaluation.lambada import capitalised_words, score_passages
 
@@ -140,6 +140,13 @@ def test_lambada_command_on_a_trained_run(tmp_path, corpus):
     (tmp_path / "empty.txt").write_text("\n")
     empty = ctxlm("lambada", tmp_path / "run", passages, "--names", tmp_path / "empty.txt", "--out", tmp_path / "e.jsonl")
     assert empty.returncode == 2 and empty.stderr.count("\n") == 1 and "empty.txt holds no names" in empty.stderr
+    (tmp_path / "cased.txt").write_text("Dog\nCat\n")          # names from cased text, the run lower-cased
+    cased = ctxlm("lambada", tmp_path / "run", passages, "--names", tmp_path / "cased.txt", "--out", tmp_path / "c.jsonl")
+    one_line_error(cased, "cased.txt: none of its 2 words is in the vocabulary", "cased names against lower-cased text?")
+    passages.write_text("the cat sat on a mat\n\nwhile dog ran to big red house\n")
+    blank = ctxlm("lambada", tmp_path / "run", passages, "--json", "--out", tmp_path / "b.jsonl")
+    assert blank.returncode == 0 and json.loads(blank.stdout)["passages"] == 2
+    assert "1 blank line skipped; passages are numbered without them" in blank.stderr
     passages.write_text("lonely\n")
     bad = subprocess.run(cli, capture_output=True, text=True)
     assert bad.returncode == 2 and "passage 1" in bad.stderr and "Traceback" not in bad.stderr

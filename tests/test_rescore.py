@@ -7,6 +7,7 @@ import math
 import pytest
 
 from conftest import ctxlm, one_line_error
+from ctxlm.errors import CtxlmError
 from ctxlm.rescore.nbest import Hypothesis, word_errors
 from ctxlm.rescore.rerank import tune
 
@@ -208,3 +209,12 @@ def test_references_without_words_and_empty_grids_refused(world):
                             (("--lm-weight", "1", "--penalties="), "--penalties")]:
         one_line_error(ctxlm("rescore", run, world / "test.txt", *options, *outputs), needle)
     assert not (world / "r.jsonl").exists()
+
+
+def test_a_total_that_is_not_a_number_says_what_would_mend_it():
+    from ctxlm.rescore.rerank import totals
+    hypotheses = [Hypothesis(["the", "zebra"], -1.0, 3)]
+    with pytest.raises(CtxlmError, match="line 3: .*probability 0 at any weight: use an LM that gives every hypothesis"):
+        totals(hypotheses, [-math.inf], 0.0, 0.0)            # 0 × -inf: no smaller weight helps
+    with pytest.raises(CtxlmError, match="line 3: .*give a smaller --lm-weight or --penalty"):
+        totals(hypotheses, [-5.0], 1e308, 0.0)               # overflow: a smaller weight does

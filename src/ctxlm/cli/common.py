@@ -104,11 +104,12 @@ def name_words(names: str, run, data_dir=None) -> list[str]:
     return read_name_words(names)
 
 
-def names_in_vocabulary(args, run):
-    """--names as a mask over the run's vocabulary (data/vocab.py); one line when none of its words is in it."""
+def names_in_vocabulary(args, run, words: list[str] | None = None):
+    """--names (or its `words`, read already) as a mask over the run's vocabulary (data/vocab.py); one line when
+    none of its words is in it."""
     from ..data.vocab import names_mask
 
-    words = name_words(args.names, run, args.data_dir)
+    words = name_words(args.names, run, args.data_dir) if words is None else words
     mask = names_mask(words, run.vocab)
     if not mask.any():
         raise CtxlmError(f"--names {args.names}: none of its {len(words):,} words is in the vocabulary of {run.path} (cased "

@@ -80,6 +80,9 @@ def cmd_eval(args) -> int:
     if args.mix:
         return _eval_mixture(run, args)
     names = names_in_vocabulary(args, run) if args.names else None   # up front: fails at once
+    if args.precision != "fp32" and run.model.scores_at_once:
+        raise CtxlmError(f"--precision {args.precision}: {run.path} is an n-gram model ({run.config.model.name}), whose "
+                         "probabilities are looked up, not computed in a precision; drop --precision")
     if args.dynamic:
         return eval_dynamic(run, args)
     model, settings = with_cache(run, args)
@@ -275,6 +278,8 @@ def cmd_lambada(args) -> int:
     run = with_dynamic(load(args.run, data_dir=args.data_dir), args)
     model, _ = with_cache(run, args)
     names = frozenset(name_words(args.names, run, args.data_dir)) if args.names else frozenset()
+    if names:
+        names_in_vocabulary(args, run, sorted(names))      # none of them known (cased names?): one line
     bar = Progress(len(passages), "lambada", unit="passages")
     summary, records = score_passages(model, run.vocab, passages, names, args.top, bar, run.dynamic, run.config.data.eval_chunk)
     bar.close()
@@ -344,7 +349,7 @@ def cmd_complete(args) -> int:
     run = with_dynamic(load(args.run, pick_device(args.device, "--device"), data_dir=args.data_dir), args)
     bar = Progress(len(questions), "complete", unit="questions")
     summary, records = answer_questions(run.model, run.vocab, questions, args.batch_size, bar.update, run.dynamic,
-                                        str.split if args.pretokenized else question_reader(run))
+                                        str.split if args.pretokenized else question_reader(run), str(questions_file))
     bar.close()
     summary.update(run=str(args.run), model=run.config.model.name, questions_file=str(questions_file),
                    dynamic=vars(run.dynamic.setting) if run.dynamic else None,

@@ -36,7 +36,7 @@ def read_text(path: str | Path, encoding: str | tuple[str, ...] = "utf-8",
     if not raw.strip():
         raise CtxlmError(f"{path}: file is empty; {needs}")
     if b"\x00" in raw[:BINARY_CHECKED]:
-        raise _binary(path)
+        raise _binary(path, raw[:64])
     *others, last = (encoding,) if isinstance(encoding, str) else encoding
     for name in others:
         try:
@@ -57,9 +57,15 @@ def _corrupt_gzip(path, exc) -> CtxlmError:
     return CtxlmError(f"{path}: corrupt gzip file ({exc}); download it again")
 
 
-def _binary(path) -> CtxlmError:
-    """NULs where text was expected (read_text, text_blocks)."""
-    return CtxlmError(f"{path}: looks binary (contains NUL bytes); expected plain text, one sentence per line")
+def _binary(where, head: bytes = b"") -> CtxlmError:
+    """NULs where text was expected (read_text, text_blocks, iter_lines); `head`, the first bytes, tells UTF-16 or
+    UTF-32 text (a byte-order mark, or a NUL beside each of the first four letters) from a binary file."""
+    marked = head[:2] in (b"\xff\xfe", b"\xfe\xff") or head[:4] == b"\x00\x00\xfe\xff"
+    even, odd = head[0:8:2].count(0), head[1:8:2].count(0)
+    if marked or len(head) >= 8 and {even, odd} == {0, 4}:
+        return CtxlmError(f"{where}: UTF-16 or UTF-32 text (NUL bytes between its letters); ctxlm reads UTF-8: convert it, "
+                          "e.g. iconv -f UTF-16 -t UTF-8 FILE > FILE.utf8.txt (UTF-32: -f UTF-32)")
+    return CtxlmError(f"{where}: looks binary (contains NUL bytes); expected plain text, one sentence per line")
 
 
 def _undecodable(path, line: int, encoding: str = "utf-8") -> CtxlmError:
@@ -112,7 +118,7 @@ def text_blocks(path: str | Path, chunk: int = 1 << 20, start: tuple[int, int] =
         head = read(BINARY_CHECKED) if not offset else b""
         if b"\x00" in head:
             rest()
-            raise _binary(path)
+            raise _binary(path, head[:64])
         pieces = chain((head[i:i + chunk] for i in range(0, len(head), chunk)), iter(partial(read, chunk), b""))
         pending, blank = [], not offset
         for piece in pieces:
@@ -167,7 +173,7 @@ def iter_lines(path: str | Path, allow_empty: bool = False) -> Iterator[str]:
                 if not raw:         # a byte-order mark alone: no line at all
                     continue
             if b"\x00" in raw:
-                raise CtxlmError(f"{name}, line {number}: looks binary (contains NUL bytes); expected plain text, one sentence per line")
+                raise _binary(f"{name}, line {number}", raw[:64])
             if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
                 raise CtxlmError(f"{name}, line {number}: longer than {MAX_LINE:,} bytes without a line break; "
                                  "expected text with one sentence per line")
@@ -264,16 +270,19 @@ def read_brown(tgz_path: str | Path) -> TaggedCorpus:
 
 
 def read_lambada(path: str | Path) -> list[list[str]]:
-    """LAMBADA: one passage per line (blank lines skipped); the target is the passage's last word.
-    A passage of one word is an error naming its line."""
-    passages = []
-    for number, line in enumerate(text_lines(read_text(path)), 1):
+    """LAMBADA: one passage per line (blank lines skipped, with a note: passages are numbered without them); the
+    target is the passage's last word. A passage of one word is an error naming its line."""
+    passages, blank = [], 0
+    for number, line in enumerate(text_lines(read_text(path).removesuffix("\n")), 1):
         words = line.split()
         if len(words) == 1:
             raise CtxlmError(f"{path}, line {number}: passage {len(passages) + 1} has one word; each needs context and "
                              "a last (target) word")
         if words:
             passages.append(words)
+        blank += not words
+    if blank:
+        warn(f"note: {path}: {blank:,} blank line{'s' * (blank != 1)} skipped; passages are numbered without them")
     return passages
 
 

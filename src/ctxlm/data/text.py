@@ -31,8 +31,17 @@ TOKENIZERS = ("whitespace", "moses", "msr")                # what `ctxlm prepare
 CORPUS_TOKENIZERS = ("ptb", "wikitext", "brown")           # registered corpora's, approximated (APPROXIMATE)
 # A number: digits with inner separators ("1,000", "3.5", "1990s", "10:30", "1/2"), an optional sign.
 NUMBER = re.compile(r"[+-]?\d+(?:[.,:/-]\d+)*(?:s|th|st|nd|rd|%)?")
-PTB_NUMBER = re.compile(r"[+-]?\d+(?:[.,:/]\d+)*")         # PTB writes N for these only ("1980s", "30-year" stay)
-PTB_MARKS = frozenset("$&#'")                              # the punctuation Mikolov's PTB kept as tokens
+# PTB writes N for these only ("1980s", "30-year" stay), and for "%" ("8.45%" is "N N")
+PTB_NUMBER = re.compile(r"[+-]?\d+(?:(?:[.,:]|\\?/)\d+)*|%")      # its slash is written \/
+PTB_MARKS = frozenset("$&#'%")                             # the punctuation Mikolov's PTB kept as tokens (% as N)
+DIGITS = re.compile(r"[+-]?\d+(?:[.,]\d+)*")
+# The ASCII forms of typographic quotes (PTB and Brown are ASCII: "company’s" reads as "company's")
+ASCII_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201c": '"', "\u201d": '"', "\u201e": '"'})
+PLACEHOLDER = "ctxlmkeptplaceholder"    # stands for a kept token while the words around it are tokenised
+# Marks inside a word that Moses splits off and PTB and Brown keep in it ("S&P", "MGM/UA", "3/8", "C$ 1"),
+# hidden from Moses as letters and put back after
+INNER_MARKS = re.compile(r"(?<=[^\W_])(&|\\?/)(?=[^\W_])|(?<=\b[A-Za-z])(\$)|(?<=\b[A-Za-z]{2})(\$)")
+HIDDEN = {"&": "ctxlmampersand", "/": "ctxlmslash", "\\/": "ctxlmslash", "$": "ctxlmdollar"}
 # Tokens already in a corpus's own form, passed through as they are (so the corpus's text reads as itself)
 CONTRACTIONS = frozenset({"'s", "n't", "'t", "'re", "'ve", "'ll", "'d", "'m"})
 CORPUS_FORMS = {"ptb": CONTRACTIONS - {"'t"}, "wikitext": CONTRACTIONS | {"@-@", "@,@", "@.@"}, "brown": frozenset({"``", "''"})}
@@ -200,16 +209,23 @@ def tokenizer(options: TextRecipe) -> Callable[[str], list[str]]:
         return [numbers if numbers and full(w) else w for w in found] if numbers else found
 
     def tokens(text: str) -> list[str]:
-        """Runs of words between tokens already in the corpus's form (`kept`), each tokenised; those kept as they are."""
-        out: list[str] = []
-        run: list[str] = []
-        for word in text.split():
-            if word in kept:
-                out += converted(run) + [word]
-                run = []
-            else:
-                run.append(word)
-        out += converted(run)
+        """The words tokenised as one text, each token already in the corpus's form (`kept`) read as a lower-case
+        placeholder word ("mr. <unk>" keeps "mr." as "mr. said" does) and then put back as it is."""
+        words = text.split()
+        held = [word for word in words if word in kept]
+        out = converted([PLACEHOLDER if word in kept else word for word in words]) if PLACEHOLDER not in text else []
+        if out.count(PLACEHOLDER) == len(held) and PLACEHOLDER not in text:
+            back = iter(held)
+            out = [next(back) if word == PLACEHOLDER else word for word in out]
+        else:                           # the text names the placeholder itself: each run between kept tokens alone
+            out, run = [], []
+            for word in words:
+                if word in kept:
+                    out += converted(run) + [word]
+                    run = []
+                else:
+                    run.append(word)
+            out += converted(run)
         return _brown_quotes(out) if options.tokenize == "brown" else out
 
     return tokens
@@ -240,12 +256,44 @@ def _moses(lang: str, normalise: bool = True, **options) -> Callable[[str], list
     return tokens
 
 
-def _ptb(moses: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
-    """Moses tokens as Mikolov's PTB writes them: "don 't" -> "do n't", punctuation but $ & # ' dropped."""
+def _hidden_marks(moses: Callable[[str], list[str]], slash: str) -> Callable[[str], list[str]]:
+    """`moses` of the text with typographic quotes as ASCII and `INNER_MARKS` kept inside their words
+    (a slash written `slash`: PTB's is "\\/"); "C$" is a token of its own before its number."""
+    shown = {HIDDEN["&"]: "&", HIDDEN["$"]: "$", HIDDEN["/"]: slash}
+    unhide = re.compile("|".join(HIDDEN.values()))
+
     def tokens(text: str) -> list[str]:
-        words = moses(text)
+        text = INNER_MARKS.sub(lambda m: HIDDEN[m.group(0)] + " " * (m.group(0) == "$"), text.translate(ASCII_QUOTES))
+        return [unhide.sub(lambda m: shown[m.group(0)], word) for word in moses(text)]
+
+    return tokens
+
+
+def _joined(words: list[str]) -> list[str]:
+    """What Moses splits and PTB and Brown write as one token: "10 : 30" (a time),
+    "Corp. ' s" ("Corp.'s": Moses splits 's after a period), "O 'Brien" (a name's O', D', L')."""
+    out: list[str] = []
+    for word in words:
+        if len(out) >= 2 and out[-1] == ":" and DIGITS.fullmatch(out[-2]) and word.isdigit():
+            word = out.pop(-2) + out.pop() + word
+        elif word in ("s", "S") and len(out) >= 2 and out[-1] == "'" and out[-2][-1:] == ".":
+            word = out.pop() + word
+        elif word[:1] == "'" and word[1:2].isalpha() and word.lower() not in CONTRACTIONS and out and out[-1] in tuple("OoDdLl"):
+            word = out.pop() + word
+        out.append(word)
+    return out
+
+
+def _ptb(moses: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
+    """Moses tokens as Mikolov's PTB writes them: "don 't" -> "do n't", "cannot" -> "can not", punctuation but
+    $ & # ' dropped (and %, which PTB writes as N), typographic quotes read as ASCII."""
+    def tokens(text: str) -> list[str]:
+        words = _joined(_hidden_marks(moses, "\\/")(text))
         out: list[str] = []
         for word in words:
+            if word.lower() == "cannot":
+                out.append(word[:3])
+                word = word[3:]
             if word.lower() == "'t" and out and out[-1].lower() == "n":            # "n 't" (a split "n't")
                 word = out.pop() + word
             elif word.lower() == "'t" and out and out[-1][-1:].lower() == "n":     # "don 't" -> "do n't"
@@ -268,17 +316,27 @@ def _wikitext(lang: str) -> Callable[[str], list[str]]:
 
 
 def _brown(moses: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
-    """Moses tokens as the Brown corpus writes them: "Atlanta's" (its quotes: `_brown_quotes`)."""
+    """Moses tokens as the Brown corpus writes them (`_brown_joins`), typographic quotes read as ASCII (its double
+    quotes: `_brown_quotes`)."""
     def tokens(text: str) -> list[str]:
         out: list[str] = []
-        for word in moses(text):
-            if word.lower() == "'s" and out and out[-1][-1:].isalnum():
+        for word in _joined(_hidden_marks(moses, "/")(text)):
+            if out and _brown_joins(out[-1], word):
                 out[-1] += word
             else:
                 out.append(word)
         return out
 
     return tokens
+
+
+def _brown_joins(before: str, word: str) -> bool:
+    """Whether Brown writes `word` as one token with the one `before` it: clitics ("Atlanta's", "Corp.'s",
+    "didn't", "I'm"), a plural's possessive ("taxpayers'"), "$3.50" and "12%"."""
+    if word.lower() in CONTRACTIONS:
+        return before[-1:].isalnum() or word.lower() == "'s" and before.endswith(".")
+    return bool(word == "%" and DIGITS.fullmatch(before) or before == "$" and DIGITS.fullmatch(word)
+                or word == "'" and before.endswith(("s", "S")))
 
 
 def _brown_quotes(words: list[str]) -> list[str]:

@@ -51,8 +51,15 @@ def question_reader(run) -> Callable[[str], list[str]]:
     return (lambda text: [numbers if NUMBER.fullmatch(w) else w for w in split(text)]) if numbers else split
 
 
-def candidate_sentences(question: CompletionQuestion, tokenize: Callable[[str], list[str]] = msr_tokens) -> list[list[str]]:
-    """The question with each option in its blank, as `tokenize` reads it, ending in `<eos>`."""
+def candidate_sentences(question: CompletionQuestion, tokenize: Callable[[str], list[str]] = msr_tokens,
+                        where: str = "questions") -> list[list[str]]:
+    """The question with each option in its blank, as `tokenize` reads it, ending in `<eos>`; an option that reads
+    as no words (punctuation a tokeniser drops) is an error, since the blank would be scored as left out."""
+    for letter, option in zip(LETTERS, question.options):
+        if not tokenize(option):
+            raise CtxlmError(f"{where}: question {question.id}, option {letter}) {option!r} reads as no words the way the "
+                             "run reads text, so the sentence would be scored without it; give a word there, or give "
+                             "text tokenised already with --pretokenized")
     return [tokenize(question.question.replace(BLANK, option)) + [EOS] for option in question.options]
 
 
@@ -91,11 +98,11 @@ def sentence_scores(model, vocab, sentences: list[list[str]], batch_size: int = 
 
 def answer_questions(model, vocab, questions: list[CompletionQuestion], batch_size: int = 50,
                      progress=None, dynamic: DynamicWeights | None = None,
-                     tokenize: Callable[[str], list[str]] = msr_tokens) -> tuple[dict, list[dict]]:
+                     tokenize: Callable[[str], list[str]] = msr_tokens, where: str = "questions") -> tuple[dict, list[dict]]:
     """(summary, one record per question): scores of the five candidates, the choice, and whether it is right;
-    `tokenize` reads raw text as the run's training text was read."""
+    `tokenize` reads raw text as the run's training text was read (`where`: the questions' file, for errors)."""
     started = time.time()
-    sentences = [s for q in questions for s in candidate_sentences(q, tokenize)]
+    sentences = [s for q in questions for s in candidate_sentences(q, tokenize, where)]
     done = set()
 
     def tick(rows):

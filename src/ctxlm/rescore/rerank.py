@@ -97,8 +97,10 @@ def totals(hypotheses: list[Hypothesis], lm: list[float], weight: float, penalty
     for h, s, total in zip(hypotheses, lm, found):
         if not math.isfinite(total):
             raise CtxlmError(f"line {h.line}: the total score is {total} (first pass {h.score:g} + LM weight {weight:g} × "
-                             f"log p {s:g} + penalty {penalty:g} × {len(h.words)} words), not a finite number; give a "
-                             "smaller --lm-weight or --penalty (or grid), or an LM that gives every hypothesis a probability")
+                             f"log p {s:g} + penalty {penalty:g} × {len(h.words)} words), not a finite number; "
+                             + ("the LM gives this hypothesis probability 0 at any weight: use an LM that gives every hypothesis "
+                                "a probability (an ARPA model with <unk>, or any ctxlm-trained run)" if not math.isfinite(s)
+                                else "give a smaller --lm-weight or --penalty (or grid)"))
     return found
 
 
