@@ -48,11 +48,11 @@ CORPUS_FORMS = {"ptb": CONTRACTIONS - {"'t"}, "wikitext": CONTRACTIONS | {"@-@",
 SPECIAL_FORMS = frozenset({"<unk>", "<eos>"})
 APPROXIMATE = {
     "ptb": "Mikolov's PTB was tokenised by the Penn Treebank's annotators; raw text is tokenised by Moses, clitics split "
-           "as the treebank splits them (n't, 's), punctuation but $ & # ' dropped, lower-cased, numbers as N",
+           "as the treebank splits them (n't, 's), punctuation but $ & # ' dropped, lower-cased, numbers and % as N",
     "wikitext": "WikiText was tokenised by its authors' Moses-based pipeline; raw text is tokenised by Moses with "
                 "@-@, @,@ and @.@ as WikiText writes them, case kept (its headings' = = marks cannot be made from raw text)",
-    "brown": "the Brown corpus was tokenised by hand; raw text is tokenised by Moses, 's joined to its word and double "
-             "quotes written `` and '' as Brown writes them, case kept",
+    "brown": "the Brown corpus was tokenised by hand; raw text is tokenised by Moses, clitics ('s, n't, 'm) joined to "
+             "their word and double quotes written `` and '' as Brown writes them, case kept",
 }
 
 
@@ -285,8 +285,8 @@ def _joined(words: list[str]) -> list[str]:
 
 
 def _ptb(moses: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
-    """Moses tokens as Mikolov's PTB writes them: "don 't" -> "do n't", "cannot" -> "can not", punctuation but
-    $ & # ' dropped (and %, which PTB writes as N), typographic quotes read as ASCII."""
+    """Moses tokens as Mikolov's PTB writes them: "don 't" -> "do n't", "cannot" -> "can not", punctuation dropped
+    but $ & # ' and % (which the recipe's numbers make N, as PTB writes it), typographic quotes read as ASCII."""
     def tokens(text: str) -> list[str]:
         words = _joined(_hidden_marks(moses, "\\/")(text))
         out: list[str] = []
