@@ -338,6 +338,7 @@ PTB = TextRecipe(tokenize="ptb", lower=True, numbers="N")
     ("The company\u2019s profit didn\u2019t rise.", "the company 's profit did n't rise"),   # typographic apostrophes
     ("S&P and MGM/UA paid C$1.5 million and HK$ 3.", "s&p and mgm\\/ua paid c$ N million and hk$ N"),
     ("mr. <unk> said", "mr. <unk> said"),                                                 # "mr." stays before a kept token
+    ("He works at Apple Inc.", "he works at apple inc."),                                 # a sentence-final "inc."
 ])
 def test_ptb_recipe_writes_raw_text_as_the_corpus_writes_it(raw, tokens):
     assert PTB.tokens(raw) == tokens.split()
@@ -360,14 +361,13 @@ def test_a_text_naming_the_placeholder_is_still_tokenised_around_its_kept_tokens
 
 @pytest.mark.data
 @needs_data("ptb/ptb.test.txt")
-def test_ptb_own_text_read_as_raw_text_is_itself_but_for_sentence_final_abbreviations():
-    """Mikolov's PTB read back through its recipe: 3,744 of its 3,761 test lines unchanged (434 changed before the
-    kept-token placeholder, % as N, the joins and the hidden inner marks); the rest end in an abbreviation ("corp.")
-    whose period Moses cannot tell from a sentence's."""
+def test_ptb_own_text_read_as_raw_text_is_itself_but_for_one_line():
+    """Mikolov's PTB read back through its recipe: 3,760 of its 3,761 test lines unchanged (434 changed before the
+    kept-token placeholder, % as N, the joins, the hidden inner marks and the sentence-final abbreviations); the
+    other ends in "kan." whose period Moses takes for the sentence's."""
     lines = (Path(DATA_DIR) / "ptb" / "ptb.test.txt").read_text().splitlines()
     changed = [line for line in lines if PTB.tokens(line) != line.split()]
-    assert len(lines) == 3761 and len(changed) <= 17
-    assert all(line.split()[-1] in {"corp.", "co.", "inc.", "ltd.", "kan."} for line in changed)
+    assert len(lines) == 3761 and [line.split() for line in changed] == [["franklin", "savings", "association", "<unk>", "kan."]]
 
 
 @pytest.mark.data

@@ -284,11 +284,18 @@ def _joined(words: list[str]) -> list[str]:
     return out
 
 
+# Abbreviations that end many a sentence in the news, whose period Moses there takes for the sentence's ("Apple Inc."):
+# PTB writes them "inc." (sentence-final in PTB train: corp. 6, co. 3, inc. 1; the sentence's own period is dropped)
+FINAL_ABBREVIATIONS = frozenset({"corp", "co", "cos", "inc", "ltd", "bros", "jr", "sr", "etc"})
+
+
 def _ptb(moses: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
     """Moses tokens as Mikolov's PTB writes them: "don 't" -> "do n't", "cannot" -> "can not", punctuation dropped
     but $ & # ' and % (which the recipe's numbers make N, as PTB writes it), typographic quotes read as ASCII."""
     def tokens(text: str) -> list[str]:
         words = _joined(_hidden_marks(moses, "\\/")(text))
+        if words[-2:-1] and words[-1] == "." and words[-2].lower() in FINAL_ABBREVIATIONS:
+            words[-2:] = [words[-2] + "."]
         out: list[str] = []
         for word in words:
             if word.lower() == "cannot":
