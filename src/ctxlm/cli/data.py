@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -99,7 +100,7 @@ def check_each_file_once(recipe) -> None:
 def cmd_prepare_text(args) -> int:
     from ..data.prepare import Recipe, prepare
     from ..data.rawbooks import raw_books_note, untokenised_note
-    from ..data.text import TextRecipe, input_files
+    from ..data.text import TextRecipe
 
     if args.lang != "en" and args.tokenize != "moses":
         raise CtxlmError(f"--lang {args.lang}: only --tokenize moses reads the language (--tokenize {args.tokenize} "
@@ -156,7 +157,6 @@ def add_names(sub) -> None:
 
 
 def cmd_names(args) -> int:
-    from ..data.text import input_files
     from ..evaluation.lambada import capitalised_words
 
     found = {given: input_files([given], "FILE") if Path(given).is_dir() else [Path(given)] for given in args.files}
@@ -204,3 +204,30 @@ def cmd_datasets(args) -> int:
             status.append(f"prepared: {find_prepared(args.data_dir) or 'not yet (ctxlm prepare holmes)'}")
         print(f"{name:<16}{info.description}\n{'':<16}" + f"\n{'':<16}".join(status))
     return 0
+
+
+def input_files(inputs: list[str | Path], option: str = "INPUT") -> list[Path]:
+    """Files named, and the files under folders named (recursively, by path; hidden ones skipped), in order."""
+    found: list[Path] = []
+    for given in inputs:
+        path = Path(given)
+        if path.is_dir():
+            files = sorted(p for p in path.rglob("*") if p.is_file()
+                           and not any(part.startswith(".") for part in p.relative_to(path).parts))
+            if not files:
+                raise CtxlmError(f"{option} {given}: the folder holds no files; give text files or folders of them")
+            found.extend(files)
+        elif path.is_file():
+            found.append(path)
+        elif path.exists():             # a FIFO, a device, a socket: read once at most, with no size or time to record
+            raise CtxlmError(f"{option} {given}: is a {_kind(path)}, not a regular file; save the text to a file "
+                             "and give that (prepare reads its inputs as files and records their size and time)")
+        else:
+            raise CtxlmError(f"{option} {given}: no such file or folder")
+    return found
+
+
+def _kind(path: Path) -> str:
+    mode = path.stat().st_mode
+    return ("FIFO (named pipe)" if stat.S_ISFIFO(mode) else "character device" if stat.S_ISCHR(mode)
+            else "block device" if stat.S_ISBLK(mode) else "socket" if stat.S_ISSOCK(mode) else "special file")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import stat
 import unicodedata
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
@@ -152,33 +151,6 @@ def note_once(key, message: str) -> None:
     if key not in _told:
         _told.add(key)
         warn(f"note: {message}")
-
-
-def input_files(inputs: list[str | Path], option: str = "INPUT") -> list[Path]:
-    """Files named, and the files under folders named (recursively, by path; hidden ones skipped), in order."""
-    found: list[Path] = []
-    for given in inputs:
-        path = Path(given)
-        if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.is_file()
-                           and not any(part.startswith(".") for part in p.relative_to(path).parts))
-            if not files:
-                raise CtxlmError(f"{option} {given}: the folder holds no files; give text files or folders of them")
-            found.extend(files)
-        elif path.is_file():
-            found.append(path)
-        elif path.exists():             # a FIFO, a device, a socket: read once at most, with no size or time to record
-            raise CtxlmError(f"{option} {given}: is a {_kind(path)}, not a regular file; save the text to a file "
-                             "and give that (prepare reads its inputs as files and records their size and time)")
-        else:
-            raise CtxlmError(f"{option} {given}: no such file or folder")
-    return found
-
-
-def _kind(path: Path) -> str:
-    mode = path.stat().st_mode
-    return ("FIFO (named pipe)" if stat.S_ISFIFO(mode) else "character device" if stat.S_ISCHR(mode)
-            else "block device" if stat.S_ISBLK(mode) else "socket" if stat.S_ISSOCK(mode) else "special file")
 
 
 @lru_cache(maxsize=8)
