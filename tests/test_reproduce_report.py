@@ -67,6 +67,10 @@ def test_the_report_shows_the_named_rows_and_the_page_every_row(tmp_path):
                        f"--page writes every table and row into {page}: leave out {' '.join(named)}")
     assert page.read_text() == f"{report.PAGE_BEGIN}\n{report.PAGE_END}\n"
     assert ctxlm("reproduce", "--report", "--page", page, *args).returncode == 0 and "| RNN, more epochs | 40.00 |" in page.read_text()
+    one_line_error(ctxlm("reproduce", "--report", "--plot", tmp_path / "plot.txt", *args),
+                   "plot.txt: a figure cannot be written as .txt", ".png")       # was a matplotlib traceback
+    one_line_error(ctxlm("reproduce", "--report", "--tables", project / "reproductions", "--records", tmp_path / "typo"),
+                   "--records", "typo: no such folder")                            # was "0 measured", exit 0
 
 
 def test_a_table_of_validation_perplexities_shows_them(reference, tmp_path):

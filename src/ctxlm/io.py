@@ -127,6 +127,10 @@ def warn(line: str) -> None:
 def save_figure(fig, path: str | Path, **options) -> None:
     """A matplotlib figure, written by the one output rule (`atomic_write`) in the format its file name says."""
     kind = Path(path).suffix.lstrip(".").lower() or "png"
+    formats = fig.canvas.get_supported_filetypes()
+    if kind not in formats:
+        raise CtxlmError(f"{path}: a figure cannot be written as .{kind}; name a file ending in one of "
+                         f"{', '.join('.' + k for k in sorted(formats))}")
     atomic_write(path, lambda tmp: fig.savefig(tmp, format=kind, **options))
 
 

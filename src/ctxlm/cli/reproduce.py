@@ -52,6 +52,8 @@ def cmd_reproduce(args) -> int:
     root = _project_root(args.tables)
     tables_dir, records_dir = Path(args.tables or root / "reproductions"), Path(args.records or root / "results")
     runs_dir = Path(args.runs or root / "runs" / "reproduce")
+    if args.records and not records_dir.is_dir():
+        raise CtxlmError(f"--records {args.records}: no such folder; give the folder that holds the records (TABLE/ROW.json)")
     if args.list:
         for table in load_tables(tables_dir):
             print(f"{table.id:16} {sum(r.runnable for r in table.rows):3} of {len(table.rows):3} rows runnable  {table.title}")
