@@ -374,3 +374,10 @@ def test_a_row_log_line_cut_short_is_passed_over(tmp_path):
     assert run.settings(["train.threads=2"]) == ["model.hidden_size=24"]
     dotted = [RowRun(table, table.rows[0], tmp_path / "runs" / name, tmp_path / "r.json").log for name in ("x.1", "x.2")]
     assert [log.name for log in dotted] == ["x.1.log", "x.2.log"]         # row ids with a dot keep their own logs
+
+
+def test_a_thread_setting_written_with_spaces_is_the_one_used():
+    """`--set "train.threads = 1"` (the config parser allows the spaces) was overridden by the default share."""
+    from ctxlm.reproduce.runner import thread_setting
+    assert thread_setting(["train.threads = 1", " model.name=lstm"], 1) == ["train.threads=1", "model.name=lstm"]
+    assert thread_setting(["train.epochs=2"], 1)[-1].startswith("train.threads=")

@@ -52,7 +52,7 @@ def cmd_reproduce(args) -> int:
     root = _project_root(args.tables)
     tables_dir, records_dir = Path(args.tables or root / "reproductions"), Path(args.records or root / "results")
     runs_dir = Path(args.runs or root / "runs" / "reproduce")
-    if args.records and not records_dir.is_dir():
+    if args.report and args.records and not records_dir.is_dir():     # training makes it; a report has nothing to read
         raise CtxlmError(f"--records {args.records}: no such folder; give the folder that holds the records (TABLE/ROW.json)")
     if args.list:
         for table in load_tables(tables_dir):

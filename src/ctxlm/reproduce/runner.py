@@ -23,7 +23,9 @@ from .rows import RowLock, RowRun
 
 
 def thread_setting(extra: list[str], jobs: int) -> list[str]:
-    """Give each of `jobs` CPU processes its share of the cores, unless --set train.threads says otherwise."""
+    """Give each of `jobs` CPU processes its share of the cores, unless --set train.threads says otherwise (each
+    setting written KEY=VALUE, without the spaces the config parser allows around its key and `=`)."""
+    extra = [f"{key.strip()}={value.strip()}" if sep else o for o in extra for key, sep, value in [o.partition("=")]]
     if any(o.startswith("train.threads=") for o in extra):
         return extra
     return extra + [f"train.threads={max(1, (os.cpu_count() or 1) // jobs)}"]
