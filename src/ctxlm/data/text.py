@@ -45,9 +45,9 @@ HIDDEN = {"/": "ctxlmslash", ":": "ctxlmcolon", "&": "ctxlmampersand", "$": "ctx
 # Abbreviations PTB and Brown write with their period ("Sept. 30", "Inc. Chairman"; at least 4 times in either)
 # that Moses's English list lacks, so that it would split the period before a capital or a number; words that
 # also end sentences as themselves ("no", "in", "Miss") and units are left out
-ABBREVIATIONS = ("Adm Ala Ariz Atty Aug Ave Blvd Bros Calif Capt Cie Co Colo Conn Corp Cos Dec Del Drs Feb Fig Figs Fla Ga "
-                 "Gov Ill Inc Ind Jan Jr Kan Ky La Ltd Mass Md Messrs Mich Minn Mo Mt Neb Nev Nov Oct Okla Ore Pa Prof Rep "
-                 "Rev Sec Sen Sens Sept Sr St Tenn Tex Va Vs Wash Wis cf etc fig figs pp vs").split()
+ABBREVIATIONS = tuple("Adm Ala Ariz Atty Aug Ave Blvd Bros Calif Capt Cie Co Colo Conn Corp Cos Dec Del Drs Feb Fig Figs Fla Ga "
+                      "Gov Ill Inc Ind Jan Jr Kan Ky La Ltd Mass Md Messrs Mich Minn Mo Mt Neb Nev Nov Oct Okla Ore Pa Prof Rep "
+                      "Rev Sec Sen Sens Sept Sr St Tenn Tex Va Vs Wash Wis cf etc fig figs pp vs".split())
 # Tokens already in a corpus's own form, passed through as they are (so the corpus's text reads as itself)
 CONTRACTIONS = frozenset({"'s", "n't", "'t", "'re", "'ve", "'ll", "'d", "'m"})
 CORPUS_FORMS = {"ptb": CONTRACTIONS - {"'t"}, "wikitext": CONTRACTIONS | {"@-@", "@,@", "@.@"}, "brown": frozenset({"``", "''"})}
