@@ -52,8 +52,6 @@ def cmd_reproduce(args) -> int:
     root = _project_root(args.tables)
     tables_dir, records_dir = Path(args.tables or root / "reproductions"), Path(args.records or root / "results")
     runs_dir = Path(args.runs or root / "runs" / "reproduce")
-    if args.report and args.records and not records_dir.is_dir():     # training makes it; a report has nothing to read
-        raise CtxlmError(f"--records {args.records}: no such folder; give the folder that holds the records (TABLE/ROW.json)")
     if args.list:
         for table in load_tables(tables_dir):
             print(f"{table.id:16} {sum(r.runnable for r in table.rows):3} of {len(table.rows):3} rows runnable  {table.title}")
@@ -72,6 +70,8 @@ def cmd_reproduce(args) -> int:
     runs = rows.row_runs(tables, args.rows, runs_dir, records_dir, args.again)
     extra = runner.thread_setting(args.set or [], args.jobs) if not args.check else args.set or []
     if args.report:
+        if args.records and not records_dir.is_dir():           # training makes it; a report would read nothing
+            raise CtxlmError(f"--records {args.records}: no such folder; give the folder that holds the records (TABLE/ROW.json)")
         tables = [table.only(args.rows) for table in tables]
         text = report.report_markdown(tables, records_dir)
         if args.page:
