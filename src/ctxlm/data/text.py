@@ -195,8 +195,8 @@ def tokenizer(options: TextRecipe) -> Callable[[str], list[str]]:
         held = [word for word in words if word in kept]
         cased = any(c.isupper() for word in words if word not in kept for c in word)      # PTB's own "N" aside
         stand_in = PLACEHOLDER.capitalize() if cased else PLACEHOLDER
-        out = converted([stand_in if word in kept else word for word in words]) if PLACEHOLDER not in text.lower() else []
-        if [word.lower() for word in out].count(PLACEHOLDER) == len(held) and PLACEHOLDER not in text.lower():
+        out = [] if PLACEHOLDER in text.lower() else converted([stand_in if word in kept else word for word in words])
+        if out and [word.lower() for word in out].count(PLACEHOLDER) == len(held):
             back = iter(held)
             out = [next(back) if word.lower() == PLACEHOLDER else word for word in out]
         else:                           # the text names the placeholder itself (or Moses split it): runs read alone
