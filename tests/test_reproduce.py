@@ -171,7 +171,8 @@ def test_a_record_trained_without_a_setting_the_table_now_sets_is_outdated(refer
                        f"move {project / 'kept-runs' / 'tiny-1' / 'rnn'} aside to train it again")    # no cost, no command
     assert plan[1].startswith("1 runnable row: 0 done,") and len(plan) == 2, plan
     result = ctxlm("reproduce", "tiny-1", "rnn", *folders(project, "kept"), "--set", "train.threads=1")
-    assert result.returncode == 0 and f"move {project / 'kept-runs' / 'tiny-1' / 'rnn'} aside" in result.stdout
+    assert result.returncode == 1 and f"move {project / 'kept-runs' / 'tiny-1' / 'rnn'} aside" in result.stdout
+    assert "not done here: tiny-1/rnn" in result.stdout
     assert json.loads((project / "kept-results" / "tiny-1" / "rnn.json").read_text()) == old     # never continued
 
 
@@ -263,7 +264,7 @@ def test_a_second_reproduce_leaves_a_row_another_process_trains_to_it(reference)
     before = contents()
     with lock_held_by_another_process(run) as holder:
         done = ctxlm("reproduce", "tiny-1", "lstm", *folders(project, "shared"), "--set", "train.threads=1")
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 1, done.stdout + done.stderr       # not done by this call
     assert f"tiny-1/lstm: training now in another process (process {holder.pid} on " in done.stdout
     assert "started" not in done.stdout and "resumed" not in done.stdout
     assert contents() == before
@@ -285,7 +286,7 @@ def test_two_reproduce_started_together_train_a_row_once(tmp_path):
     finally:
         first.send_signal(signal.SIGTERM)
         output = first.communicate(timeout=300)[0]
-    assert second.returncode == 0, second.stdout + second.stderr
+    assert second.returncode == 1, second.stdout + second.stderr
     assert f"tiny-1/lstm: training now in another process (ctxlm reproduce, process {first.pid} on " in second.stdout
     assert "failed" not in second.stdout and "started" not in second.stdout, second.stdout
     assert log.read_text().count("$ ctxlm") == 1, log.read_text()

@@ -48,7 +48,7 @@ def cmd_reproduce(args) -> int:
     from ..reproduce.tables import load_tables
 
     _check_modes(args)
-    stop_after = runner.parse_duration(args.stop_after) if args.stop_after else None
+    stop_after = runner.parse_duration(args.stop_after) if args.stop_after is not None else None
     root = _project_root(args.tables)
     tables_dir, records_dir = Path(args.tables or root / "reproductions"), Path(args.records or root / "results")
     runs_dir = Path(args.runs or root / "runs" / "reproduce")
@@ -96,7 +96,7 @@ def _check_modes(args) -> None:
     modes = [name for name in ("--list", "--plan", "--report", "--check") if getattr(args, name[2:])]
     if len(modes) > 1:
         raise CtxlmError(f"{' and '.join(modes)}: give one of them (each is a command of its own)")
-    ignored = {"--jobs": args.jobs != 1 and not args.plan, "--stop-after": args.stop_after,   # --plan shows the threads
+    ignored = {"--jobs": args.jobs != 1 and not args.plan, "--stop-after": args.stop_after is not None,   # --plan shows the threads
                "--set": args.set and not args.plan, "--again": args.again and not args.plan}
     for name, given in ignored.items():
         if modes and given:

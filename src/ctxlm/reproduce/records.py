@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from .. import schemas
+from ..config import Config, apply_overrides, load_toml
 from ..errors import CtxlmError
 from ..io import atomic_write_text
 from ..jsonio import json_text
@@ -89,11 +90,37 @@ def load_record(path: str | Path) -> dict | None:
     return schemas.check(record, RECORD, path, "restore it with git or delete it")
 
 
-def unset_settings(record: dict | None, overrides: list[str]) -> list[str]:
-    """The row's `set` settings that its finished record was trained without: the table changed since the run."""
+def unset_settings(record: dict | None, row) -> list[str]:
+    """The row's `set` settings that its finished record was trained without: the table changed since the run.
+    A setting written otherwise but to the same effect (`1.0` for `1`, spaces around `=`) is not one of them."""
     if not record or not record["finished"] or "set" not in record:
         return []
-    return [setting for setting in overrides if setting not in record["set"]]
+    unset = [setting for setting in row.overrides if setting not in record["set"]]
+    if unset and row.preset is not None:
+        try:
+            trained = apply_overrides(load_toml(row.preset), record["set"]).to_dict()
+            unset = [s for s in unset if apply_overrides(load_toml(row.preset), record["set"] + [s]).to_dict() != trained]
+        except CtxlmError:          # a preset that no longer loads: the settings as written
+            pass
+    return unset
+
+
+# keys that change how fast a run trains, not what it trains (a resumed run may change them; --check's fingerprint
+# fixes them): a run folder that differs from its row in these alone is still the row's run
+RUNTIME_KEYS = {"train.device", "train.threads", "train.compile", "train.checkpoint_every", "train.precision"}
+
+
+def config_differences(run: Config, row: Config) -> list[str]:
+    """Where a run folder's config differs from its row's (preset with the row's settings), as "key (run X, row Y)"."""
+    ran, wanted = run.to_dict(), row.with_absolute_paths().to_dict()
+    keys = dict.fromkeys(f"{section}.{key}" for config in (ran, wanted) for section, values in config.items() for key in values)
+    found = []
+    for name in keys:
+        section, key = name.split(".", 1)
+        a, b = ran.get(section, {}).get(key, "(none)"), wanted.get(section, {}).get(key, "(none)")
+        if name not in RUNTIME_KEYS and a != b:
+            found.append(f"{name} (run {a!r}, row {b!r})")
+    return found
 
 
 def save_record(path: str | Path, record: dict) -> None:

@@ -42,11 +42,11 @@ def epochs_left(train, done: list[dict]) -> int:
 def estimate(run: RowRun, extra: list[str], measure: bool, data_dir=None) -> str:
     """The remaining cost of a row on this machine, from rates measured on it (its own curve, or a
     few batches timed now with `measure`)."""
-    config = run.config(run.row.overrides + extra)
+    config = run.config(run.settings(extra))     # a begun run's: the settings it began with, then its resumes'
     if MODELS[config.model.name].count_based:
         return "count-based: seconds to minutes, no epochs"
     done = run.curve()
-    left = epochs_left(config.train, done)
+    left = max(0, epochs_left(config.train, done))
     if done:
         per_epoch = (done[-1]["elapsed_s"] - (done[-2]["elapsed_s"] if len(done) > 1 else 0)) * EVAL_OVERHEAD
         how = f"{done[-1]['tokens_per_s']:,.0f} tokens/s in its last epoch"
@@ -69,19 +69,33 @@ def plan_text(runs: list[RowRun], extra: list[str], measure: bool, data_dir=None
         if not run.row.runnable:
             unavailable.setdefault((run.table.id, run.row.unavailable), []).append(run.row.id)
             continue
-        status, trainable = run.status(), not run.old_run_here()      # the old settings' folder is never continued
-        states.append("stopped" if status.startswith("started") else status.split(" ")[0])   # started: stopped before an epoch
-        cost = f"; {estimate(run, extra, measure, data_dir)}" if status != "done" and trainable else ""
+        try:
+            status, trainable = run.status(), not run.old_run_here()   # a folder not the row's is never continued
+            cost = f"; {estimate(run, extra, measure, data_dir)}" if status != "done" and trainable else ""
+            command = "    ctxlm " + shlex.join(run.train_argv(extra, data_dir))
+        except CtxlmError as exc:       # this row's preset or run folder: the other rows are still planned
+            status, trainable, cost = f"cannot plan: {exc}", False, ""
+        states.append(_state(status))
         lines.append(f"{run.name}: {status}{cost}")
         if status != "done" and trainable and not status.startswith("training now"):
-            lines.append("    ctxlm " + shlex.join(run.train_argv(extra, data_dir)))
+            lines.append(command)
     for (table, reason), rows in unavailable.items():
         lines.append(f"{table}: {_many(len(rows), 'row')} unavailable ({reason}): {', '.join(rows)}")
-    outdated = f", {states.count('outdated:')} outdated" if "outdated:" in states else ""
-    lines.append(f"{_many(len(states), 'runnable row')}: {states.count('done')} done, {states.count('training')} training now, "
-                 f"{states.count('stopped')} stopped, {states.count('not')} not started{outdated}; "
+    others = "".join(f", {states.count(state)} {state}" for state in ("outdated", "not the row's run", "not plannable")
+                     if state in states)
+    lines.append(f"{_many(len(states), 'runnable row')}: {states.count('done')} done, {states.count('training now')} training "
+                 f"now, {states.count('stopped')} stopped, {states.count('not started')} not started{others}; "
                  f"{sum(map(len, unavailable.values()))} unavailable")
     return "\n".join(lines)
+
+
+def _state(status: str) -> str:
+    """A row's state as the plan's summary counts it (started: stopped before its first epoch)."""
+    for begins, state in (("done", "done"), ("training now", "training now"), ("stopped", "stopped"), ("started", "stopped"),
+                          ("not started", "not started"), ("outdated", "outdated"), ("not the row's run", "not the row's run")):
+        if status.startswith(begins):
+            return state
+    return "not plannable"
 
 
 def _figure(value) -> str:
@@ -111,7 +125,7 @@ def verdict(table: Table, row, record: dict | None) -> str:
         return f"not here: {row.unavailable}"
     if not record:
         return "not run yet"
-    if unset := records.unset_settings(record, row.overrides):
+    if unset := records.unset_settings(record, row):
         return f"outdated: trained without {', '.join(unset)}, which the table now sets"
     ours = record.get(table.metric)
     if not record["finished"]:
@@ -184,7 +198,7 @@ def report_markdown(tables: list[Table], records_dir: Path) -> str:
         if r.runnable and (t.record_key(r) not in runs or not r.same_as):
             runs[t.record_key(r)] = (t, r)
     found = {key: shown(records.load_record(records.record_path(records_dir, *key)))[0] for key in runs}
-    measured = [key for key in runs if (found[key] or {}).get("finished") and not records.unset_settings(found[key], runs[key][1].overrides)]
+    measured = [key for key in runs if (found[key] or {}).get("finished") and not records.unset_settings(found[key], runs[key][1])]
     held = [key for key in measured if verdict(*runs[key], found[key]).startswith("✓")]
     claims = [key for key in held if runs[key][1].below is not None]       # a claim ("below X"), not a source figure
     repeated = sum(r.runnable for _, r in rows) - len(runs)
@@ -213,7 +227,7 @@ def compared_rows(tables: list[Table], records_dir: Path) -> list[dict]:
             record = shown(records.load_record(records.record_path(records_dir, *key)))[0] if row.runnable else None
             if key in seen or table.metric != "test_ppl" or row.stand_in or not isinstance(theirs, (int, float)) \
                     or not (record or {}).get("finished") or record.get("test_ppl") is None \
-                    or records.unset_settings(record, row.overrides):
+                    or records.unset_settings(record, row):
                 continue
             seen.add(key)
             found.append({"table": table.id, "row": row.label, "source": float(theirs), "ours": record["test_ppl"],
@@ -255,7 +269,11 @@ def plot_report(tables: list[Table], records_dir: Path, path: Path, named_beyond
 
 def write_page(page: Path, report: str) -> None:
     """Replace the report between the markers of `page` (atomically)."""
-    text = page.read_text(encoding="utf-8")
+    try:
+        text = page.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CtxlmError(f"--page {page}: cannot read it ({getattr(exc, 'strerror', None) or exc}); give a Markdown page "
+                         "holding the report markers, e.g. docs/results.md") from None
     if PAGE_BEGIN not in text or PAGE_END not in text:
         raise CtxlmError(f"{page}: no report markers; put the lines\n{PAGE_BEGIN}\n{PAGE_END}\nwhere the tables go")
     before, rest = text.split(PAGE_BEGIN, 1)

@@ -37,16 +37,26 @@ class RowRun:
 
     def outdated(self) -> list[str]:
         """The table's settings for this row that its finished record was trained without."""
-        return records.unset_settings(self.record(), self.row.overrides)
+        return records.unset_settings(self.record(), self.row)
+
+    def mismatched(self) -> list[str]:
+        """Where the config of the run folder here differs from the row's (its preset, edited since the run began,
+        or a folder trained from another config): such a run is not the row's, and is never continued or recorded."""
+        try:
+            saved = RunDir(self.run_dir).saved_config() if self.row.runnable else None
+            return records.config_differences(saved, self.config(self.settings([]))) if saved else []
+        except CtxlmError as exc:       # a preset (or the run's config.toml) that no longer loads
+            return [str(exc)]
 
     def old_run_here(self) -> bool:
-        """Outdated, with the old settings' run folder here: never continued (it is to be moved aside)."""
-        return bool(self.outdated()) and self.started()
+        """A run folder here that is not the row's run (outdated, or trained from another config): never continued
+        (it is to be moved aside)."""
+        return self.started() and bool(self.outdated() or self.mismatched())
 
     def done(self) -> bool:
-        """Finished here, or a finished record (from any machine) unless the row is to train --again or its
-        record is outdated."""
-        if self.outdated():
+        """Finished here, or a finished record (from any machine) unless the row is to train --again, its record is
+        outdated or the run folder here is not the row's."""
+        if self.outdated() or self.mismatched():
             return False
         if RunDir(self.run_dir).results.exists():
             return True
@@ -63,8 +73,11 @@ class RowRun:
         if unset := self.outdated():
             aside = f"; move {self.run_dir} aside to train it again" if self.started() else ""
             return f"outdated: its record was trained without {', '.join(unset)}, which the table now sets{aside}"
+        if differ := self.mismatched():
+            return (f"not the row's run: {self.run_dir} was trained with other settings than the row's preset and set "
+                    f"({'; '.join(differ)}); move it aside to train the row")
         epochs = len(self.curve()) if self.started() else len((self.record() or {}).get("curve", []))
-        writer = RowLock(self.run_dir).held_by_another() or RunLock(self.run_dir).held_by_another()
+        writer = RowLock(self).held_by_another() or RunLock(self.run_dir).held_by_another()
         if writer:
             return f"training now, {epochs} epoch{'s' * (epochs != 1)} finished ({writer})"
         if self.started():
@@ -139,56 +152,74 @@ class RowRun:
 
 
 class RowLock:
-    """The right to train a row, held by the `reproduce` that starts its child from before the start to the
-    end (the child takes the run's own lock only once it has imported, seconds later): RUNS/TABLE/.ROW.lock,
-    with .ROW.lock.holder naming the process."""
+    """The right to train a row and write its record, held by the `reproduce` that starts its child from before
+    the start to the end (the child takes the run's own lock only once it has imported, seconds later). Two
+    locks: RUNS/TABLE/.ROW.lock beside the run folder, and one per record file (in the temporary folder), so that
+    two calls with different --runs folders never train one row into one record. Each has a `.holder` file
+    naming the process."""
 
-    def __init__(self, run_dir: Path):
-        self.file = run_dir.parent / f".{run_dir.name}.lock"
-        self.holder_file = self.file.with_name(self.file.name + ".holder")
-        self.lock = None
+    GRACE_S = 2.0       # acquire waits this long: a probe (`held_by_another`) holds a lock for an instant
+
+    def __init__(self, run: RowRun):
+        import hashlib
+        import tempfile
+
+        record = hashlib.sha1(str(run.record_file.resolve()).encode()).hexdigest()[:16]
+        self.files = [run.run_dir.parent / f".{run.run_dir.name}.lock",
+                      Path(tempfile.gettempdir()) / "ctxlm-records" / f"{record}.lock"]
+        self.locks: list = []
+        self.blocked: Path | None = None    # the lock another process held at the last failed take
 
     def acquire(self) -> bool:
-        """Take it, or False at once when another process has it."""
+        """Take both, or False (holding neither) when another process has one."""
         import socket
 
-        if not self._take():
+        if not self._take(self.GRACE_S):
             return False
-        self.holder_file.write_text(f"ctxlm reproduce, process {os.getpid()} on {socket.gethostname()}, "
-                                    f"since {time.strftime('%Y-%m-%d %H:%M:%S')}\n", encoding="utf-8")
+        for file in self.files:
+            _holder_file(file).write_text(f"ctxlm reproduce, process {os.getpid()} on {socket.gethostname()}, "
+                                          f"since {time.strftime('%Y-%m-%d %H:%M:%S')}\n", encoding="utf-8")
         return True
 
     def held_by_another(self) -> str | None:
-        """Who holds the row now (another process), or None; takes and drops the lock to see."""
-        if not self.file.exists():
+        """Who holds the row now (another process), or None; takes and drops the locks to see."""
+        if not any(file.exists() for file in self.files):
             return None
-        if not self._take():
+        if not self._take(0):
             return self.holder()
         self.release()
         return None
 
-    def _take(self) -> bool:
+    def _take(self, timeout: float) -> bool:
         from filelock import FileLock, Timeout
 
-        self.file.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(self.file), timeout=0)
-        try:
-            lock.acquire()
-        except Timeout:
-            return False
-        self.lock = lock
+        for file in self.files:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            lock = FileLock(str(file), timeout=timeout)
+            try:
+                lock.acquire()
+            except Timeout:
+                self.blocked = file
+                self.release()
+                return False
+            self.locks.append(lock)
         return True
 
     def holder(self) -> str:
+        """The process named by the lock another holds (after a failed take)."""
         try:
-            return self.holder_file.read_text(encoding="utf-8").strip() or "holder unknown"
-        except OSError:
+            return _holder_file(self.blocked).read_text(encoding="utf-8").strip() or "holder unknown"
+        except (OSError, AttributeError):   # no holder file, or no failed take (blocked is None)
             return "holder unknown"
 
     def release(self) -> None:
-        if self.lock is not None:
-            self.lock.release()
-            self.lock = None
+        for lock in reversed(self.locks):
+            lock.release()
+        self.locks = []
+
+
+def _holder_file(lock: Path) -> Path:
+    return lock.with_name(lock.name + ".holder")
 
 
 def _key(setting: str) -> str:

@@ -79,13 +79,14 @@ class Runner:
 
     def run(self, runs: list[RowRun]) -> int:
         """Train every runnable row that is not done (or left to another process training it), naming those that
-        cannot run here; 0 when all that can are done, 130 when stopped early (143 by SIGTERM, as any command)."""
+        cannot run here; 0 when all that can are done, 130 when stopped before then (143 by SIGTERM, as any
+        command), 1 when a row failed or is left undone (to another process, or behind a run folder not its own)."""
         try:
             for run in runs:     # finished here after its record was written, or not yet scored
                 record = run.record() if run.row.runnable and run.done() else None
                 if run.row.runnable and run.done() and (not (record or {}).get("finished")
                                                         or scores.missing(run.table, record, run.run_dir)):
-                    update_record(run, self.extra, self.data_dir, self.log, self.commit)
+                    self._update_locked(run)
         except KeyboardInterrupt as stop:           # while scoring a finished row: no row is started after it
             self.stopping = "SIGTERM" if isinstance(stop, Terminated) else "SIGINT"
         pending = sorted((r for r in runs if r.row.runnable and not r.done()), key=lambda r: not r.started())  # begun first
@@ -115,13 +116,27 @@ class Runner:
         finally:
             for s, h in handlers.items():
                 signal.signal(s, h)
-        if self.stopping:
+        left = [run for run in runs if run.row.runnable and not run.done()]
+        if self.stopping and left:
             self.log(f"stopped ({self.stopping}): every row is resumable; {_continuing(runs)}")
             return 128 + signal.SIGTERM if self.stopping == "SIGTERM" else 130
-        return 1 if failed else 0
+        if left and not failed:     # left to another process, or a run folder here that is not the row's (said above)
+            self.log(f"not done here: {', '.join(run.name for run in left)}")
+        return 1 if failed or left else 0
+
+    def _update_locked(self, run: RowRun) -> None:
+        """Write a row's record holding its lock; a row another process trains is left to it."""
+        row = RowLock(run)
+        if not row.acquire():
+            self.log(f"{run.name}: training now in another process ({row.holder()}); left to it")
+            return
+        try:
+            update_record(run, self.extra, self.data_dir, self.log, self.commit)
+        finally:
+            row.release()
 
     def _start(self, run: RowRun) -> None:
-        row = RowLock(run.run_dir)
+        row = RowLock(run)
         writer = None if row.acquire() else row.holder()
         writer = writer or RunLock(run.run_dir).held_by_another()
         if writer:      # another `reproduce` (or `train`) trains this row and writes its record: leave it to that one

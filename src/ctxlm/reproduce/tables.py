@@ -145,4 +145,29 @@ def load_tables(folder: str | Path, names: list[str] | None = None) -> list[Tabl
     for name in names or []:
         if name not in paths:
             raise CtxlmError(f"no table {name!r} in {folder}; tables: {', '.join(paths)} (ctxlm reproduce --list)")
-    return [load_table(paths[n]) for n in (names or paths)]
+    tables = [load_table(paths[n]) for n in (names or paths)]
+    loaded = {table.id: table for table in tables}
+    for table in tables:
+        for row in table.rows:
+            if row.same_as:
+                _check_same_as(table, row, paths, loaded)
+    return tables
+
+
+def _check_same_as(table: Table, row: Row, paths: dict[str, Path], loaded: dict[str, Table]) -> None:
+    """A row that is the same run as another names a row that exists, is no such row itself, and trains with
+    the same preset and settings (one run, one record)."""
+    where, (other_table, other_row) = f"{table.path}: row {row.id!r}: same_as {row.same_as!r}", row.same_as.split("/")
+    if other_table not in paths:
+        raise CtxlmError(f"{where}: no table {other_table!r} in {table.path.parent}; name a row of one of {', '.join(paths)}")
+    if other_table not in loaded:
+        loaded[other_table] = load_table(paths[other_table])
+    other = next((r for r in loaded[other_table].rows if r.id == other_row), None)
+    if other is None:
+        raise CtxlmError(f"{where}: table {other_table} has no row {other_row!r}; "
+                         f"its rows: {', '.join(r.id for r in loaded[other_table].rows)}")
+    if other.same_as:
+        raise CtxlmError(f"{where}: that row is itself the same run as {other.same_as}; name {other.same_as}")
+    if (other.preset, other.overrides) != (row.preset, row.overrides):
+        raise CtxlmError(f"{where}: its preset and set differ from that row's; give both rows the same preset and "
+                         "set (one run, one record), or drop same_as")
