@@ -1,12 +1,14 @@
 """Bad input: one clear line on stderr, a non-zero exit, nothing overwritten."""
 import gzip
+import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import one_line_error, tiny_config
+from conftest import ctxlm, one_line_error, tiny_config
 
 CLI = [sys.executable, "-m", "ctxlm"]
 
@@ -51,6 +53,17 @@ def test_unknown_model_option_and_preset_key(tmp_path):
     preset.write_text("[model]\nname = 'lstm'\nlayer = 2\n")
     one_line_error(run("train", "--config", preset), str(preset), "unknown key model.layer")
     one_line_error(run("train", "--config", tmp_path / "missing.toml"), "not found")
+
+
+@pytest.mark.parametrize("given", [[], ["--run-dir", "r"], ["--memory", "2G"], ["--config", ""]])
+def test_train_without_a_preset_or_a_run_says_what_to_give(tmp_path, monkeypatch, given):
+    """`ctxlm train` alone once trained the default LSTM on PTB into runs/lstm: now one line says what to give."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CTXLM_DATA_DIR", str(tmp_path))
+    line = one_line_error(ctxlm("train", *given), "nothing to train", "--config PRESET", "--resume RUN_DIR")
+    assert not any(tmp_path.iterdir())                      # no runs/ folder, nothing read or trained
+    example = re.search(r"--config (configs/\S+\.toml)", line).group(1)
+    assert (Path(__file__).resolve().parents[1] / example).is_file()       # the preset it shows is one
 
 
 def _train(config, run_dir):

@@ -11,8 +11,10 @@ from .common import data_dir_option, match_params_option, set_option
 
 def add_train(sub) -> None:
     p = sub.add_parser("train", help="train a model (from a preset) into a run directory",
-                       description="Train a model. Example: ctxlm train --config configs/daniluk/ptb-lstm.toml")
-    p.add_argument("--config", help="TOML preset (see configs/); defaults apply where it is silent")
+                       description="Train a model from a preset, or continue a run. Example: ctxlm train --config "
+                                   "configs/daniluk/ptb-lstm.toml")
+    p.add_argument("--config", help="TOML preset (see configs/); defaults apply where it is silent (without a preset: "
+                   "the defaults with --set on top)")
     set_option(p, "override one setting, e.g. --set train.epochs=3")
     p.add_argument("--run-dir", help="where to write the run (default runs/<preset name>); must be new or empty")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run exactly where it stopped; "
@@ -33,6 +35,9 @@ def cmd_train(args) -> int:
     from ..training.launch import train
     from .common import config_from_args
 
+    if not (args.config or args.resume or args.set):
+        raise CtxlmError("nothing to train: give --config PRESET (a preset file of configs/, e.g. --config "
+                         "configs/daniluk/ptb-lstm.toml) or --resume RUN_DIR (a run to continue)")
     if args.resume:
         if args.config or args.match_params or args.run_dir:
             raise CtxlmError("--resume continues a run with its own config.toml in its own folder; only --set train.KEY=VALUE may change it")
