@@ -262,7 +262,7 @@ def test_broken_files_as_presets(tmp_path):
     (tmp_path / "base_folder.toml").write_text('base = "."\n')
     (tmp_path / "base_number.toml").write_text("base = 3\n")
     for name, needle in [("binary.toml", "not valid TOML"), ("folder.toml", "cannot read"), ("table.toml", "must be a [section]"),
-                         ("dup.toml", "not valid TOML"), ("base_folder.toml", "cannot read"), ("base_number.toml", "base must be")]:
+                         ("dup.toml", "not valid TOML"), ("base_folder.toml", 'base = "." names a folder'), ("base_number.toml", "base must be")]:
         result = ctxlm("train", "--config", tmp_path / name, "--run-dir", tmp_path / "run")
         assert result.returncode == 2 and not (tmp_path / "run").exists()
         one_line_error(result, needle)

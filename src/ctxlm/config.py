@@ -129,10 +129,15 @@ class TrainConfig:
 
 @dataclass
 class Config:
+    """The four sections. `sources` (no field: not saved, not compared) names where each key a preset file or
+    --set gave came from, "section.key" -> the file (or "--set"), for errors that name a setting."""
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self):
+        self.sources: dict[str, str] = {}
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """Every section as a flat dict; [model] lists the shared keys, then its family's options."""
@@ -217,6 +222,38 @@ def _section(config: Config, section: str, source: str):
 
 def validate(config: Config) -> None:
     """Check a whole config (also one built in Python): every value allowed, and the combinations."""
+    try:
+        _validate(config)
+    except CtxlmError as exc:
+        raise traced(config, exc) from None
+
+
+def traced(config: Config, exc: CtxlmError) -> CtxlmError:
+    """`exc` with the files that set the settings its message names (a value a base preset gave is in no file
+    the user named); `exc` itself when none came from a file."""
+    message = str(exc)
+    named = [key for key in config.sources if _names(message, key, config)]
+    if not any(config.sources[key] != "--set" for key in named):
+        return exc
+    places: dict[str, list[str]] = {}
+    for key in named:
+        places.setdefault(config.sources[key], []).append(key)
+    where = [f"{' and '.join(keys)} set {'by' if source == '--set' else 'in'} {source}" for source, keys in places.items()]
+    said = copy.copy(exc)           # of its own class
+    said.args = (f"{message} ({'; '.join(where)})",)
+    return said
+
+
+def _names(message: str, key: str, config: Config) -> bool:
+    """Whether `message` names setting `key` ("model.emb_size"): as written, by its bare name if that has an
+    underscore (emb_size), or, for model.name, as "model 'lstm'"."""
+    bare = key.partition(".")[2]
+    if key == "model.name" and f"model {config.model.name!r}" in message:
+        return True
+    return any(re.search(rf"(?<![\w.]){re.escape(name)}\b", message) for name in (key, bare) if "_" in name or "." in name)
+
+
+def _validate(config: Config) -> None:
     for section in fields(config):
         values = getattr(config, section.name)
         for f in shared_fields(values):
@@ -230,7 +267,7 @@ def validate(config: Config) -> None:
         raise CtxlmError(f"config: data.max_vocab = {config.data.max_vocab} leaves no room for a word beside <eos> and <unk>; "
                          "give 3 or more (or 0: the corpus's own limit, none for most)")
     if config.train.schedule != "constant" and config.train.lr_factor <= 1:
-        raise CtxlmError(f"config: train.lr_factor must be > 1 with schedule {config.train.schedule!r} "
+        raise CtxlmError(f"config: train.lr_factor must be > 1 with train.schedule = \"{config.train.schedule}\" "
                          f"(it divides the rate), got {config.train.lr_factor}")
 
 
@@ -244,33 +281,46 @@ def load_toml(path: str | Path, config: Config | None = None, saved: bool = Fals
 
 
 def _load(path: Path, config: Config, chain: tuple[Path, ...], saved: bool = False) -> Config:
-    if path.resolve() in chain:
-        raise CtxlmError(f"{path}: base presets form a cycle ({' -> '.join(str(p) for p in chain)} -> {path})")
+    """`chain`: the presets that build on this one, the one the user named first."""
+    name = f"{path} (the base of {chain[0]})" if chain else str(path)
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise CtxlmError(f"config file {path} not found; presets live in configs/ (e.g. configs/daniluk/ptb-lstm.toml)") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise CtxlmError(f"{path}: not valid TOML ({exc})") from None
+        raise CtxlmError(f"{name}: not valid TOML ({exc})") from None
     except (OSError, ValueError) as exc:
-        raise CtxlmError(f"{path}: cannot read the config file ({getattr(exc, 'strerror', None) or exc})") from None
+        raise CtxlmError(f"{name}: cannot read the config file ({getattr(exc, 'strerror', None) or exc})") from None
     if "base" in raw:   # a preset may build on another: base = "ptb-lstm.toml" (relative to this file)
-        base = raw.pop("base")
-        if not isinstance(base, str):
-            raise CtxlmError(f"{path}: base must be a file name, e.g. base = \"ptb-lstm.toml\"")
-        if not (path.parent / base).exists():
-            raise CtxlmError(f"{path}: its base preset {base!r} is not there ({path.parent / base}); name a preset "
-                             "file beside it, e.g. base = \"ptb-lstm.toml\"")
-        config = _load(path.parent / base, config, (*chain, path.resolve()), saved)
+        config = _load(_base(path, raw.pop("base"), chain), config, (*chain, path), saved)
+    origin = f"{path}, the base of {chain[0]}" if chain else str(path)
     for section, values in raw.items():
         if not isinstance(values, dict):
-            raise CtxlmError(f"{path}: top-level key {section!r} must be a [section]")
-        _section(config, section, str(path))
+            raise CtxlmError(f"{name}: top-level key {section!r} must be a [section]")
+        _section(config, section, name)
         for key, value in sorted(values.items(), key=lambda item: item[0] != "name"):   # the family first
             if saved and section == "model" and key in _other_families_options(config.model):
                 continue
-            apply(config, section, key, value, str(path), strict=True)      # TOML has types: "200" is no integer
+            apply(config, section, key, value, name, strict=True)      # TOML has types: "200" is no integer
+            config.sources[f"{section}.{key}"] = origin
     return config
+
+
+def _base(path: Path, base: Any, chain: tuple[Path, ...]) -> Path:
+    """The preset file that `base = ...` in `path` names (relative to `path`); one line when it names none."""
+    if not isinstance(base, str):
+        raise CtxlmError(f"{path}: base must be a file name, e.g. base = \"ptb-lstm.toml\"")
+    target, line = path.parent / base, f"{path}: base = {_toml_value(base)}"
+    if not target.exists():
+        raise CtxlmError(f"{path}: its base preset {base!r} is not there ({target}); name a preset "
+                         "file beside it, e.g. base = \"ptb-lstm.toml\"")
+    if target.is_dir():
+        raise CtxlmError(f"{line} names a folder ({target}), not a preset; name a preset file, "
+                         "relative to this one, e.g. base = \"ptb-lstm.toml\", or leave the line out")
+    if any(target.resolve() == p.resolve() for p in (*chain, path)):
+        raise CtxlmError(f"{line}: base presets form a cycle ({' -> '.join(str(p) for p in (*chain, path, target))}); "
+                         "a preset cannot build on itself: remove or change one of these base lines")
+    return target
 
 
 def _other_families_options(model: ModelConfig) -> set[str]:
@@ -290,6 +340,7 @@ def apply_overrides(config: Config, overrides: list[str]) -> Config:
         parsed.append((section, key.strip(), *_unquoted(value.strip(), item)))
     for section, key, value, quoted in sorted(parsed, key=lambda p: (p[0], p[1]) != ("model", "name")):      # stable
         apply(config, section, key, value, "--set", strict=quoted)      # a quoted value is a string, as in a file
+        config.sources[f"{section}.{key}"] = "--set"
     return config
 
 

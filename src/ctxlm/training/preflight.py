@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ..config import Config, validate
+from ..config import Config, traced, validate
 from ..errors import CtxlmError
 from ..layers.output import parse_cutoffs, refuse_unread_output_keys
 from ..models.base import build_model, families, refuse_unread_keys, refuse_untying, spoken
@@ -25,9 +25,16 @@ def pick_device(name: str, option: str = "train.device") -> torch.device:
 def check_config(config: Config, resumed: bool = False) -> None:
     """Refuse bad settings before any data is read. A `resumed` run's own [data], [model] and [output], which a
     resume cannot change, are not refused for keys nothing reads or a tie they leave out (accepted when it began)."""
+    validate(config)
+    try:
+        _check_combinations(config, resumed)
+    except CtxlmError as exc:
+        raise traced(config, exc) from None
+
+
+def _check_combinations(config: Config, resumed: bool) -> None:
     from ..models import MODELS
 
-    validate(config)
     if config.model.name not in MODELS:
         raise CtxlmError(f"unknown model {config.model.name!r} (model.name); known models: {', '.join(sorted(MODELS))}")
     with torch.device("meta"):
