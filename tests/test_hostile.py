@@ -153,12 +153,12 @@ def test_eval_of_dev_zero_is_one_line(world):
     one_line_error(run_ctxlm("eval", world / "lstm", "--file", "/dev/zero"), "/dev/zero, line 1", "looks binary", "NUL bytes")
 
 
-@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32"])
-def test_utf16_text_is_named_so_not_called_binary(world, tmp_path, encoding):
+@pytest.mark.parametrize("encoding, name", [("utf-16", "UTF-16"), ("utf-16-le", "UTF-16LE"), ("utf-32", "UTF-32"), ("utf-32-be", "UTF-32BE")])
+def test_utf16_text_is_named_so_not_called_binary(world, tmp_path, encoding, name):
     text = tmp_path / "u16.txt"
-    text.write_bytes("The cat sat.\r\n".encode(encoding))
+    text.write_bytes("Hi\r\nThe cat sat.\r\n".encode(encoding))       # a byte-order mark or none, a first line of 2 letters
     for command in (("eval", world / "lstm", "--file", text), ("score", world / "lstm", "--input", text)):
-        one_line_error(run_ctxlm(*command), str(text), "UTF-16 or UTF-32 text", "iconv -f UTF-16 -t UTF-8")
+        one_line_error(run_ctxlm(*command), str(text), f"{name} text", f"iconv -f {name} -t UTF-8")
 
 
 def test_reading_a_line_is_bounded(world, monkeypatch):

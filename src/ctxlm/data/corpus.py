@@ -14,6 +14,7 @@ from typing import Iterator
 
 from ..errors import CtxlmError
 from ..io import warn
+from .nul import HEAD, nul_error
 from .vocab import EOS
 
 
@@ -36,7 +37,7 @@ def read_text(path: str | Path, encoding: str | tuple[str, ...] = "utf-8",
     if not raw.strip():
         raise CtxlmError(f"{path}: file is empty; {needs}")
     if b"\x00" in raw[:BINARY_CHECKED]:
-        raise _binary(path, raw[:64])
+        raise nul_error(path, raw[:HEAD])
     *others, last = (encoding,) if isinstance(encoding, str) else encoding
     for name in others:
         try:
@@ -55,17 +56,6 @@ GZIP_MAGIC, BINARY_CHECKED = b"\x1f\x8b", 65536        # a gzip file's first byt
 def _corrupt_gzip(path, exc) -> CtxlmError:
     """A corrupt gzip stream, as every reader here says it."""
     return CtxlmError(f"{path}: corrupt gzip file ({exc}); download it again")
-
-
-def _binary(where, head: bytes = b"") -> CtxlmError:
-    """NULs where text was expected (read_text, text_blocks, iter_lines); `head`, the first bytes, tells UTF-16 or
-    UTF-32 text (a byte-order mark, or a NUL beside each of the first four letters) from a binary file."""
-    marked = head[:2] in (b"\xff\xfe", b"\xfe\xff") or head[:4] == b"\x00\x00\xfe\xff"
-    even, odd = head[0:8:2].count(0), head[1:8:2].count(0)
-    if marked or len(head) >= 8 and {even, odd} == {0, 4}:
-        return CtxlmError(f"{where}: UTF-16 or UTF-32 text (NUL bytes between its letters); ctxlm reads UTF-8: convert it, "
-                          "e.g. iconv -f UTF-16 -t UTF-8 FILE > FILE.utf8.txt (UTF-32: -f UTF-32)")
-    return CtxlmError(f"{where}: looks binary (contains NUL bytes); expected plain text, one sentence per line")
 
 
 def _undecodable(path, line: int, encoding: str = "utf-8") -> CtxlmError:
@@ -118,7 +108,7 @@ def text_blocks(path: str | Path, chunk: int = 1 << 20, start: tuple[int, int] =
         head = read(BINARY_CHECKED) if not offset else b""
         if b"\x00" in head:
             rest()
-            raise _binary(path, head[:64])
+            raise nul_error(path, head[:HEAD])
         pieces = chain((head[i:i + chunk] for i in range(0, len(head), chunk)), iter(partial(read, chunk), b""))
         pending, blank = [], not offset
         for piece in pieces:
@@ -165,15 +155,17 @@ def iter_lines(path: str | Path, allow_empty: bool = False) -> Iterator[str]:
     without a single word are clear errors naming the file and line.
     """
     name = "standard input" if str(path) == "-" else str(path)
-    words, carriage = False, 0
+    words, carriage, offset = False, 0, 0
     with _open_binary(path) as handle:
-        for number, raw in enumerate(_raw_lines(handle, name), 1):
+        lines = _raw_lines(handle, name)
+        for number, raw in enumerate(lines, 1):
+            offset += len(raw)
             if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]
                 if not raw:         # a byte-order mark alone: no line at all
                     continue
             if b"\x00" in raw:
-                raise _binary(f"{name}, line {number}", raw[:64])
+                raise nul_error(f"{name}, line {number}", _ahead(raw, lines, offset - len(raw)))
             if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
                 raise CtxlmError(f"{name}, line {number}: longer than {MAX_LINE:,} bytes without a line break; "
                                  "expected text with one sentence per line")
@@ -190,6 +182,14 @@ def iter_lines(path: str | Path, allow_empty: bool = False) -> Iterator[str]:
     if carriage:                # said once the file is read (an error is the one line said instead)
         warn(f"note: {name}, line {carriage}: a carriage return (\\r) inside a line; lines end at \\n only, so a "
              "file whose lines end in \\r alone is read as one line (convert it: tr '\\r' '\\n')")
+
+
+def _ahead(raw: bytes, lines: Iterator[bytes], start: int) -> bytes:
+    """Up to HEAD bytes from line `raw` (at byte `start` of the file) on, from the first multiple of 4 in it."""
+    head = raw[-start % 4:HEAD + 4]
+    while len(head) < HEAD and (more := next(lines, b"")):
+        head += more
+    return head[:HEAD]
 
 
 def _open_binary(path: str | Path):
