@@ -58,6 +58,13 @@ def test_the_plan_of_a_begun_run_counts_from_its_own_settings(tmp_path):
     (run / "metrics.jsonl").write_text("\n".join(metrics[:2]) + "\n")   # as if stopped after epoch 2 of 3
     line = ctxlm("reproduce", "tiny-1", "lstm", "--plan", *folders(project, "e")).stdout.splitlines()[0]
     assert line.startswith("tiny-1/lstm: stopped after epoch 2; at most ") and "(1 epoch left at" in line, line
+    line = ctxlm("reproduce", "tiny-1", "lstm", "--plan", *folders(project, "e"), "--set", "train.epochs=5").stdout
+    assert "(3 epochs left at" in line.splitlines()[0], line       # the resume this plan shows gives 5
+    with open(project / "e-runs" / "tiny-1" / "lstm.log", "a") as log:     # resumed with 4, then with nothing new:
+        log.write(f"$ ctxlm train --resume {run} --set train.epochs=4\n$ ctxlm train --resume {run}\n")
+    (run / "config.toml").write_text((run / "config.toml").read_text().replace("epochs = 3", "epochs = 4"))
+    line = ctxlm("reproduce", "tiny-1", "lstm", "--plan", *folders(project, "e")).stdout.splitlines()[0]
+    assert line.startswith("tiny-1/lstm: stopped after epoch 2; at most ") and "(2 epochs left at" in line, line
 
 
 def test_a_row_whose_preset_is_missing_leaves_the_plan_of_the_others(tmp_path):
@@ -95,7 +102,8 @@ def test_a_second_call_with_another_runs_folder_leaves_the_record_to_the_first(t
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"tiny-1/lstm: training now in another process (ctxlm reproduce, process {holder.pid} on " in result.stdout
     assert "not done here: tiny-1/lstm" in result.stdout
-    assert not (project / "second-runs" / "tiny-1" / "lstm").exists() and not (project / "shared-results").exists()
+    assert not (project / "second-runs" / "tiny-1" / "lstm").exists()
+    assert not (project / "shared-results" / "tiny-1" / "lstm.json").exists()
 
 
 def test_a_probe_of_a_row_never_makes_its_taking_fail(tmp_path):

@@ -360,6 +360,7 @@ def test_ptb_recipe_writes_raw_text_as_the_corpus_writes_it(raw, tokens):
     ("It was 'the parents' car' then.", "It was ' the parents ' car ' then ."),          # a quote open: it closes
     ("We'll get 'em, 'tis true, in '61.", "We'll get 'em , 'tis true , in '61 ."),       # words Brown writes with '
     ("It's ' See Joe ' he says.", "It's ' See Joe ' he says ."),                        # a quote between spaces
+    ("He said 'no'", "He said ' no '"),                                                 # closed at the line's end
 ])
 def test_brown_recipe_writes_raw_text_as_the_corpus_writes_it(raw, tokens):
     assert TextRecipe(tokenize="brown").tokens(raw) == tokens.split()

@@ -45,7 +45,8 @@ def test_wide_text_found_past_the_first_line_is_read_from_the_file_s_alignment(t
     np.random.default_rng(1).integers(0, 256, 5000, dtype=np.uint8).tobytes() + b"\0",   # random bytes
     b"\0" * 100,
     b"\xff\xfe" + bytes(range(256)) * 4,                                                 # a UTF-16 mark, then binary
-], ids=["ids", "zipf-ids", "random", "zeros", "marked"])
+    ("один два три\n" * 40).encode() + b"\0" + ("один два три\n" * 40).encode(),         # UTF-8 with a stray NUL
+], ids=["ids", "zipf-ids", "random", "zeros", "marked", "utf8-stray-nul"])
 def test_binary_data_with_nul_bytes_is_called_binary(tmp_path, data, reader):
     path = tmp_path / "data.bin"
     path.write_bytes(data)

@@ -15,6 +15,9 @@ from .checks import ANY, SEED, above, at_least, convert, in_range, one_of, setti
 from .errors import CtxlmError
 from .registry import MODELS
 
+# model.names = "capitalised": the list made from the run's own books when it starts (training/names_list.py)
+NAMES_OF_THE_BOOKS = "capitalised"
+
 
 @dataclass
 class DataConfig:
@@ -150,14 +153,14 @@ class Config:
         return result
 
     def with_absolute_paths(self) -> Config:
-        """A copy in which the paths to the user's own files (data.train, valid, test, prepared; model.names)
-        are absolute, as a run saves them: read from another folder, a run finds its data, and never reads
+        """A copy in which the paths to the user's own files (data.train, valid, test, prepared; model.names but
+        `NAMES_OF_THE_BOOKS`) are absolute, as a run saves them: read from another folder, a run finds its data, and never reads
         whatever a relative path happens to name there."""
         absolute = copy.deepcopy(self)
         for section, key in (("data", "train"), ("data", "valid"), ("data", "test"), ("data", "prepared"), ("options", "names")):
             holder = absolute.model.options if section == "options" else absolute.data
             value = getattr(holder, key, "")
-            if value:
+            if value and not (key == "names" and value == NAMES_OF_THE_BOOKS):
                 setattr(holder, key, os.path.abspath(os.path.expanduser(value)))
         return absolute
 

@@ -26,6 +26,8 @@ def _wide_encoding(head: bytes) -> str | None:
     """The UTF-16 or UTF-32 encoding (iconv's name) in which `head` reads as text, or None: binary. Without a
     byte-order mark each is tried; text has no U+0000 and is 95% printable or white space, unlike binary numbers."""
     marked = [name for mark, name in _MARKS.items() if head.startswith(mark)][:1]
+    if not marked and head.count(0) < len(head) // 64 and _utf8(head):     # a stray NUL in UTF-8 text
+        return None
     for name in marked or ["UTF-32LE", "UTF-32BE", "UTF-16LE", "UTF-16BE"]:
         try:
             text = codecs.getincrementaldecoder(name)().decode(head)      # a character cut at the end waits, unread
@@ -34,3 +36,11 @@ def _wide_encoding(head: bytes) -> str | None:
         if text and "\0" not in text and sum(c.isprintable() or c.isspace() for c in text) >= 0.95 * len(text):
             return name
     return None
+
+
+def _utf8(head: bytes) -> bool:
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head)     # a character cut at the end waits, unread
+    except UnicodeDecodeError:
+        return False
+    return True

@@ -318,23 +318,25 @@ APART, ELIDED_WORD = "Ctxlmquote", re.compile(rf"(?i:{'|'.join(ELIDED)})\b")
 def _brown(moses: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
     """Moses tokens as the Brown corpus writes them (`_brown_joins`), typographic quotes read as ASCII (its double
     quotes: `_brown_quotes`); an apostrophe after a word closes a single quote opened before it, or else is the
-    word's (`_brown_joins`): "'the boys' game'" is ' the boys' game ', "'yes'" ' yes '."""
+    word's (`_brown_joins`): "'the boys' game'" is ' the boys ' game ', "'yes'" ' yes ', "parents' car" one."""
     hidden = _hidden_marks(moses, "/:$", "/")
 
     def tokens(text: str) -> list[str]:
         out: list[str] = []
         text = text.translate(ASCII_QUOTES)
-        if APART not in text:           # "'em" -> "Ctxlmquoteem" (one word), "'yes'" -> " Ctxlmquote yes'"
+        marked = APART not in text      # "'em" -> "Ctxlmquoteem" (one word), "'yes'" -> " Ctxlmquote yes'"
+        if marked:
             text = APART_QUOTE.sub(lambda m: APART if ELIDED_WORD.match(text, m.end()) else f" {APART} ", text)
         opened = False
         for word in _joined(hidden(text)):
-            if word.startswith(APART) and word != APART:
+            if marked and word.startswith(APART):
                 out.append("'" + word[len(APART):])
-            elif word == APART:         # opens a quote, or closes the one open
-                out.append("'")
-                opened = not opened
+                opened ^= word == APART         # a quote apart opens one, or closes the one open
             elif word == "'" and opened:
                 out.append(word)
+                opened = False
+            elif opened and word[-1:] == "'" and word[-2:] != "''" and word[:-1].isalnum():   # "'no'" ends the line
+                out += [word[:-1], "'"]
                 opened = False
             elif out and _brown_joins(out[-1], word):
                 out[-1] += word

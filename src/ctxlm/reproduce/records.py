@@ -20,11 +20,11 @@ from pathlib import Path
 import torch
 
 from .. import schemas
-from ..config import Config, apply_overrides, load_toml
+from ..config import NAMES_OF_THE_BOOKS, Config, apply_overrides, load_toml
 from ..errors import CtxlmError
 from ..io import atomic_write_text
 from ..jsonio import json_text
-from ..training import checkpoint
+from ..training import checkpoint, names_list
 from ..training.preflight import pick_device
 from ..training.rundir import RunDir
 from ..training.trainer import Trainer  # imported with this module: a runner fingerprints with the code it started from
@@ -105,20 +105,25 @@ def unset_settings(record: dict | None, row) -> list[str]:
     return unset
 
 
-# keys that change how fast a run trains, not what it trains (a resumed run may change them; --check's fingerprint
-# fixes them): a run folder that differs from its row in these alone is still the row's run
-RUNTIME_KEYS = {"train.device", "train.threads", "train.compile", "train.checkpoint_every", "train.precision"}
+# keys that change how fast a run trains or where it counts, not what it trains (a resumed run may change them;
+# --check's fingerprint fixes the train.* ones): a run folder that differs from its row in these alone is its run
+RUNTIME_KEYS = {"train.device", "train.threads", "train.compile", "train.checkpoint_every", "train.precision",
+                "model.memory_budget", "model.tmp_dir"}
 
 
-def config_differences(run: Config, row: Config) -> list[str]:
-    """Where a run folder's config differs from its row's (preset with the row's settings), as "key (run X, row Y)"."""
+def config_differences(run: Config, row: Config, train_given: bool = True) -> list[str]:
+    """Where a run folder's config differs from its row's (preset with the row's settings), as "key (run X, row Y)";
+    `train_given` False: the row's train.* settings are not known (a run begun by hand), so they are not compared.
+    model.names = "capitalised" is the list the run wrote into its folder when it began (training/names_list.py)."""
     ran, wanted = run.to_dict(), row.with_absolute_paths().to_dict()
     keys = dict.fromkeys(f"{section}.{key}" for config in (ran, wanted) for section, values in config.items() for key in values)
     found = []
     for name in keys:
         section, key = name.split(".", 1)
         a, b = ran.get(section, {}).get(key, "(none)"), wanted.get(section, {}).get(key, "(none)")
-        if name not in RUNTIME_KEYS and a != b:
+        if name == "model.names" and b == NAMES_OF_THE_BOOKS and Path(str(a)).name == names_list.FILE:
+            continue
+        if name not in RUNTIME_KEYS and a != b and (train_given or section != "train"):
             found.append(f"{name} (run {a!r}, row {b!r})")
     return found
 

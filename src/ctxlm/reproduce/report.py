@@ -42,7 +42,8 @@ def epochs_left(train, done: list[dict]) -> int:
 def estimate(run: RowRun, extra: list[str], measure: bool, data_dir=None) -> str:
     """The remaining cost of a row on this machine, from rates measured on it (its own curve, or a
     few batches timed now with `measure`)."""
-    config = run.config(run.settings(extra))     # a begun run's: the settings it began with, then its resumes'
+    resuming = [o for o in run.given(extra) if o.startswith("train.")] if run.started() else []
+    config = run.config(run.settings(extra) + resuming)     # a begun run's own, and the train.* this resume gives
     if MODELS[config.model.name].count_based:
         return "count-based: seconds to minutes, no epochs"
     done = run.curve()

@@ -44,9 +44,9 @@ class RowRun:
         or a folder trained from another config): such a run is not the row's, and is never continued or recorded."""
         try:
             saved = RunDir(self.run_dir).saved_config() if self.row.runnable else None
-            return records.config_differences(saved, self.config(self.settings([]))) if saved else []
-        except CtxlmError as exc:       # a preset (or the run's config.toml) that no longer loads
-            return [str(exc)]
+            return records.config_differences(saved, self.config(self.settings([])), self._logged() is not None) if saved else []
+        except CtxlmError:      # a preset (or the run's config.toml) that does not load: its own `ctxlm train` says why
+            return []
 
     def old_run_here(self) -> bool:
         """A run folder here that is not the row's run (outdated, or trained from another config): never continued
@@ -121,24 +121,29 @@ class RowRun:
 
     def settings(self, extra: list[str]) -> list[str]:
         """The settings (`--set` on the preset) the row's run trains with: the row's own and `extra` for a run not
-        begun; for a begun one, those its log says it began with, then the train.* of its latest `--resume` (they
-        apply on top; the other keys of `extra` do not). A run begun without `reproduce`: the row's own settings,
+        begun; for a begun one, those its log says it began with, then the train.* its `--resume`s gave, each key's
+        latest (they apply on top; the other keys of `extra` do not). A run begun without `reproduce`: the row's own settings,
         then `extra`'s train.*. Only the settings of `extra` the row reads count (`given`)."""
         extra = self.given(extra)
         if not self.started():
             return self.row.overrides + extra
-        began, resumed = None, []
+        logged = self._logged()
+        began, resumed = logged or (self.row.overrides, [o for o in extra if o.startswith("train.")])
+        renewed = {_key(o) for o in resumed}
+        return [o for o in began if o in self.row.overrides or _key(o) not in renewed] + resumed
+
+    def _logged(self) -> tuple[list[str], list[str]] | None:
+        """(the settings the run began with, the train.* its resumes gave since, each key's latest) from its log;
+        None for a run begun without `reproduce`. A resume keeps its train.* in config.toml for the next ones."""
+        began, resumed = None, {}
         for line in self.log.read_text(encoding="utf-8", errors="replace").splitlines() if self.log.is_file() else []:
             argv = _command(line[2:]) if line.startswith("$ ctxlm train ") else []
             given = [argv[i + 1] for i in range(len(argv) - 1) if argv[i] == "--set"]
             if "--config" in argv:
-                began, resumed = given, []
+                began, resumed = given, {}
             elif "--resume" in argv:
-                resumed = given
-        if began is None:
-            began, resumed = self.row.overrides, [o for o in extra if o.startswith("train.")]
-        renewed = {_key(o) for o in resumed}
-        return [o for o in began if o in self.row.overrides or _key(o) not in renewed] + resumed
+                resumed.update({_key(o): o for o in given})
+        return None if began is None else (began, list(resumed.values()))
 
     def curve(self) -> list[dict]:
         """The epochs this machine's run directory has finished (metrics.jsonl)."""
@@ -154,19 +159,14 @@ class RowRun:
 class RowLock:
     """The right to train a row and write its record, held by the `reproduce` that starts its child from before
     the start to the end (the child takes the run's own lock only once it has imported, seconds later). Two
-    locks: RUNS/TABLE/.ROW.lock beside the run folder, and one per record file (in the temporary folder), so that
-    two calls with different --runs folders never train one row into one record. Each has a `.holder` file
-    naming the process."""
+    locks: RUNS/TABLE/.ROW.lock beside the run folder and RECORDS/TABLE/.ROW.lock beside the record, so that two
+    calls with different --runs folders never train one row into one record. Each has a `.holder` file naming
+    the process."""
 
     GRACE_S = 2.0       # acquire waits this long: a probe (`held_by_another`) holds a lock for an instant
 
     def __init__(self, run: RowRun):
-        import hashlib
-        import tempfile
-
-        record = hashlib.sha1(str(run.record_file.resolve()).encode()).hexdigest()[:16]
-        self.files = [run.run_dir.parent / f".{run.run_dir.name}.lock",
-                      Path(tempfile.gettempdir()) / "ctxlm-records" / f"{record}.lock"]
+        self.files = [run.run_dir.parent / f".{run.run_dir.name}.lock", run.record_file.with_name(f".{run.record_file.stem}.lock")]
         self.locks: list = []
         self.blocked: Path | None = None    # the lock another process held at the last failed take
 
@@ -183,25 +183,30 @@ class RowLock:
 
     def held_by_another(self) -> str | None:
         """Who holds the row now (another process), or None; takes and drops the locks to see."""
-        if not any(file.exists() for file in self.files):
+        existing = [file for file in self.files if file.exists()]     # a probe makes no file
+        if not existing:
             return None
-        if not self._take(0):
+        if not self._take(0, existing):
             return self.holder()
         self.release()
         return None
 
-    def _take(self, timeout: float) -> bool:
+    def _take(self, timeout: float, files: list[Path] | None = None) -> bool:
         from filelock import FileLock, Timeout
 
-        for file in self.files:
-            file.parent.mkdir(parents=True, exist_ok=True)
+        for file in files or self.files:
             lock = FileLock(str(file), timeout=timeout)
             try:
+                file.parent.mkdir(parents=True, exist_ok=True)
                 lock.acquire()
             except Timeout:
                 self.blocked = file
                 self.release()
                 return False
+            except OSError as exc:
+                self.release()
+                raise CtxlmError(f"{file}: cannot lock the row ({exc.strerror or exc}); give --runs and --records "
+                                 "folders this user may write in") from None
             self.locks.append(lock)
         return True
 

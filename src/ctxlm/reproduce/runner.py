@@ -70,6 +70,7 @@ class Runner:
         self.jobs, self.extra, self.data_dir, self.log = jobs, extra, data_dir, log
         self.deadline = time.monotonic() + stop_after if stop_after else None
         self.stopping: str | None = None
+        self.cut_short = False      # a stop came while a finished row was scored or fingerprinted
         self.active: dict[subprocess.Popen, tuple[RowRun, list[str], object, RowLock]] = {}
         self.seen: dict[str, int | None] = {}       # metrics.jsonl's last change per running row
         self.commit = git_commit()                  # the code this process runs (fingerprints are computed here)
@@ -89,6 +90,7 @@ class Runner:
                     self._update_locked(run)
         except KeyboardInterrupt as stop:           # while scoring a finished row: no row is started after it
             self.stopping = "SIGTERM" if isinstance(stop, Terminated) else "SIGINT"
+            self.cut_short = True                   # that row's record waits for the next call
         pending = sorted((r for r in runs if r.row.runnable and not r.done()), key=lambda r: not r.started())  # begun first
         for run in runs:
             if not run.row.runnable:
@@ -117,10 +119,10 @@ class Runner:
             for s, h in handlers.items():
                 signal.signal(s, h)
         left = [run for run in runs if run.row.runnable and not run.done()]
-        if self.stopping and left:
+        if self.stopping and (left or self.cut_short):
             self.log(f"stopped ({self.stopping}): every row is resumable; {_continuing(runs)}")
             return 128 + signal.SIGTERM if self.stopping == "SIGTERM" else 130
-        if left and not failed:     # left to another process, or a run folder here that is not the row's (said above)
+        if left:        # failed, left to another process, or behind a run folder that is not the row's (said above)
             self.log(f"not done here: {', '.join(run.name for run in left)}")
         return 1 if failed or left else 0
 

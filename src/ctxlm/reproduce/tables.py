@@ -166,6 +166,8 @@ def _check_same_as(table: Table, row: Row, paths: dict[str, Path], loaded: dict[
     if other is None:
         raise CtxlmError(f"{where}: table {other_table} has no row {other_row!r}; "
                          f"its rows: {', '.join(r.id for r in loaded[other_table].rows)}")
+    if other is row:
+        raise CtxlmError(f"{where}: names the row itself; name the other row that is the same run, or drop same_as")
     if other.same_as:
         raise CtxlmError(f"{where}: that row is itself the same run as {other.same_as}; name {other.same_as}")
     if (other.preset, other.overrides) != (row.preset, row.overrides):

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..config import NAMES_OF_THE_BOOKS as CAPITALISED
 from ..errors import CtxlmError
 from ..io import atomic_write_text
 
-CAPITALISED = "capitalised"
 FILE = "names.txt"
 
 
