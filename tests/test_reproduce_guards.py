@@ -23,6 +23,15 @@ def trained_lstm(tmp_path, name: str = "m"):
     return project, project / f"{name}-runs" / "tiny-1" / "lstm", project / f"{name}-results" / "tiny-1" / "lstm.json"
 
 
+def lstm_lock_process(project, runs: str, records: str, then: str) -> subprocess.Popen:
+    """A process that makes the lstm row's `run` (PROJECT/runs, PROJECT/records), then runs the code `then`."""
+    return subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from ctxlm.reproduce.rows import RowLock, row_runs; "
+         "from ctxlm.reproduce.tables import load_tables; p = Path(sys.argv[1]); "
+         f"[run] = row_runs(load_tables(p / 'reproductions', ['tiny-1']), ['lstm'], p / {runs!r}, p / {records!r})\n{then}",
+         str(project)], stdout=subprocess.PIPE, text=True)
+
+
 def test_a_run_folder_trained_with_other_settings_than_the_rows_is_never_continued_or_recorded(tmp_path):
     """A preset edited while its row was stopped (or a folder trained from another config): the run is not the
     row's, so its figures must not become the row's record under the row's command (they did, and --check said
@@ -85,12 +94,8 @@ def test_a_second_call_with_another_runs_folder_leaves_the_record_to_the_first(t
     project = make_project(tmp_path)
     table = load_tables(project / "reproductions", ["tiny-1"])
     [run] = row_runs(table, ["lstm"], project / "first-runs", project / "shared-results")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from ctxlm.reproduce.rows import RowLock, row_runs; "
-         "from ctxlm.reproduce.tables import load_tables; p = Path(sys.argv[1]); "
-         "[run] = row_runs(load_tables(p / 'reproductions', ['tiny-1']), ['lstm'], p / 'first-runs', p / 'shared-results'); "
-         "lock = RowLock(run); assert lock.acquire(); print('held', flush=True); time.sleep(60)", str(project)],
-        stdout=subprocess.PIPE, text=True)
+    holder = lstm_lock_process(project, "first-runs", "shared-results",
+                               "lock = RowLock(run); assert lock.acquire(); print('held', flush=True); time.sleep(60)")
     try:
         assert holder.stdout.readline().strip() == "held"
         assert RowLock(run).held_by_another().startswith(f"ctxlm reproduce, process {holder.pid} on ")
@@ -111,12 +116,8 @@ def test_a_probe_of_a_row_never_makes_its_taking_fail(tmp_path):
     instant out (it failed, 29 times in 2,000, and left its row to no one)."""
     project = make_project(tmp_path)
     [run] = row_runs(load_tables(project / "reproductions", ["tiny-1"]), ["lstm"], project / "runs", project / "results")
-    prober = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from pathlib import Path; from ctxlm.reproduce.rows import RowLock, row_runs; "
-         "from ctxlm.reproduce.tables import load_tables; p = Path(sys.argv[1]); "
-         "[run] = row_runs(load_tables(p / 'reproductions', ['tiny-1']), ['lstm'], p / 'runs', p / 'results'); "
-         "print('probing', flush=True)\nwhile True: RowLock(run).held_by_another()", str(project)],
-        stdout=subprocess.PIPE, text=True)
+    prober = lstm_lock_process(project, "runs", "results",
+                               "print('probing', flush=True)\nwhile True: RowLock(run).held_by_another()")
     try:
         assert prober.stdout.readline().strip() == "probing"
         taken = 0
