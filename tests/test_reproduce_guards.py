@@ -171,6 +171,11 @@ def test_same_as_must_name_a_row_trained_the_same_way(tmp_path):
                        needle)
     other.write_text('title = "t"\n[[row]]\nid = "lstm"\npreset = "configs/lstm.toml"\nsame_as = "tiny-1/lstm"\n')
     assert ctxlm("reproduce", "tiny-2", "--plan", *folders(project, "s")).returncode == 0
+    for same_as, written_otherwise in [("tiny-1/lstm", ["train.epochs = 2"]),          # the preset's own value
+                                       ("tiny-1/rnn", ["train.epochs = 3", "model.name = rnn-tanh"])]:
+        other.write_text(f'title = "t"\n[[row]]\nid = "lstm"\npreset = "configs/lstm.toml"\nsame_as = "{same_as}"\n'
+                         f"set = {json.dumps(written_otherwise)}\n")
+        assert ctxlm("reproduce", "tiny-2", "--plan", *folders(project, "s")).returncode == 0, same_as
 
 
 def test_options_given_empty_or_naming_no_file_are_one_line(tmp_path):

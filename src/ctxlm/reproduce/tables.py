@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .. import schemas
+from ..config import apply_overrides, load_toml
 from ..errors import CtxlmError
 
 METRICS = {"test_ppl": "test perplexity", "valid_ppl": "validation perplexity", "accuracy": "accuracy (%)"}
@@ -156,7 +157,7 @@ def load_tables(folder: str | Path, names: list[str] | None = None) -> list[Tabl
 
 def _check_same_as(table: Table, row: Row, paths: dict[str, Path], loaded: dict[str, Table]) -> None:
     """A row that is the same run as another names a row that exists, is no such row itself, and trains with
-    the same preset and settings (one run, one record)."""
+    the same preset and settings (one run, one record): settings written otherwise to the same effect are the same."""
     where, (other_table, other_row) = f"{table.path}: row {row.id!r}: same_as {row.same_as!r}", row.same_as.split("/")
     if other_table not in paths:
         raise CtxlmError(f"{where}: no table {other_table!r} in {table.path.parent}; name a row of one of {', '.join(paths)}")
@@ -170,6 +171,16 @@ def _check_same_as(table: Table, row: Row, paths: dict[str, Path], loaded: dict[
         raise CtxlmError(f"{where}: names the row itself; name the other row that is the same run, or drop same_as")
     if other.same_as:
         raise CtxlmError(f"{where}: that row is itself the same run as {other.same_as}; name {other.same_as}")
-    if (other.preset, other.overrides) != (row.preset, row.overrides):
+    if other.preset != row.preset or not _same_settings(row.preset, row.overrides, other.overrides):
         raise CtxlmError(f"{where}: its preset and set differ from that row's; give both rows the same preset and "
                          "set (one run, one record), or drop same_as")
+
+
+def _same_settings(preset: Path | None, ours: list[str], theirs: list[str]) -> bool:
+    """Whether two rows' `set` lists make the same config from `preset` (`train.lr=1.0` is `train.lr = 1`)."""
+    if ours == theirs or preset is None:
+        return ours == theirs
+    try:
+        return apply_overrides(load_toml(preset), ours).to_dict() == apply_overrides(load_toml(preset), theirs).to_dict()
+    except CtxlmError:          # a preset or setting that does not load: the settings as written
+        return False
