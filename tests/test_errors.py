@@ -49,6 +49,11 @@ def test_unknown_model_option_and_preset_key(tmp_path):
     one_line_error(run("train", "--set", "train.epochs=many"), "train.epochs must be an integer ≥ 1, got 'many'")
     one_line_error(run("train", "--bogus"), "ctxlm train: error: unrecognized arguments: --bogus (see ctxlm train --help)")
     one_line_error(run("prepare", "text", "x", "--out", tmp_path / "o", "--bogus"), "(see ctxlm prepare text --help)")
+    text = tmp_path / "text.txt"
+    text.write_text("a sentence\n")
+    one_line_error(run("score", tmp_path / "r", text), f"unrecognized arguments: {text}; a file to read is given as --input {text}")
+    one_line_error(run("eval", tmp_path / "r", text), f"a file to read is given as --file {text}")
+    assert "given as" not in run("score", tmp_path / "r", tmp_path / "missing.txt").stderr
     preset = tmp_path / "p.toml"
     preset.write_text("[model]\nname = 'lstm'\nlayer = 2\n")
     one_line_error(run("train", "--config", preset), str(preset), "unknown key model.layer")

@@ -21,14 +21,17 @@ class Parser(argparse.ArgumentParser):
         parsed, extra = super().parse_known_args(args, namespace)
         if not hasattr(parsed, "command_prog"):     # the innermost (sub)command's parser sets it first
             parsed.command_prog = self.prog
+            parsed.command_file_option = next((o for o in ("--input", "--file") if o in self._option_string_actions), None)
         return parsed, extra
 
     def parse_args(self, args=None, namespace=None):
-        """As argparse's, with an unknown option named by the subcommand that was given it ("ctxlm prepare text")."""
+        """As argparse's, with an unknown option named by the subcommand that was given it ("ctxlm prepare text"),
+        and a file given where the command reads one with an option (`ctxlm score RUN text.txt`) named with it."""
         parsed, extra = self.parse_known_args(args, namespace)
         if extra:
-            prog = parsed.command_prog
-            self.exit(2, f"{prog}: error: unrecognized arguments: {' '.join(extra)} (see {prog} --help)\n")
+            prog, option = parsed.command_prog, parsed.command_file_option
+            hint = f"; a file to read is given as {option} {extra[0]}" if option and len(extra) == 1 and Path(extra[0]).is_file() else ""
+            self.exit(2, f"{prog}: error: unrecognized arguments: {' '.join(extra)}{hint} (see {prog} --help)\n")
         return parsed
 
     def _get_values(self, action, arg_strings):
