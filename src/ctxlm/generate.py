@@ -1,6 +1,8 @@
 """Sampling continuations with any LanguageModel (`Run.generate`, `ctxlm generate`)."""
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from .checks import PROBABILITY, at_least
@@ -13,12 +15,16 @@ LIMITS = {"max_tokens": (int, at_least(1)), "temperature": (float, at_least(0)),
           "top_p": (float, PROBABILITY)}
 
 
-def check_settings(**settings) -> None:
-    """A CtxlmError naming the first setting outside LIMITS (a Python caller gets the command line's checks)."""
+def check_settings(**settings) -> dict:
+    """The settings as int or float (numpy numbers too); a CtxlmError naming the first outside LIMITS (a Python
+    caller gets the command line's checks)."""
     for name, value in settings.items():
         kind, allowed = LIMITS[name]
-        if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int) or not allowed.admits(value):
+        typed = isinstance(value, numbers.Real if kind is float else numbers.Integral) and not isinstance(value, bool)
+        if not typed or not allowed.admits(value if isinstance(value, (int, float)) else kind(value)):
             raise CtxlmError(f"generate: {name} must be {allowed.describe(kind)}, got {value!r}")
+        settings[name] = kind(value)
+    return settings
 
 
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
@@ -42,7 +48,8 @@ def sample(model, vocab, prompt: list[str], max_tokens: int, temperature: float 
     with carried state. Without `special`, `<eos>` and `<unk>` are never drawn: the distribution is renormalised
     over the other words (top-k and top-p then choose among those). `stop_at_eos`: `<eos>` may be drawn, and
     ends the sample (it is not returned)."""
-    check_settings(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
+    settings = check_settings(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
+    max_tokens, temperature, top_k, top_p = settings.values()
     device = model_device(model)
     ids = vocab.encode([EOS] + prompt).unsqueeze(0).to(device)
     out = model(ids, model.start_state(1))

@@ -1,0 +1,22 @@
+"""docs/python.md tried as a new user would script it: what the trial found, each kept as a test."""
+import numpy as np
+import pytest
+
+from ctxlm.errors import CtxlmError
+from ctxlm.run import Run
+from test_contract import VOCAB, config_of, folder, ready  # noqa: F401  (folder: a fixture)
+
+
+@pytest.fixture
+def lstm(folder, tmp_path):  # noqa: F811
+    config = config_of("lstm", folder)
+    return Run(tmp_path, config, VOCAB, ready(config))
+
+
+def test_generate_takes_numpy_numbers_as_the_other_arguments_do(lstm):
+    """A sweep over np.arange or np.float32 values: numbers, as `seed`, `k` and `batch_size` take them."""
+    plain = lstm.generate("the", max_tokens=3, temperature=0.5, top_k=2, top_p=0.5)
+    assert lstm.generate("the", max_tokens=np.int64(3), temperature=np.float32(0.5), top_k=np.int64(2),
+                         top_p=np.float32(0.5)) == plain
+    with pytest.raises(CtxlmError, match="temperature must be"):
+        lstm.generate("the", temperature=10 ** 400)
