@@ -20,3 +20,16 @@ def test_generate_takes_numpy_numbers_as_the_other_arguments_do(lstm):
                          top_p=np.float32(0.5)) == plain
     with pytest.raises(CtxlmError, match="temperature must be"):
         lstm.generate("the", temperature=10 ** 400)
+
+
+def test_a_flag_given_anything_but_true_or_false_is_refused(lstm):
+    """`perplexity(texts, False, 64)` (score's order, batch_size third) once set pretokenized to 64, a true value."""
+    with pytest.raises(CtxlmError, match="perplexity: pretokenized must be True or False, got int 64"):
+        lstm.perplexity(["the cat"], False, 64)
+    with pytest.raises(CtxlmError, match="score: document must be True or False"):
+        lstm.score(["the cat"], document="no")
+    with pytest.raises(CtxlmError, match="generate: stop_at_eos must be True or False"):
+        lstm.generate("the", stop_at_eos=1)
+    with pytest.raises(CtxlmError, match="top_next_words: special must be True or False"):
+        lstm.top_next_words("the", special=None)
+    assert lstm.perplexity(["the cat"], np.False_, np.True_) == lstm.perplexity(["the cat"], pretokenized=True)

@@ -6,6 +6,7 @@ import numbers
 import os
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .checks import SEED, argument, shown
@@ -17,6 +18,14 @@ def check_instance(value, kind: type, name: str, what: str) -> None:
     """A CtxlmError unless `value` is a `kind` (or None, the default): `name` must be `what`."""
     if value is not None and not isinstance(value, kind):
         raise CtxlmError(f"{name} must be {what} or None, got {type(value).__name__} {shown(value)}")
+
+
+def check_flag(value, name: str) -> bool:
+    """`value` as a bool (numpy's too); a CtxlmError for anything else (`perplexity(texts, False, 64)` once set
+    `pretokenized` to 64, a true value)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise CtxlmError(f"{name} must be True or False, got {type(value).__name__} {shown(value)}")
+    return bool(value)
 
 
 def check_ids(ids, size: int, name: str) -> None:

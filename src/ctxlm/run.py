@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from .arguments import check_batch_size, check_device, check_ids, check_instance, run_folder, seeded
+from .arguments import check_batch_size, check_device, check_flag, check_ids, check_instance, run_folder, seeded
 from .checks import safe_exp, shown
 from .config import Config
 from .data.text import APPROXIMATE, WHITESPACE, TextRecipe, file_tokens, note_once
@@ -113,13 +113,13 @@ class Run:
         """One line of raw text as the run's tokens, by its corpus's recipe; split on whitespace if `pretokenized`
         (or where the run recorded no recipe, with a note once)."""
         check_text(line, "words: line")
-        recipe = None if pretokenized else self.text_recipe()
+        recipe = None if check_flag(pretokenized, "pretokenized") else self.text_recipe()
         return line.split() if recipe is None else recipe.tokens(line)
 
     def file_tokens(self, path, pretokenized: bool = False) -> Iterator[str]:
         """A text file's tokens, each sentence followed by `<eos>`: by the run's recipe (its sentence rule too), or
         its lines split on whitespace if `pretokenized` (as `ctxlm eval --file` reads a file)."""
-        return file_tokens(path, None if pretokenized else self.text_recipe())
+        return file_tokens(path, None if check_flag(pretokenized, "file_tokens: pretokenized") else self.text_recipe())
 
     def text_recipe(self) -> TextRecipe | None:
         """The recipe raw text goes through (None: split on whitespace), with a note once where it is approximate or
@@ -195,7 +195,7 @@ class Run:
         self._left_to_right(name)
         batch_size = check_batch_size(batch_size)
         tokenised = self._texts(texts, pretokenized, name)
-        if document:
+        if check_flag(document, f"{name}: document"):
             read = deque()                      # texts read ahead of their scores (one or two)
 
             def blocks():
@@ -239,7 +239,7 @@ class Run:
     def _texts(self, texts, pretokenized: bool, name: str) -> Iterator[tuple[str, list[str]]]:
         """Each text (`read_texts`) with its tokens; one cut from a str or a file without any is dropped (as
         `ctxlm eval --file` drops such a sentence), a line without any is a lone `<eos>`."""
-        recipe = None if pretokenized else self.text_recipe()
+        recipe = None if check_flag(pretokenized, f"{name}: pretokenized") else self.text_recipe()
         for text, cut in read_texts(texts, recipe.sentences if recipe else "lines", name):
             words = self.words(text, pretokenized)
             if words or not cut:
@@ -291,7 +291,7 @@ class Run:
         if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
             raise CtxlmError(f"top_next_words: k is the number of words to return, an integer at least 1; got {shown(k)}")
         log_probs = self.next_word_log_probs(context, pretokenized)
-        left_out = [] if special else [self.vocab.eos, self.vocab.unk]
+        left_out = [] if check_flag(special, "top_next_words: special") else [self.vocab.eos, self.vocab.unk]
         if left_out:
             log_probs = log_probs.index_fill(0, torch.tensor(left_out), -torch.inf)
         best = log_probs.topk(min(k, log_probs.numel() - len(left_out)))
@@ -310,7 +310,7 @@ class Run:
         generator = seed if isinstance(seed, torch.Generator) else seeded(seed)
         words = pair_words(prompt, split=functools.partial(self.words, pretokenized=pretokenized))[0]    # a line break is <eos>
         return sample(self.model, self.vocab, words, max_tokens, temperature, top_k, top_p, generator,
-                      special, stop_at_eos)
+                      check_flag(special, "generate: special"), check_flag(stop_at_eos, "generate: stop_at_eos"))
 
     # ------------------------------------------------------------ the loops, in evaluation/scoring.py
     def _stream(self, blocks, on_output=None) -> Iterator[torch.Tensor]:
