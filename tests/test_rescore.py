@@ -8,7 +8,7 @@ import pytest
 
 from conftest import ctxlm, one_line_error
 from ctxlm.errors import CtxlmError
-from ctxlm.rescore.nbest import Hypothesis, word_errors
+from ctxlm.rescore.nbest import Hypothesis, read_nbest, word_errors
 from ctxlm.rescore.rerank import tune
 
 # p(w) of the unigram model; ln p(the) − ln p(a) = ln 2 ≈ 0.693, ln p(sat) ≈ −2.303, ln p(mat) ≈ −2.996
@@ -218,3 +218,11 @@ def test_a_total_that_is_not_a_number_says_what_would_mend_it():
         totals(hypotheses, [-math.inf], 0.0, 0.0)            # 0 × -inf: no smaller weight helps
     with pytest.raises(CtxlmError, match="line 3: .*give a smaller --lm-weight or --penalty"):
         totals(hypotheses, [-5.0], 1e308, 0.0)               # overflow: a smaller weight does
+
+
+def test_costs_are_negated_without_a_negative_zero(tmp_path):
+    """A cost of 0 (or a score written "-0") is the score 0, never -0.0 in rescored.jsonl."""
+    (tmp_path / "n.txt").write_text("u 0 a\nu 1.5 b\nv -0 c\n")
+    scores = [h.score for h in read_nbest(tmp_path / "n.txt", costs=True)["u"]]
+    assert scores == [0.0, -1.5] and math.copysign(1, scores[0]) == 1
+    assert math.copysign(1, read_nbest(tmp_path / "n.txt")["v"][0].score) == 1

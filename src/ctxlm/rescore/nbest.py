@@ -49,7 +49,8 @@ def read_nbest(path: str | Path, costs: bool = False) -> dict[str, list[Hypothes
             score = math.nan
         if not math.isfinite(score):
             raise CtxlmError(f"{path}, line {number}: score {fields[1]!r} is not a finite number; {NBEST_LINE}")
-        lists.setdefault(fields[0], []).append(Hypothesis(fields[2:], -score if costs else score, number))
+        score = (-score if costs else score) + 0.0        # + 0.0: a cost of 0 (or a score "-0") is 0, not -0.0
+        lists.setdefault(fields[0], []).append(Hypothesis(fields[2:], score, number))
     if not lists:
         raise CtxlmError(f"{path}: no hypotheses; {NBEST_LINE}, one a line")
     return lists
