@@ -139,7 +139,7 @@ def test_curves_skips_a_run_without_epochs_with_a_note(runs, tmp_path):
     assert done.returncode == 0, done.stderr
     note = done.stderr.strip().splitlines()
     assert len(note) == 1 and note[0].startswith("note: skipped") and f"{runs['ngram']}: no metrics.jsonl" in note[0]
-    assert "lstm: 1 epochs" in done.stdout and "ngram" not in done.stdout.split("wrote")[0]
+    assert "lstm: 1 epoch in" in done.stdout and "ngram" not in done.stdout.split("wrote")[0]
     assert list(json.loads((tmp_path / "out" / "curves.json").read_text())) == ["lstm"]
     (tmp_path / "started").mkdir()
     (tmp_path / "started" / "config.toml").write_text((runs["lstm"] / "config.toml").read_text())

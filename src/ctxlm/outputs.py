@@ -130,7 +130,7 @@ def check_output(output, option: str, inputs) -> Path:
                              f"destroy it: choose another {option}")
         if path.is_dir() and (target == _resolved(path) or _resolved(path) in target.parents):
             raise CtxlmError(f"{option} {output}: inside {given}, which this command reads; writing there could "
-                             f"replace its files: choose an {option} outside it")
+                             f"replace its files: give {option} a path outside it")
     return out
 
 

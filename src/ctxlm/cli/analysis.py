@@ -371,7 +371,7 @@ def cmd_curves(args) -> int:
     for label, run_dir in shown:
         rows, test = curves[label], read_test_ppl(run_dir)
         best = best_epoch(rows)
-        print(f"{label}: {len(rows)} epochs in {rows[-1]['elapsed_s'] / 3600:.2f} h, {figures_kind(run_dir)}; "
+        print(f"{label}: {len(rows)} epoch{'s' * (len(rows) != 1)} in {rows[-1]['elapsed_s'] / 3600:.2f} h, {figures_kind(run_dir)}; "
               + (f"best valid {best['valid_ppl']:.2f} (epoch {best['epoch']})" if best else "no finite validation perplexity")
               + (f", test {test:.2f}" if test else ", no test figure (not read yet, or no test split)"))
         print(f"{'epoch':>7}{'lr':>12}{'train ppl':>12}{'valid ppl':>12}{'hours':>8}")

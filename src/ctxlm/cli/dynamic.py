@@ -149,7 +149,7 @@ def cmd_tune_dynamic(args) -> int:
     ids = data.ids[args.split][:args.tokens + 1 if args.tokens else None]
     plain = evaluate_stream(run.model, ids, 1, run.config.data.eval_chunk, desc=f"tune-dynamic: {args.split} without steps")["ppl"]
     count = len(rules) * len(lrs) * len(decays) * len(segments)
-    print(f"{args.split} ({ids.numel() - 1:,} tokens) perplexity without steps {plain:.2f}; {count} settings", flush=True)
+    print(f"{args.split} ({ids.numel() - 1:,} token{'s' * (ids.numel() != 2)}) perplexity without steps {plain:.2f}; {count} settings", flush=True)
     grid, passes = [], {}
     for segment in segments:
         mean_square = passes[segment] = (stored_mean_squares(run.path, run.model, data.ids["train"], segment,
