@@ -137,7 +137,7 @@ def test_tune_cache_records_the_best_setting_and_eval_reproduces_it(tmp_path, co
     config = tiny_config(corpus, dropout=0.0)
     Trainer(config, tmp_path / "run", log=lambda *a: None).fit()
     cli = [sys.executable, "-m", "ctxlm"]
-    done = subprocess.run(cli + ["tune-cache", str(tmp_path / "run"), "--windows", "5,40", "--thetas", "0.2,1",
+    done = subprocess.run(cli + ["tune-cache", str(tmp_path / "run"), "--windows", "5,40,40", "--thetas", "0.2,1,1.0",
                                  "--lambdas", "0.1,0.3"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     recorded = json.loads((tmp_path / "run" / "cache.json").read_text())

@@ -290,8 +290,9 @@ def with_cache(run, args):
 
 
 def comma_values(option_name: str, text: str, kind) -> tuple:
-    """A grid option's comma-separated values, e.g. --thetas 0.1,0.2: `kind` (str, int or float), or the name of a
-    rule of `checks.RULES` that each value must follow; a bad one is a one-line error."""
+    """A grid option's comma-separated values, e.g. --thetas 0.1,0.2, each once (0.1,0.10 is one setting, not two
+    evaluated twice): `kind` (str, int or float), or the name of a rule of `checks.RULES` that each value must
+    follow; a bad one is a one-line error."""
     rule = RULES.get(kind) if isinstance(kind, str) else None
     kind = rule.kind if rule else kind
     numbers, example = ("whole numbers", "100,500") if kind is int else ("finite numbers", "0.1,0.2")
@@ -305,4 +306,4 @@ def comma_values(option_name: str, text: str, kind) -> tuple:
     for value in values if rule else ():
         if not rule.allowed.admits(value):
             raise CtxlmError(f"{option_name} {text!r}: each value must be {rule.describe()}, got {value!r}")
-    return values
+    return tuple(dict.fromkeys(values))
