@@ -60,6 +60,11 @@ def test_attention_reads_each_line_of_a_sentence_run_alone(runs, tmp_path):
     assert torch.allclose(torch.tensor(both["attention"])[2:, 3:], torch.tensor(second["attention"])[:, 1:], atol=1e-6)
     assert both["target_log_probs"] == pytest.approx(explain(run, ["the", "cat"])["target_log_probs"][:2] +
                                                      second["target_log_probs"], abs=1e-5)
+    ended = explain(run, ["the", "cat", "<eos>", "a", "dog", "cat"])      # a line's <eos> stays with the sentence it ends
+    assert ended["inputs"] == ["<eos>", "the", "cat", "<eos>", "a", "dog", "cat"]
+    config.write_text(config.read_text().replace('sentence_ends = "cat"', 'sentence_ends = ""'))
+    lines = explain(load(tmp_path / "sentences", start=False), ["the", "cat", "<eos>", "a", "dog", "cat"])
+    assert ended["target_log_probs"] == pytest.approx(lines["target_log_probs"], abs=1e-6)
 
 
 def test_attention_by_position_reads_a_sentence_run_one_sentence_at_a_time(runs, tmp_path):

@@ -33,8 +33,11 @@ def explain(run, words: list[str], top: int = 5, first: int = 1, count: int | No
     _require_attention(model, run.config.model.name)
     targets = words + [EOS]
     sentences = run.config.data.batching == "sentence"
-    ends = {EOS, *(t for t in run.config.data.sentence_ends.split() if t in vocab.index)} if sentences else {EOS}
-    inputs = [EOS] + [EOS if word in ends else word for word in words]     # a sentence run starts each one anew
+    ends = {t for t in run.config.data.sentence_ends.split() if t in vocab.index} if sentences else set()
+    # a sentence run starts each one anew: after <eos>, and after a sentence-end token that no <eos> follows (the
+    # line's <eos> stays with the sentence it ends, as data.batching.split_sentences cuts them)
+    inputs = [EOS] + [EOS if word == EOS or word in ends and after != EOS else word
+                      for word, after in zip(words, words[1:] + [EOS])]
     if not 1 <= first <= len(targets):
         raise CtxlmError(f"--start {first}: the text has {len(words)} words; give --start from 1 to {len(targets)} "
                          f"({len(targets)}: the <eos> after them)")
