@@ -1,4 +1,6 @@
 """docs/python.md tried as a new user would script it: what the trial found, each kept as a test."""
+import math
+
 import numpy as np
 import pytest
 
@@ -33,3 +35,20 @@ def test_a_flag_given_anything_but_true_or_false_is_refused(lstm):
     with pytest.raises(CtxlmError, match="top_next_words: special must be True or False"):
         lstm.top_next_words("the", special=None)
     assert lstm.perplexity(["the cat"], np.False_, np.True_) == lstm.perplexity(["the cat"], pretokenized=True)
+
+
+def test_a_run_trained_on_sentences_scores_each_sentence_of_a_text_alone(folder, tmp_path):  # noqa: F811
+    """Salton's WikiText-2 runs end a sentence after `. ? !` inside a line too (data.sentence_ends): `score` read
+    a line's sentences as one stream, where training and `ctxlm eval --file` read each from <eos> and the zero state."""
+    from ctxlm.evaluation.perplexity import regime_log_probs
+
+    config = config_of("attentive-lm", folder)
+    config.data.batching, config.data.sentence_ends = "sentence", "mat"
+    run = Run(tmp_path, config, VOCAB, ready(config))
+    text = "the cat sat on a mat the dog ran to a mat"
+    [scored] = run.score([text])
+    as_eval = regime_log_probs(run.model, config, VOCAB.encode(["<eos>"] + text.split() + ["<eos>"]), VOCAB)
+    assert scored.log_probs == pytest.approx(as_eval.tolist(), abs=1e-6)
+    second = run.score(["the dog ran to a mat"])[0]             # the line's <eos> stays with the sentence it ends
+    assert scored.log_probs[6:] == pytest.approx(second.log_probs, abs=1e-6)
+    assert run.perplexity([text]) == pytest.approx(math.exp(-float(as_eval.mean())), rel=1e-9)

@@ -23,6 +23,8 @@ import torch
 from .arguments import check_batch_size, check_device, check_flag, check_ids, check_instance, run_folder, seeded
 from .checks import safe_exp, shown
 from .config import Config
+from .data.batching import split_sentences
+from .data.load import sentence_end_ids
 from .data.text import APPROXIMATE, WHITESPACE, TextRecipe, file_tokens, note_once
 from .data.vocab import EOS, Vocabulary
 from .errors import CtxlmError
@@ -320,9 +322,15 @@ class Run:
         return score_item(self.model, block, self.vocab.eos, self.config.data.eval_chunk, self.dynamic, on_output)
 
     def _sentences(self, sentences: list[torch.Tensor], batch_size: int) -> list[torch.Tensor]:
-        if self.dynamic is None:
-            return score_sentences(self.model, sentences, self.vocab.eos, batch_size, self.config.data.eval_chunk)
-        return [self._item(s) for s in sentences]                 # each from the trained weights
+        """Each text's log-probabilities, read alone; a run trained on sentences alone reads each of a text's
+        sentences alone (cut after any `data.sentence_ends` token, as `ctxlm eval` and training cut them)."""
+        if self.dynamic is not None:
+            return [self._item(s) for s in sentences]             # each from the trained weights
+        ends = sentence_end_ids(self.vocab, self.config) if self.config.data.batching == "sentence" else ()
+        cut = [split_sentences(s, self.vocab.eos, ends) for s in sentences] if ends else [[s] for s in sentences]
+        scores = iter(score_sentences(self.model, [piece for pieces in cut for piece in pieces], self.vocab.eos, batch_size,
+                                      self.config.data.eval_chunk))
+        return [torch.cat([next(scores) for _ in pieces]) for pieces in cut]
 
     def _scored(self, line: str, tokens: list[str], log_probs: torch.Tensor) -> Scored:
         unk = self.vocab.unk                                      # a word it lacks, or `<unk>` written in the text

@@ -270,15 +270,20 @@ def training_prefix(config: Config, data_dir, vocab: Vocabulary, tokens: int) ->
 MAX_SENTENCE = 2048      # tokens: a longer "sentence" (a corpus on one line) is cut, or one batch would need gigabytes
 
 
+def sentence_end_ids(vocab: Vocabulary, config: Config) -> tuple[int, ...]:
+    """The ids of the `data.sentence_ends` tokens, as spelled; one the vocabulary lacks ends none (said once)."""
+    ends = config.data.sentence_ends.split()
+    absent = [t for t in ends if t not in vocab.index]
+    if absent:
+        note_once(("sentence ends", tuple(absent)), f"data.sentence_ends: {' '.join(absent)} not in the vocabulary, so "
+                  "never ending a sentence (the tokens are spelled as in the corpus, separated by spaces)")
+    return tuple(vocab.index[t] for t in ends if t in vocab.index)
+
+
 def sentences_of(ids: torch.Tensor, vocab: Vocabulary, config: Config) -> Sentences:
     """The sentence regime's units: lines, cut further after any `data.sentence_ends` token and into pieces
     of at most MAX_SENTENCE tokens (said once per split on stderr)."""
-    ends = config.data.sentence_ends.split()
-    extra = tuple(vocab.index[t] for t in ends if t in vocab.index)   # as spelled, as the ids
-    if len(extra) < len(ends):
-        absent = [t for t in ends if t not in vocab.index]
-        note_once(("sentence ends", tuple(absent)), f"data.sentence_ends: {' '.join(absent)} not in the vocabulary, so "
-                  "never ending a sentence (the tokens are spelled as in the corpus, separated by spaces)")
+    extra = sentence_end_ids(vocab, config)
     sentences, cut, longest = cap_sentences(split_sentences(ids[1:], vocab.eos, extra), MAX_SENTENCE)
     if cut:
         note_once(("long sentences", ids.numel(), longest), f"{cut:,} sentence(s) of this data are longer than "
