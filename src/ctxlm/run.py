@@ -327,7 +327,7 @@ class Run:
         if self.dynamic is not None:
             return [self._item(s) for s in sentences]             # each from the trained weights
         ends = sentence_end_ids(self.vocab, self.config) if self.config.data.batching == "sentence" else ()
-        cut = [split_sentences(s, self.vocab.eos, ends) for s in sentences] if ends else [[s] for s in sentences]
+        cut = [split_sentences(s, self.vocab.eos, ends) for s in sentences]
         scores = iter(score_sentences(self.model, [piece for pieces in cut for piece in pieces], self.vocab.eos, batch_size,
                                       self.config.data.eval_chunk))
         return [torch.cat([next(scores) for _ in pieces]) for pieces in cut]

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import torch
 
-from ..data.batching import IGNORE, SentenceBatches, StreamBatches
+from ..data.batching import IGNORE, SentenceBatches, StreamBatches, split_sentences
+from ..data.load import sentence_end_ids, sentences_of
 from ..data.vocab import EOS
 from ..errors import CtxlmError
 from ..io import pyplot, save_figure
@@ -33,11 +34,11 @@ def explain(run, words: list[str], top: int = 5, first: int = 1, count: int | No
     _require_attention(model, run.config.model.name)
     targets = words + [EOS]
     sentences = run.config.data.batching == "sentence"
-    ends = {t for t in run.config.data.sentence_ends.split() if t in vocab.index} if sentences else set()
-    # a sentence run starts each one anew: after <eos>, and after a sentence-end token that no <eos> follows (the
-    # line's <eos> stays with the sentence it ends, as data.batching.split_sentences cuts them)
-    inputs = [EOS] + [EOS if word == EOS or word in ends and after != EOS else word
-                      for word, after in zip(words, words[1:] + [EOS])]
+    inputs = [EOS] + words
+    # a sentence run reads each sentence anew from <eos>, cut as training and `ctxlm eval` cut them (sentences_of)
+    ends = sentence_end_ids(vocab, run.config) if sentences else ()
+    for start in split_sentences(vocab.encode(targets), vocab.eos, ends).starts.tolist():
+        inputs[start] = EOS
     if not 1 <= first <= len(targets):
         raise CtxlmError(f"--start {first}: the text has {len(words)} words; give --start from 1 to {len(targets)} "
                          f"({len(targets)}: the <eos> after them)")
@@ -133,8 +134,6 @@ def spread_terms(weights: torch.Tensor) -> torch.Tensor:
 
 def regime_batches(run, ids: torch.Tensor, chunk: int):
     """`ids` (a split, `<eos>` first) as the run was trained: each sentence alone, or one stream of batch 1."""
-    from ..data.load import sentences_of
-
     config = run.config
     if config.data.batching == "sentence":
         return SentenceBatches(sentences_of(ids, run.vocab, config), config.data.batch_size, run.vocab.eos)
