@@ -1,4 +1,5 @@
 """Neural cache (Grave et al. 2017): equals a per-token oracle, sums to one, never sees the future."""
+import json
 import math
 
 import pytest
@@ -170,3 +171,47 @@ def test_tune_cache_records_the_best_setting_and_eval_reproduces_it(tmp_path, co
     for command in (["eval", str(tmp_path / "kn"), "--cache"], ["tune-cache", str(tmp_path / "kn")]):
         refused = subprocess.run(cli + command, capture_output=True, text=True)
         assert refused.returncode == 2 and "n-gram run" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_tuning_again_keeps_the_record_it_replaces_and_says_when_that_one_chose_better(tmp_path, corpus):
+    """Nothing tuned is lost: a second `tune-cache` keeps the first record under "earlier", and a grid that misses
+    the first one's better setting on the same weights and text says so; eval --cache uses the new record."""
+    from conftest import ctxlm, tiny_config
+    from ctxlm.training.trainer import Trainer
+
+    Trainer(tiny_config(corpus, dropout=0.0), tmp_path / "run", log=lambda *a: None).fit()
+    record = tmp_path / "run" / "cache.json"
+    grids = (("40", "0.2,1", "0.1,0.3"), ("40", "0.2,1", "0.01"), ("40", "0.2,1", "0.1,0.3"))
+    texts = []
+    for windows, thetas, lambdas in grids:
+        done = ctxlm("tune-cache", tmp_path / "run", "--windows", windows, "--thetas", thetas, "--lambdas", lambdas)
+        assert done.returncode == 0, done.stderr
+        texts.append((json.loads(record.read_text()), done.stderr))
+    (first, fresh), (second, narrower), (third, wider) = texts
+    assert "earlier" not in first and "the record this replaces" not in fresh
+    assert second["earlier"] == [first] and third["earlier"] == [first, {k: v for k, v in second.items() if k != "earlier"}]
+    assert first["best"]["ppl"] < second["best"]["ppl"]             # λ = 0.01 helps less than the first grid's choice
+    best = first["best"]
+    assert (f"note: the record this replaces chose window {best['window']}, theta {best['theta']}, lambda {best['lambda']}"
+            f" on the same weights and valid text, with perplexity {best['ppl']:.2f}, lower than this grid's best") in narrower
+    assert third["best"] == best and "the record this replaces" not in wider
+    evaluated = json.loads(ctxlm("eval", tmp_path / "run", "--cache", "--json", "--split", "valid").stdout)
+    assert evaluated["valid"]["ppl"] == pytest.approx(third["best"]["ppl"], rel=1e-5)
+
+
+def test_a_replaced_record_is_compared_only_on_the_same_weights_and_text(tmp_path):
+    from ctxlm.cli.common import replace_tuning_record
+
+    record = tmp_path / "dynamic.json"
+    record.write_text("{not json")                                  # unreadable: replaced, nothing to keep
+    made = {"split": "valid", "tokens": 100, "model_ppl": 50.0, "best": {"lr": 1e-5, "ppl": 45.0}, "weights": "a"}
+    assert replace_tuning_record(record, made) is None and "earlier" not in json.loads(record.read_text())
+    for changed in ({"weights": "b"}, {"tokens": 99}, {"split": "train"}, {"model_ppl": 50.1}):
+        record.write_text(json.dumps(made))
+        assert replace_tuning_record(record, {**made, **changed, "best": None}) is None     # other weights or text
+    record.write_text(json.dumps(made))
+    note = replace_tuning_record(record, {**made, "best": None})
+    assert note.startswith("note: the record this replaces chose lr 1e-05 on the same weights and valid text, with "
+                           "perplexity 45.00") and json.loads(record.read_text())["earlier"] == [made]
+    assert replace_tuning_record(record, {**made, "best": {"lr": 2e-5, "ppl": 44.0}}) is None      # the new one is better
+    assert json.loads(record.read_text())["earlier"] == [made, {**made, "best": None}]

@@ -251,6 +251,37 @@ def note_if_tuned_on_other_weights(record: Path, run, tuner: str) -> None:
               f"run `ctxlm {tuner} {run.path}` again to choose on these", file=sys.stderr)
 
 
+def replace_tuning_record(record: Path, result: dict) -> str | None:
+    """Write a `tune-cache` / `tune-dynamic` record atomically, keeping the records it replaces, oldest first, under
+    "earlier" (nothing tuned is lost). Returns a note when the one it replaces chose a setting with a lower
+    perplexity on the same weights and text (a grid that held it), else None."""
+    from ..io import atomic_write_text
+    from ..jsonio import json_text
+
+    try:
+        old = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        old = None                      # none, or unreadable (its readers refuse it): nothing to keep
+    earlier = []
+    if isinstance(old, dict):
+        kept = old.pop("earlier", None)
+        earlier = [*(kept if isinstance(kept, list) else []), old]
+    atomic_write_text(record, json_text({**result, "earlier": earlier} if earlier else result, indent=1) + "\n")
+    if not isinstance(old, dict):
+        return None
+    old_best, best = old.get("best"), result["best"]
+    same_text = (all(old.get(key) == result.get(key) for key in ("weights", "split", "tokens"))
+                 and isinstance(old.get("model_ppl"), float) and math.isclose(old["model_ppl"], result["model_ppl"], rel_tol=1e-6))
+    if not (same_text and isinstance(old_best, dict) and isinstance(old_best.get("ppl"), float)):
+        return None
+    if best is not None and best["ppl"] <= old_best["ppl"]:
+        return None
+    setting = ", ".join(f"{key} {value}" for key, value in old_best.items() if key != "ppl")
+    return (f"note: the record this replaces chose {setting} on the same weights and {result['split']} text, with perplexity "
+            f"{old_best['ppl']:.2f}, lower than this grid's best; it is kept under \"earlier\" in {record}: tune "
+            f"with a grid that holds it, or give those numbers")
+
+
 def note_read_as_stream(run, what: str, compare: str) -> None:
     """A note on stderr where `what` reads a sentence-trained run's text as one stream (the cache and dynamic
     evaluation span sentences), while plain `ctxlm eval` reads each sentence alone: `compare` says what to set

@@ -8,7 +8,7 @@ import math
 from ..checks import at_least, edge_note, grid_edges, option, rule_option
 from ..errors import CtxlmError
 from ..evaluation.dynamic import DynamicSetting
-from ..io import atomic_write_text, warn
+from ..io import warn
 from ..jsonio import json_text
 from ..training.rundir import RunDir, git_commit
 from .common import (
@@ -21,6 +21,7 @@ from .common import (
     note_read_as_stream,
     ppl_text,
     print_perplexities,
+    replace_tuning_record,
     run_argument,
     split_data,
     with_cache,
@@ -168,22 +169,25 @@ def cmd_tune_dynamic(args) -> int:
     best = min(grid, key=lambda r: math.inf if math.isnan(r["ppl"]) else r["ppl"])      # NaN: diverged
     record = RunDir(run.path).dynamic
     helped = best["ppl"] < plain and best["lr"] > 0         # steps of size 0 change no weight: no gain but float noise
-    atomic_write_text(record, json_text({"split": args.split, "tokens": ids.numel() - 1, "model_ppl": plain, "best": best if helped else None,
-                                         "grid": grid, "commit": git_commit(), "weights": run.weights_sha256}, indent=1) + "\n")
+    replaced = replace_tuning_record(record, {"split": args.split, "tokens": ids.numel() - 1, "model_ppl": plain,
+                                              "best": best if helped else None, "grid": grid, "commit": git_commit(),
+                                              "weights": run.weights_sha256})
     if helped and best["rule"] == "rms":
         keep_mean_squares(run.path, passes[best["segment"]], data.ids["train"], best["segment"], run.weights_sha256)
     if not helped:
         print(f"no setting lowered {args.split} perplexity {plain:.2f} (best {shown_ppl(best['ppl'])}); recorded in {record} "
               "without a choice, so `eval --dynamic` asks for one: try smaller non-zero --lrs")
-        return 0
-    print(f"best: {best['ppl']:.2f} ({100 * (1 - best['ppl'] / plain):.1f}% lower) with rule {best['rule']}, "
-          f"lr {best['lr']}, decay {best['decay']}, segment {best['segment']}; recorded in {record} "
-          f"(used by `ctxlm eval {args.run} --dynamic`)")
-    edges = grid_edges(best, {"lr": (lrs, "step size", "low high"),
-                              "decay": (decays, "decay", ("low" if min(decays) > 0 else "") + (" high" if max(decays) < 1 else "")),
-                              "segment": (segments, "segment", "low high" if min(segments) > 1 else "high")})
-    if edges:
-        warn(edge_note(edges, "--lrs, --decays, --segments"))
+    else:
+        print(f"best: {best['ppl']:.2f} ({100 * (1 - best['ppl'] / plain):.1f}% lower) with rule {best['rule']}, "
+              f"lr {best['lr']}, decay {best['decay']}, segment {best['segment']}; recorded in {record} "
+              f"(used by `ctxlm eval {args.run} --dynamic`)")
+        edges = grid_edges(best, {"lr": (lrs, "step size", "low high"),
+                                  "decay": (decays, "decay", ("low" if min(decays) > 0 else "") + (" high" if max(decays) < 1 else "")),
+                                  "segment": (segments, "segment", "low high" if min(segments) > 1 else "high")})
+        if edges:
+            warn(edge_note(edges, "--lrs, --decays, --segments"))
+    if replaced:
+        warn(replaced)
     return 0
 
 

@@ -25,6 +25,7 @@ from .common import (
     ppl_text,
     pretokenized_option,
     print_perplexities,
+    replace_tuning_record,
     run_argument,
     split_data,
     with_cache,
@@ -228,7 +229,7 @@ def cmd_tune_cache(args) -> int:
     helped = best["ppl"] < result["model_ppl"] and best["lambda"] > 0         # λ = 0 is the model alone: no gain but noise
     result.update(best=best if helped else None, split=args.split, commit=git_commit(), weights=run.weights_sha256)
     record, plot = CacheSettings.record_path(args.run), Path(args.run) / "cache_grid.png"
-    atomic_write_text(record, json_text(result, indent=1) + "\n")
+    replaced = replace_tuning_record(record, result)
     plot_cache_grid(result, plot)
     print(f"{'window':>8}{'theta':>8}{'lambda':>8}{'perplexity':>12}")
     for row in sorted(result["grid"], key=lambda r: r["ppl"])[:10]:
@@ -236,15 +237,17 @@ def cmd_tune_cache(args) -> int:
     if not helped:
         print(f"no setting lowered {args.split} perplexity {result['model_ppl']:.2f} (best {best['ppl']:.2f}); recorded in "
               f"{record} without a choice, so `eval --cache` asks for one: try smaller non-zero --lambdas; grid plot {plot}")
-        return 0
-    print(f"{args.split} perplexity without cache {result['model_ppl']:.2f}; best with cache {best['ppl']:.2f} "
-          f"({100 * (1 - best['ppl'] / result['model_ppl']):.1f}% lower) at window {best['window']}, "
-          f"theta {best['theta']}, lambda {best['lambda']}")
-    print(f"recorded in {record} (used by `ctxlm eval {args.run} --cache`); grid plot {plot}")
-    edges = grid_edges(best, {"window": (windows, "window", "low high"), "theta": (thetas, "θ", "low high"),
-                              "lambda": (lambdas, "λ", "low high")})
-    if edges:
-        warn(edge_note(edges, "--windows, --thetas, --lambdas"))
+    else:
+        print(f"{args.split} perplexity without cache {result['model_ppl']:.2f}; best with cache {best['ppl']:.2f} "
+              f"({100 * (1 - best['ppl'] / result['model_ppl']):.1f}% lower) at window {best['window']}, "
+              f"theta {best['theta']}, lambda {best['lambda']}")
+        print(f"recorded in {record} (used by `ctxlm eval {args.run} --cache`); grid plot {plot}")
+        edges = grid_edges(best, {"window": (windows, "window", "low high"), "theta": (thetas, "θ", "low high"),
+                                  "lambda": (lambdas, "λ", "low high")})
+        if edges:
+            warn(edge_note(edges, "--windows, --thetas, --lambdas"))
+    if replaced:
+        warn(replaced)
     return 0
 
 
