@@ -92,3 +92,27 @@ def test_match_params_sizes_every_preset_or_says_why_not(path):
         assert "\n" not in str(exc) and "--match-params lstm:300x300" in str(exc)
         return
     assert count_parameters(config.model, 10_000, config.output) <= budget
+
+
+def test_docs_attention_md_gives_every_daniluk_and_salton_presets_parameter_count():
+    """docs/attention.md's counts are those the presets build (V = 10,000 PTB, 33,278 WikiText-2)."""
+    import re
+
+    page = (CONFIGS.parent / "docs" / "attention.md").read_text(encoding="utf-8")
+    rows = 0
+    for line in page.splitlines():
+        cells = [cell.strip() for cell in line.split("|")[1:-1]]
+        if len(cells) != 5 or not cells[0].startswith("`ptb-"):
+            continue
+        names = re.findall(r"`(ptb-[a-z0-9-]+)`", cells[0])
+        presets = [names[0], names[0] + "-over"] if "/ `-over`" in cells[0] else names
+        stated = [int(n.replace(",", "")) for n in re.findall(r"[\d,]{5,}", cells[4])]
+        assert len(stated) == len(presets), line
+        for preset, count in zip(presets, stated):
+            assert counts(load_toml(CONFIGS / "daniluk" / f"{preset}.toml"), 10_000)["total"] == count, preset
+            rows += 1
+    assert rows == 14
+    salton = re.search(r"single ([\d,]+) / ([\d,]+),\s+combined ([\d,]+) / ([\d,]+)", page).groups()
+    for (preset, vocab), count in zip((("ptb-single", 10_000), ("wikitext2-single", 33_278), ("ptb-combined", 10_000),
+                                       ("wikitext2-combined", 33_278)), salton):
+        assert counts(load_toml(CONFIGS / "salton" / f"{preset}.toml"), vocab)["total"] == int(count.replace(",", "")), preset

@@ -51,7 +51,7 @@ class ModelConfig:
     layers: int = setting(1, at_least(1))  # stacked recurrent layers (where the family stacks)
     dropout: float = setting(0.0, in_range(0, 1, high_open=True))  # on non-recurrent connections
     tie_weights: bool = False       # output weights = input embedding (softmax and nce output layers)
-    init_range: float = setting(0.1, at_least(0))  # U(-r, r) for every parameter; 0 = PyTorch's default initialisation
+    init_range: float = setting(0.1, at_least(0))  # U(-r, r) for the model's parameters (an [output] layer but softmax keeps its own); 0 = PyTorch's default
     options: Any = field(default=None, metadata={"family": True})  # the family's Options dataclass
 
     def __post_init__(self):

@@ -1,5 +1,5 @@
 """Attention over past outputs: Daniluk's Attention / Key-Value / Key-Value-Predict LMs (SPEC §1.9–1.11)
-and Salton's Attentive RNN-LM (SPEC §1.15).
+and Salton's Attentive RNN-LM (SPEC §1.15); docs/attention.md writes both out.
 
 Both run the LSTM fused over the chunk and then attend for all positions at once; neither
 recurrence reads its attention output, so nothing loops over time (ARCHITECTURE.md).

@@ -1,4 +1,4 @@
-"""RNN N-gram (RNNN) language model (Daniluk 2016, [000] §3.2; SPEC §1.8 with REC §6.2 5–6)."""
+"""RNN N-gram (RNNN) language model (Daniluk 2016, [000] §3.2; SPEC §1.8 with REC §6.2 5–6; docs/attention.md)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
