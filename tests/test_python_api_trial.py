@@ -37,6 +37,14 @@ def test_a_flag_given_anything_but_true_or_false_is_refused(lstm):
     assert lstm.perplexity(["the cat"], np.False_, np.True_) == lstm.perplexity(["the cat"], pretokenized=True)
 
 
+def test_words_shows_the_tokens_score_reads_also_after_a_byte_order_mark(lstm):
+    for pretokenized in (False, True):
+        for text in ("\ufeff", "\ufeffthe cat", "\ufeff the cat"):
+            words = lstm.words(text, pretokenized=pretokenized)
+            assert words == lstm.words(text[1:], pretokenized=pretokenized)
+            assert lstm.score([text], pretokenized=pretokenized)[0].tokens == words + ["<eos>"]
+
+
 def test_a_run_trained_on_sentences_scores_each_sentence_of_a_text_alone(folder, tmp_path):  # noqa: F811
     """Salton's WikiText-2 runs end a sentence after `. ? !` inside a line too (data.sentence_ends): `score` read
     a line's sentences as one stream, where training and `ctxlm eval --file` read each from <eos> and the zero state."""

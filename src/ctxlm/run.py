@@ -113,8 +113,10 @@ class Run:
 
     def words(self, line: str, pretokenized: bool = False) -> list[str]:
         """One line of raw text as the run's tokens, by its corpus's recipe; split on whitespace if `pretokenized`
-        (or where the run recorded no recipe, with a note once)."""
+        (or where the run recorded no recipe, with a note once). A leading byte-order mark is dropped, as `score`
+        drops a first text's."""
         check_text(line, "words: line")
+        line = line[1:] if line.startswith("\ufeff") else line
         recipe = None if check_flag(pretokenized, "pretokenized") else self.text_recipe()
         return line.split() if recipe is None else recipe.tokens(line)
 
