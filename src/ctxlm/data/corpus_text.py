@@ -38,9 +38,12 @@ BROWN_DASHES = ((re.compile(r"(?<=\d)\u2013(?=\d)"), "-"), (re.compile(r"\s*[\u2
 def corpus_tokens(name: str, lang: str) -> Callable[[str], list[str]]:
     """`name`'s (ptb, wikitext, brown) tokens of a raw text, read composed (NFC: "café" typed decomposed is the
     corpus's "café", else Moses splits its accent off) and with its dashes as the corpus writes them."""
-    lower = tuple(word.lower() for word in ABBREVIATIONS)      # PTB's own text is lower-case: "oct." ends a line too
-    split = (_ptb(moses_tokens(lang, normalise=False, prefixes=ABBREVIATIONS + lower)) if name == "ptb" else _wikitext(lang)
-             if name == "wikitext" else _brown(moses_tokens(lang, normalise=False, prefixes=ABBREVIATIONS)))
+    if name == "ptb":       # PTB's own text is lower-case: "oct." ends a line too
+        split = _ptb(moses_tokens(lang, normalise=False, prefixes=ABBREVIATIONS + tuple(a.lower() for a in ABBREVIATIONS)))
+    elif name == "wikitext":
+        split = _wikitext(lang)
+    else:
+        split = _brown(moses_tokens(lang, normalise=False, prefixes=ABBREVIATIONS))
     dashes = BROWN_DASHES if name == "brown" else ()
 
     def tokens(text: str) -> list[str]:
