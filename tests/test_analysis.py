@@ -27,8 +27,8 @@ def test_attention_and_by_position_commands(tmp_path, corpus, name, extra):
     assert (tmp_path / "out" / "predictions.png").stat().st_size > 1000
     rows = result["attention"]
     assert len(rows) == 7 and len(result["top"][0]) == 5
-    for t, row in enumerate(rows[1:], 1):
-        assert sum(row) == pytest.approx(1.0, abs=1e-5)
+    for t, (row, start) in enumerate(zip(rows, result["start_attention"])):   # start: the start state's slots
+        assert sum(row) + start == pytest.approx(1.0, abs=1e-5)
         assert all(w == 0 for w in row[1 + t:])          # never the current or a future word
     done = subprocess.run(cli + ["analyze", "attention-by-position", str(tmp_path / "run"), "--out", str(tmp_path / "a")],
                           capture_output=True, text=True)

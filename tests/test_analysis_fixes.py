@@ -180,3 +180,28 @@ def test_info_says_a_count_based_presets_size_is_known_only_after_counting(runs)
     counted = ctxlm("info", runs["ngram"]).stdout
     assert "known only after counting" not in counted
     assert int(next(x for x in counted.splitlines() if x.startswith("parameters")).split()[2].replace(",", "")) > 0
+
+
+@pytest.mark.parametrize("name", ["attention", "rm"])
+def test_attention_reads_a_text_from_the_start_state_as_score_reads_it(runs, tmp_path, name):
+    """`ctxlm attention --text` and `ctxlm score` give a line the same log-probabilities (both read it alone, from the
+    run's start state), and each row's attention, the start state's slots included, sums to one."""
+    from ctxlm.analysis.attention import explain
+    from ctxlm.run import load
+
+    run = load(runs[name])
+    assert run.model.start is not None
+    words = ["the", "cat", "sat", "on", "a", "mat"]
+    explained = explain(run, words)
+    assert explained["target_log_probs"] == pytest.approx(run.score([" ".join(words)], pretokenized=True)[0].log_probs,
+                                                          abs=1e-5)
+    totals = torch.tensor(explained["attention"]).sum(1) + torch.tensor(explained["start_attention"])
+    assert torch.allclose(totals, torch.ones_like(totals), atol=1e-5)
+    assert explained["start_attention"][0] > 0          # the first prediction has only the start state and <eos> to see
+    zero = explain(load(runs[name], start=False), words)
+    assert zero["start_attention"] == [0.0] * len(words + ["<eos>"])
+    assert zero["target_log_probs"][0] != pytest.approx(explained["target_log_probs"][0], abs=1e-4)
+    result = ctxlm("attention", runs[name], "--text", " ".join(words), "--pretokenized", "--out", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    written = json.loads((tmp_path / "out" / "attention.json").read_text())
+    assert written["target_log_probs"] == pytest.approx(explained["target_log_probs"], abs=1e-5)

@@ -185,9 +185,9 @@ def test_the_attention_commands_take_every_family_that_exposes_attention(name, f
                             {"model": name, "vocab": VOCAB.fingerprint()})
     done = ctxlm("attention", tmp_path / "run", "--text", "the cat sat on a mat", "--out", tmp_path / "out")
     assert done.returncode == 0, done.stderr
-    rows = json.loads((tmp_path / "out" / "attention.json").read_text())["attention"]
-    for t, row in enumerate(rows[1:], 1):
-        assert sum(row) == pytest.approx(1.0, abs=1e-5)
+    explained = json.loads((tmp_path / "out" / "attention.json").read_text())
+    for t, (row, start) in enumerate(zip(explained["attention"][1:], explained["start_attention"][1:]), 1):
+        assert sum(row) + start == pytest.approx(1.0, abs=1e-5)
         assert all(w == 0 for w in row[2 + t:])          # never a word after the current one
     done = ctxlm("analyze", "attention-by-position", tmp_path / "run", "--out", tmp_path / "a")
     assert done.returncode == 0, done.stderr

@@ -337,11 +337,13 @@ def test_attention_command_and_explore_show_the_memory_words(runs, tmp_path):
 
     words = "the cat sat on a mat".split()
     assert ctxlm_command("attention", runs["rm"], "--text", " ".join(words), "--out", tmp_path).returncode == 0
-    rows = json.loads((tmp_path / "attention.json").read_text())["attention"]     # columns: zero slot, <eos>, words
-    for t, row in enumerate(rows):
-        assert sum(row) == pytest.approx(1.0, abs=1e-5) and row[0] == 0
+    explained = json.loads((tmp_path / "attention.json").read_text())
+    rows = explained["attention"]                                                # columns: zero slot, <eos>, words
+    for t, (row, start) in enumerate(zip(rows, explained["start_attention"])):
+        assert sum(row) + start == pytest.approx(1.0, abs=1e-5) and row[0] == 0
         assert row[1 + t] > 0 and all(w == 0 for w in row[2 + t:])               # the current word, never a later one
-        assert sum(w > 0 for w in row) == min(t + 1, 4)                          # n = 4 words at most
+        assert sum(w > 0 for w in row) == min(t + 1, 4)                          # n = 4 words at most,
+        assert (start > 0) == (t + 1 < 4)                                        # the start state's in the others
     attention = score_run(ctxlm.load(runs["rm"]), [words], top_k=3)["attention"]
     for i, slots in enumerate(attention):                                        # source −1: the leading <eos>
         assert {s for s, _ in slots} == set(range(max(-1, i - 4), i))

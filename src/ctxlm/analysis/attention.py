@@ -23,13 +23,15 @@ def _require_attention(model, name):
 def explain(run, words: list[str], top: int = 5, first: int = 1, count: int | None = None) -> dict:
     """Attention over the input words, and the top predictions, of predictions first … first + count − 1 of one
     text (1-based; prediction len(words) + 1 is the <eos> after it; count None: to the end), the model reading
-    the text from the zero state only up to the last of them: the work grows with the text up to there, the
-    rows with `count` alone. A run trained on sentences reads each sentence (a line, cut after any token of
-    data.sentence_ends) from <eos> and the zero state, as it was trained.
+    the text, as one text read alone, from the run's start state (`run.model.start`; the zero state where it has
+    none) only up to the last of them: the work grows with the text up to there, the rows with `count` alone.
+    A run trained on sentences reads each sentence (a line, cut after any token of data.sentence_ends) from
+    <eos> and the zero state, as it was trained.
 
     Rows: those predictions ("inputs" the word read, "targets" the word to predict, "first" the number of the
     first, "words" the text's length); columns: distance −1 (<h0> the attentive LM's zero slot, <sentinel> a pointer's
-    gate; else empty) and every input read, <eos> first."""
+    gate; else empty) and every input read, <eos> first; "start_attention": each row's weight on the slots of the
+    start state, from before the text (so each row of "attention" and it sum to the row's whole attention)."""
     model, vocab = run.model, run.vocab
     _require_attention(model, run.config.model.name)
     targets = words + [EOS]
@@ -48,21 +50,25 @@ def explain(run, words: list[str], top: int = 5, first: int = 1, count: int | No
     # a run trained on sentences read alone (data.batching = "sentence") reads each of the text's alone: its lines,
     # cut after any data.sentence_ends token, each read from <eos> and the zero state, as sentences_of cuts them
     reset = (ids == vocab.eos) & (torch.arange(end) > 0) if sentences else None
-    out = model(ids, None, reset)
+    out = model(ids, model.start_state(1), reset)
     log_probs = model.log_probs(out)[0, begin:end]
     target_ids = vocab.encode(targets[begin:end])
     distances = model.attention_distances(out)[0]
     matrix = torch.zeros(end - begin, end + 1)      # column 0: distance −1 (zero slot or sentinel)
+    start = torch.zeros(end - begin)                # the start state's slots, from before input 0
     # distance d ≥ 0: the slot of input t − d (its word, or the output after it); −1: zero slot or sentinel
     for row, t in enumerate(range(begin, end)):
         for weight, distance in zip(out.attention[0, t].tolist(), distances[t].tolist()):
-            if weight > 0 and t - distance >= 0:
+            if weight > 0 and t - distance < 0 <= distance:
+                start[row] += weight
+            elif weight > 0:
                 matrix[row, 0 if distance < 0 else 1 + t - distance] += weight
     best = log_probs.topk(min(top, log_probs.size(-1)), -1)
     return {
         "model": run.config.model.name, "first": first, "words": len(words),
         "inputs": inputs[begin:end], "targets": targets[begin:end],
         "attention_columns": [f"<{extra_slot(model)}>"] + inputs[:end], "attention": matrix.tolist(),
+        "start_attention": start.tolist(),
         "target_log_probs": log_probs.gather(-1, target_ids.view(-1, 1)).squeeze(-1).tolist(),
         "scored_as": [vocab.words[i] for i in target_ids.tolist()],       # <unk> for a word outside the vocabulary
         "top": [[{"word": vocab.words[i], "log_prob": round(lp, 4)} for lp, i in zip(row_lp, row_i)]
@@ -72,7 +78,8 @@ def explain(run, words: list[str], top: int = 5, first: int = 1, count: int | No
 
 def plot_heatmap(result: dict, path: str | Path) -> None:
     """Inputs (columns) × predicted words (rows), darker = more attention, as Salton's Figures 2–3: the band the
-    rows attend to, at most as many inputs before the first row's as there are rows (the rest: attention.json)."""
+    rows attend to, at most as many inputs before the first row's as there are rows (the rest: attention.json),
+    after the zero slot or sentinel and the start state's slots (<start>) where the rows attend to them."""
     plt = pyplot()
     matrix = torch.tensor(result["attention"])
     rows = len(result["targets"])
@@ -82,6 +89,9 @@ def plot_heatmap(result: dict, path: str | Path) -> None:
     columns = result["attention_columns"][1 + lowest:]
     band = matrix[:, 1 + lowest:]
     cut = bool(matrix[:, 1:1 + lowest].any())
+    start = torch.tensor(result["start_attention"]).view(-1, 1)
+    if start.any():                                 # the slots of the start state, from before the text
+        band, columns = torch.cat([start, band], 1), ["<start>"] + columns
     if matrix[:, 0].any():                          # the zero slot of an attentive LM, a pointer's sentinel
         band, columns = torch.cat([matrix[:, :1], band], 1), result["attention_columns"][:1] + columns
     size = max(4.0, 0.32 * len(columns) + 2)

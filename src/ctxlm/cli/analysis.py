@@ -41,7 +41,7 @@ def add_attention(sub) -> None:
                                    "for at most --words predictions from --start; a longer text's others are left out, "
                                    "with a note. The model reads the text only up to the last of them.")
     run_argument(p, _attending())
-    p.add_argument("--text", help="the text to explain (tokenised by the run's text recipe, a line break read as <eos>; from the zero state, each line so if trained on sentences)")
+    p.add_argument("--text", help="the text to explain (tokenised by the run's text recipe, a line break read as <eos>), read from the run's start state as `ctxlm score` reads a line (each line from the zero state if trained on sentences)")
     pretokenized_option(p, "--text")
     split_option(p, "valid", "without --text, explain a line of this split")
     p.add_argument("--line", type=option(int, at_least(1)), help="without --text, the 1-based line number in --split (default 1)")
@@ -64,7 +64,7 @@ def cmd_attention(args) -> int:
     if args.text is not None and (args.split_chosen or args.line is not None):
         raise CtxlmError("--text gives the text to explain, --split and --line choose a line of a split instead: give one or the other")
     args.line = args.line or 1
-    run = load(args.run, start=False)
+    run = load(args.run, data_dir=args.data_dir)
     if args.text is not None:           # a line break is `<eos>`, as explore and generate --prompt read it
         words = pair_words(args.text, split=functools.partial(run.words, pretokenized=args.pretokenized))[0]
         words = words[:-1] if words[-1:] == ["<eos>"] else words       # the text's end is read as <eos> anyway
