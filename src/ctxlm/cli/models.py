@@ -89,8 +89,9 @@ def add_start_state(sub) -> None:
 
     p = sub.add_parser("start-state", help="estimate the state texts read alone start from and store it in the run",
                        description="Read the first --tokens training tokens sentence by sentence and store the mean state "
-                                   "carried into each <eos> (RUN/start_state.safetensors): every text scored alone (score, "
-                                   "rescore, lambada, complete, the harness, the Python API) starts from it. Training "
+                                   "carried into each <eos> (RUN/start_state.safetensors): every text read alone (score, "
+                                   "rescore, lambada, complete, generate, attention, explore's separate lines, the "
+                                   "harness, the Python API) starts from it. Training "
                                    "writes it; a run without one gets it on load, each time (docs/python.md).")
     run_argument(p)
     p.add_argument("--tokens", type=option(int, at_least(2)), default=TOKENS, help=f"training tokens to read (default {TOKENS:,})")
