@@ -64,7 +64,7 @@ def add_prepare_text(kinds) -> None:
                    help="default vocabulary: training words seen at least this many times (default 1; data.min_count overrides)")
     p.add_argument("--max-vocab", type=option(int, at_least(0)), default=0,
                    help="default vocabulary: at most this many entries with <eos> and <unk> (0 = no limit; data.max_vocab overrides)")
-    p.add_argument("--force", action="store_true", help="prepare again even if a complete copy of another recipe exists")
+    p.add_argument("--force", action="store_true", help="prepare again over a complete folder, of this recipe or another (built beside it, swapped in when whole)")
     p.set_defaults(func=cmd_prepare_text)
 
 
