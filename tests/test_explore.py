@@ -114,19 +114,23 @@ def test_top_k_sorted_sums_to_at_most_one_and_ranks_the_actual_word(server):
 
 def test_attention_as_the_analysis_reads_it(server, run_dirs):
     words = "the cat sat on a mat while dog ran".split()
-    _, answer = request(server, "POST", "/api/score", {"text": " ".join(words), "runs": ["attention", "salton", "lstm"]})
+    # the line read alone, from the run's start state, as `ctxlm attention` reads a text
+    _, answer = request(server, "POST", "/api/score", {"text": " ".join(words), "runs": ["attention", "salton", "lstm"],
+                                                        "stream": False})
     attention, salton, lstm = answer["runs"]
     assert lstm["attention"] is None
     runs = load_runs(run_dirs[1:3])
     for scored, served in zip((attention, salton), runs.values()):
-        matrix = explain(served.run, words)["attention"]   # rows: positions; column 1 + j: input j = token j − 1
+        explained = explain(served.run, words)
+        matrix = explained["attention"]                    # rows: positions; column 1 + j: input j = token j − 1
         for t, row in enumerate(scored["attention"]):
             shown = {source: w for source, w in row}
             assert sum(shown.values()) == pytest.approx(1.0, abs=1e-3) or (not row and t == 0)
-            assert all(source is None or source <= t - 2 for source in shown)   # outputs before the current one
+            assert all(source in (None, "start") or source <= t - 2 for source in shown)   # outputs before the current one
             for j, w in enumerate(matrix[t][1:]):
                 assert shown.get(j - 1, 0.0) == pytest.approx(w, abs=1e-4)
             assert shown.get(None, 0.0) == pytest.approx(matrix[t][0], abs=1e-4)
+            assert shown.get("start", 0.0) == pytest.approx(explained["start_attention"][t], abs=1e-4)
     assert all(len(row) <= 3 for row in attention["attention"])          # window a = 3
     assert salton["attention"][0] == [[None, 1.0]]                        # only the zero slot at the start
     assert (salton["extra_slot"], attention["extra_slot"], lstm["extra_slot"]) == ("h0", "h0", None)   # what null is
