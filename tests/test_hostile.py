@@ -219,6 +219,31 @@ def test_huge_sizes_and_init_range_name_the_option(tmp_path, corpus):
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
+def test_an_interrupt_while_the_model_is_built_is_not_blamed_on_the_sizes(tmp_path, corpus, monkeypatch):
+    """Ctrl-C inside an import that building runs can surface as a RecursionError (a half-imported module): it is
+    the interrupt (exit 130, "ctxlm: interrupted"), and a RecursionError of its own is no size problem either."""
+    from ctxlm.models.recurrent import RecurrentLM
+
+    def interrupted(*args, **kwargs):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise RecursionError("maximum recursion depth exceeded") from None
+
+    preset = toml(tiny_config(corpus), tmp_path / "c.toml")
+    monkeypatch.setattr(RecurrentLM, "from_config", classmethod(interrupted))
+    result = run_ctxlm("train", "--config", preset, "--run-dir", tmp_path / "a")
+    assert result.returncode == 130 and result.stderr.strip().endswith("ctxlm: interrupted"), result.stderr
+    assert "lower the sizes" not in result.stderr
+
+    def recursing(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(RecurrentLM, "from_config", classmethod(recursing))
+    with pytest.raises(RecursionError):
+        run_ctxlm("train", "--config", preset, "--run-dir", tmp_path / "b")
+
+
 def test_a_one_word_lambada_passage_is_reported_at_its_line(world):
     (world / "passages.txt").write_text("the cat sat on a mat\n\n\nalone\nthe dog ran\n")
     one_line_error(run_ctxlm("lambada", world / "lstm", world / "passages.txt", "--out", world / "l.jsonl"),

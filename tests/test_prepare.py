@@ -195,7 +195,7 @@ def test_a_refused_preparation_is_not_taken_for_an_interrupted_one(text, tmp_pat
     for refused, needle in ((("--valid-sentences", "5000"), "hold out fewer"), (("--valid-sentences", "99999"), "hold out fewer")):
         one_line_error(run_ctxlm("prepare", "text", text["train"], *refused, "--out", tmp_path / "old", "--force"), needle)
     one_line_error(run_ctxlm("prepare", "text", tmp_path / "latin-1.txt", "--valid-sentences", "1", "--out", tmp_path / "old",
-                             "--force"), "not valid utf-8")
+                             "--force"), "not valid utf-8", f"iconv -f LATIN1 -t UTF-8 {tmp_path / 'latin-1.txt'} > ")
     (tmp_path / "latin-1.txt").unlink()
     assert digests(tmp_path) == before and not (tmp_path / "old" / ".incomplete").exists()
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".old")) == []

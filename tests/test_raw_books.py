@@ -72,3 +72,29 @@ def test_untokenised_prose_split_on_whitespace_gets_one_note(tmp_path):
     tokenised.write_text("".join(f"`` {s} , said tom 's father . '' he left ...\n" for s in sentences))
     assert "untokenised" not in prepare(tmp_path, tokenised, "--force").stderr
     assert "untokenised" not in prepare(tmp_path, raw, "--tokenize", "moses", "--force").stderr
+
+
+def test_training_on_untokenised_files_says_so_once(tmp_path):
+    """data.dataset = "files" reads its lines split on spaces, as --tokenize whitespace does: raw prose gets the same
+    note, naming `prepare text --tokenize moses`; tokenised text and a resume say nothing."""
+    rng = random.Random(2)
+    sentences = [" ".join(rng.choices(WORDS, k=12)) for _ in range(40)]
+    raw, tokenised = tmp_path / "raw.txt", tmp_path / "tokenised.txt"
+    raw.write_text("".join(f'"{s.capitalize()}, said Tom\'s father." He left.\n' for s in sentences))
+    tokenised.write_text("".join(f"`` {s} , said tom 's father . '' he left\n" for s in sentences))
+
+    def notes(*args):
+        result = ctxlm("train", *args)
+        assert result.returncode == 0, result.stderr
+        return [line for line in (result.stdout + result.stderr).splitlines() if "looks untokenised" in line]
+
+    def train(path, run):
+        settings = [f"data.train={path}", f"data.valid={path}", "data.dataset=files", "data.batch_size=4", "data.bptt=7",
+                    "model.emb_size=8", "model.hidden_size=8", "train.epochs=1", "train.threads=1", "train.device=cpu"]
+        return notes(*[x for s in settings for x in ("--set", s)], "--run-dir", tmp_path / run)
+
+    said = train(raw, "raw")
+    assert len(said) == 1 and 'data.dataset = "files" keeps each such form' in said[0] and "father." in said[0]
+    assert "ctxlm prepare text TRAIN --valid VALID --tokenize moses --out FOLDER" in said[0]
+    assert train(tokenised, "tokenised") == []
+    assert notes("--resume", tmp_path / "raw", "--set", "train.epochs=2") == []

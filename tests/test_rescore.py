@@ -97,6 +97,19 @@ def test_worked_example(world):
     assert "WER first-pass   22.22%" in printed.stdout
 
 
+def test_a_chosen_lm_weight_of_0_is_said(world):
+    """On the worked example's dev list α = 0 makes 1 error and α = 0.5 (β ≤ 1) makes 2: the grid keeps α = 0, the
+    LM helping nothing there, and says so; the worked example's full grid chooses α = 1 and says nothing of it."""
+    run = unigram_run(world / "lm")
+    common = ("--dev", world / "dev.txt", "--dev-refs", world / "dev_refs.txt", "--out", world / "r.jsonl",
+              "--one-best", world / "b.txt")
+    result = ctxlm("rescore", run, world / "test.txt", *common, "--lm-weights", "0,0.5", "--penalties", "0,1")
+    assert result.returncode == 0, result.stderr
+    assert "LM weight 0, penalty 0" in result.stdout
+    assert f"note: LM weight 0 chosen: the language model lowers no error on {world / 'dev.txt'}" in result.stderr
+    assert "LM weight 0 chosen" not in ctxlm("rescore", run, world / "test.txt", *common, *GRID).stderr
+
+
 def test_tuning_picks_the_known_best_weight():
     """Utterance k is right only when k + 0.5 < α < k + 1.5 (a first-pass margin against an LM margin on either
     side); with three of eight utterances needing α = 4, the grid chooses 4, the only point with five errors."""

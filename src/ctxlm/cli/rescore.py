@@ -146,6 +146,9 @@ def _print(summary: dict, args) -> None:
               f"penalty {d['penalty']:g}, dev WER {100 * d['wer']:.2f}% (oracle {100 * d['oracle_errors'] / d['reference_words']:.2f}%)")
         if d["at_edge"]:
             warn(edge_note(d["at_edge"], "--lm-weights, --penalties"))
+        if d["lm_weight"] == 0:
+            warn(f"note: LM weight 0 chosen: the language model lowers no error on {args.dev}; the one-best is the "
+                 "first pass's (with the penalty)")
     else:
         print(f"LM weight {summary['lm_weight']:g}, penalty {summary['penalty']:g} (given)")
     if "wer" in summary:

@@ -172,7 +172,8 @@ def iter_lines(path: str | Path, allow_empty: bool = False) -> Iterator[str]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:
-                raise CtxlmError(f"{name}, line {number}: not valid utf-8 text; convert the file to UTF-8") from None
+                raise CtxlmError(f"{name}, line {number}: not valid utf-8 text; convert the file to UTF-8, e.g. from "
+                                 f"Latin-1 (Windows: CP1252): iconv -f LATIN1 -t UTF-8 {name} > {name}.utf8.txt") from None
             words = words or bool(line.split())
             line = line[:-2] if line.endswith("\r\n") else line[:-1] if line.endswith("\n") else line
             carriage = carriage or ("\r" in line and number)      # old Mac line ends: the whole file one line

@@ -74,9 +74,14 @@ def raw_books_note(paths: list[Path], sentences: str) -> str:
             "the licence dropped)")
 
 
-def untokenised_note(paths: list[Path], tokenize: str) -> str:
+MOSES = "Use --tokenize moses to split it (with --lower and --numbers N for PTB's conventions)"
+PREPARE = ("`ctxlm prepare text TRAIN --valid VALID --tokenize moses --out FOLDER` splits it (with --lower and --numbers N "
+           "for PTB's conventions); then train with data.dataset = \"prepared\" and data.prepared = FOLDER")
+
+
+def untokenised_note(paths: list[Path], tokenize: str, reader: str = "--tokenize whitespace", fix: str = MOSES) -> str:
     """One line when text to be split on whitespace looks untokenised (punctuation stuck to many words), naming
-    the option that splits it ("" otherwise)."""
+    `reader`, what splits it so, and `fix`, what splits it properly ("" otherwise)."""
     if tokenize != "whitespace":
         return ""
     words = [word for line in _lines(paths) for word in line.split()]
@@ -85,5 +90,4 @@ def untokenised_note(paths: list[Path], tokenize: str) -> str:
         return ""
     examples = " | ".join(list(dict.fromkeys(glued))[:3])
     return (f"note: this text looks untokenised: {len(glued):,} of its first {len(words):,} words carry punctuation "
-            f"(e.g. {examples}), and --tokenize whitespace keeps each such form a word of its own. Use --tokenize moses to "
-            "split it (with --lower and --numbers N for PTB's conventions)")
+            f"(e.g. {examples}), and {reader} keeps each such form a word of its own. {fix}")

@@ -47,11 +47,24 @@ def build_model(config, vocab_size: int, output=None, counts: torch.Tensor | Non
         return model
     except ValueError as exc:
         raise CtxlmError(f"model {config.name!r}: {exc}") from None
+    except RecursionError as exc:       # no size problem: Ctrl-C in the middle of an import that building ran can leave one
+        if _interrupted(exc):
+            raise KeyboardInterrupt from None
+        raise
     except (RuntimeError, TypeError, OverflowError) as exc:     # sizes torch cannot hold or memory cannot fit
         vocabulary = f", vocabulary {vocab_size:,}" if vocab_size > 2 else ""       # 2: a placeholder, before the data is read
         raise CtxlmError(f"model {config.name!r} (model.emb_size = {config.emb_size:,}, model.hidden_size = "
                          f"{config.hidden_size:,}{vocabulary}) cannot be built: {str(exc).splitlines()[0]}; "
                          "lower the sizes") from None
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is among the exceptions `exc` was raised while handling."""
+    while exc is not None:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        exc = exc.__context__
+    return False
 
 
 def refuse_unread_keys(config, model: "LanguageModel", output_layer: str) -> None:

@@ -19,6 +19,7 @@ from ..checks import safe_exp
 from ..config import Config
 from ..data.batching import IGNORE, ReadStreamBatches, SentenceBatches, StreamBatches, WindowBatches
 from ..data.load import prepare_data, sentences_of
+from ..data.rawbooks import PREPARE, untokenised_note
 from ..errors import CtxlmError, Terminated, said
 from ..evaluation.perplexity import evaluate_split
 from ..evaluation.start import TOKENS as START_TOKENS
@@ -89,6 +90,10 @@ class Trainer:
             check_same_data(self.resume_state.get("data"), self.fingerprint, self.run_dir, config, allow_changed_data)
         if not resume:
             corpus_names(config, self.run_dir, data_dir, self.log)      # model.names = "capitalised"
+        note = untokenised_note([Path(config.data.train).expanduser()], "whitespace", 'data.dataset = "files"', PREPARE) \
+            if not resume and config.data.dataset == "files" else ""        # raw prose read split on spaces
+        if note:
+            self.log(note)
         torch.manual_seed(config.train.seed)
         counts = self.data.counts("train")        # class bins, NCE noise
         self.model = build_model(config.model, len(self.data.vocab), config.output, counts).to(self.device)
@@ -287,13 +292,10 @@ class Trainer:
             self._position = number + 1
             progress["epoch_nll"] = float(nll_total)
             progress["elapsed"] = elapsed_before + time.time() - started    # every checkpoint keeps it
-            if bar.count % 10 == 0 or number + 1 == count:
-                mean = progress["epoch_nll"] / max(progress["epoch_tokens"], 1)
-                rate = tokens_run / max(time.time() - started, 1e-9)
-                shown = {} if cfg.output.layer == "nce" else {"ppl": f"{safe_exp(mean):.1f}"}     # NCE: its own loss
-                bar.update(loss=f"{mean:.3f}", **shown, tok_s=f"{rate:,.0f}")
-            else:
-                bar.update()
+            mean = progress["epoch_nll"] / max(progress["epoch_tokens"], 1)      # the epoch's so far, shown every line
+            rate = tokens_run / max(time.time() - started, 1e-9)
+            shown = {} if cfg.output.layer == "nce" else {"ppl": f"{safe_exp(mean):.1f}"}     # NCE: its own loss
+            bar.update(loss=f"{mean:.3f}", **shown, tok_s=f"{rate:,.0f}")
             if stop:
                 break
             if cfg.train.checkpoint_every and (number + 1) % cfg.train.checkpoint_every == 0 and number + 1 < count:
