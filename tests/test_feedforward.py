@@ -222,6 +222,9 @@ def test_analyses_on_a_tiny_trained_model(runs, tmp_path):
     assert done.returncode == 0, done.stderr
     rows = json.loads((out / "position_weights.json").read_text())
     assert [r["position"] for r in rows] == [1, 2, 3, 4] and sum(r["share"] for r in rows) == pytest.approx(1, abs=1e-5)
+    printed = json.loads(ctxlm("analyze", "position-weights", runs["cnn"], "--out", out, "--json").stdout)
+    assert printed["positions"] == rows        # what a table's [[score]] keeps: the file's rows and the largest shares
+    assert printed["highest"] == [r["position"] for r in sorted(rows, key=lambda r: r["share"], reverse=True)]
 
     done = ctxlm("analyze", "lesion", runs["cnn"], "--out", out)
     assert done.returncode == 0, done.stderr
@@ -230,6 +233,7 @@ def test_analyses_on_a_tiny_trained_model(runs, tmp_path):
     full = json.loads((runs["cnn"] / "results.json").read_text())["valid"]["ppl"]
     assert lesion["rows"][-1]["ppl"] == pytest.approx(full, rel=1e-4)      # all positions read: the model itself
     assert lesion["exponent"] == lesion["exponent"] and (out / "lesion.png").exists()
+    assert json.loads(ctxlm("analyze", "lesion", runs["cnn"], "--out", out, "--json").stdout) == lesion
 
     one_line_error(ctxlm("analyze", "kernel-ngrams", runs["lstm"], "--out", out), "convolutional run", "'lstm'")
     one_line_error(ctxlm("analyze", "kernel-ngrams", runs["cnn"], "--kernels", "99", "--out", out), "--kernels")

@@ -1,7 +1,7 @@
 """The `ctxlm` command. Each module holds a group of subcommands, each command's parser beside its
 handler: training (train), evaluation (eval, tune-cache, lambada, complete), data (prepare, names,
 datasets), dynamic (tune-dynamic), scoring (score, generate, explore), models (info, start-state, export-arpa, import-arpa, export-onnx, models),
-analysis (attention, analyze, curves), harness (harness, lambada-task), rescore and reproduce; common holds the options they share.
+analysis (attention, analyze), curves, harness (harness, lambada-task), rescore and reproduce; common holds the options they share.
 
 Only the standard library is imported before `main` runs: the subcommands (and PyTorch) are imported inside
 it, where Ctrl-C and SIGTERM end the command with one line at any point, start-up included."""
@@ -17,12 +17,12 @@ from ..errors import CtxlmError, Terminated
 
 def commands():
     """Each subcommand's `add` function, in the order `ctxlm --help` lists them."""
-    from . import analysis, data, dynamic, evaluation, harness, models, reproduce, rescore, scoring, training
+    from . import analysis, curves, data, dynamic, evaluation, harness, models, reproduce, rescore, scoring, training
 
     return (training.add_train, evaluation.add_eval, evaluation.add_lambada, harness.add_harness, harness.add_lambada_task, rescore.add_rescore,
             data.add_prepare, evaluation.add_complete, data.add_names, evaluation.add_tune_cache, dynamic.add_tune_dynamic, scoring.add_score,
             scoring.add_generate, models.add_info, models.add_start_state, models.add_export_arpa, models.add_import_arpa, models.add_export_onnx, scoring.add_explore,
-            analysis.add_attention, analysis.add_analyze, analysis.add_curves, reproduce.add_reproduce, data.add_datasets, models.add_models)
+            analysis.add_attention, analysis.add_analyze, curves.add_curves, reproduce.add_reproduce, data.add_datasets, models.add_models)
 
 
 def build_parser():

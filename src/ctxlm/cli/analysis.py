@@ -1,7 +1,8 @@
-"""Analysis commands: `attention` for one text, `analyze ANALYSIS` over a split, `curves` of runs."""
+"""Analysis commands: `attention` for one text, `analyze ANALYSIS` over a split."""
 from __future__ import annotations
 
 import functools
+import json
 import sys
 from pathlib import Path
 
@@ -13,12 +14,14 @@ from .common import (
     cache_options,
     check_split,
     data_dir_option,
+    json_option,
     left_to_right,
     note_read_as_stream,
     out_folder_option,
     output_dir,
     pretokenized_option,
     run_argument,
+    run_labels,
     split_data,
     split_ids,
     split_option,
@@ -157,6 +160,8 @@ def add_analyze(sub) -> None:
                             "word nearest the prediction.")
     run_argument(a, feedforward)
     out_folder_option(a, "analysis")
+    json_option(a, 'print {"positions": the rows of position_weights.json, "highest": the 5 positions of the largest '
+                'shares, largest first} as JSON instead of the table')
     a.set_defaults(func=cmd_position_weights)
     a = analyses.add_parser("lesion", help="perplexity reading only the m nearest positions, m = 1..n, and its power-law "
                             "fit (Pham Fig. 4.3)", description="The mapping-layer weights that read positions beyond the "
@@ -166,6 +171,7 @@ def add_analyze(sub) -> None:
     split_option(a, "valid", "the split to score")
     max_tokens(a, "targets")
     out_folder_option(a, "analysis")
+    json_option(a, "print lesion.json's content (rows, exponent, scale) as JSON instead of the table")
     data_dir_option(a)
     a.set_defaults(func=cmd_lesion)
     a = analyses.add_parser("categories", help="perplexity by part of speech, frequency band, <unk> and <eos> (Daniluk "
@@ -274,6 +280,10 @@ def cmd_position_weights(args) -> int:
     out = output_dir(args)
     write_json(rows, out / "position_weights.json")
     plot_positions(rows, run.config.model.name, out / "position_weights.png")
+    if args.json:
+        highest = sorted(rows, key=lambda r: -r["share"])[:5]
+        print(json.dumps({"positions": rows, "highest": [r["position"] for r in highest]}))
+        return 0
     print(f"{'position':>8}{'positive weight':>18}{'share':>8}")
     for r in rows:
         print(f"{r['position']:>8}{r['positive_weight']:>18.4f}{r['share']:>8.3f}")
@@ -295,6 +305,9 @@ def cmd_lesion(args) -> int:
     out = output_dir(args)
     write_json(result, out / "lesion.json")
     plot_lesion(result, run.config.model.name, out / "lesion.png")
+    if args.json:
+        print(json.dumps(result))
+        return 0
     print(f"{'positions':>9}{'perplexity':>12}")
     for r in result["rows"]:
         print(f"{r['positions']:>9}{r['ppl']:>12.2f}")
@@ -338,63 +351,3 @@ def cmd_categories(args) -> int:
         print(f"{row['category']:<22}{row['tokens']:>9,}" + "".join(f"{t[i]['ppl']:>{width}.1f}" for t in tables.values()))
     print(f"wrote {out / 'categories.png'} and {out / 'categories.json'}")
     return 0
-
-
-def add_curves(sub) -> None:
-    p = sub.add_parser("curves", help="per-epoch validation and training perplexity of runs, as a table and a plot",
-                       description="Reads each run's metrics.jsonl (written after every epoch, also while a run is "
-                                   "under way) and prints epoch, learning rate, training and validation perplexity "
-                                   "and hours of training, the best epoch starred; curves.png overlays the runs. A run with no "
-                                   "finished epoch (or a count-based one) is skipped with a note on stderr. "
-                                   "Example: ctxlm curves runs/pham-ptb-baseline-ffnn runs/pham-ptb-cnn")
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories to compare")
-    out_folder_option(p, "analysis", " for curves.png and curves.json")
-    p.set_defaults(func=cmd_curves)
-
-
-def cmd_curves(args) -> int:
-    from ..analysis.attention import write_json
-    from ..analysis.curves import NoCurve, best_epoch, figures_kind, perplexity_cell, plot_curves, read_curve, read_test_ppl
-
-    labels = run_labels(args.runs)
-    curves, shown, skipped = {}, [], []
-    for label, run_dir in zip(labels, args.runs):
-        try:
-            curves[label] = read_curve(run_dir)
-            shown.append((label, run_dir))
-        except NoCurve as exc:
-            skipped.append(str(exc))
-    if not curves:
-        raise CtxlmError(skipped[0] if len(skipped) == 1 else "no run has a curve to show: " + "; ".join(skipped))
-    for reason in skipped:
-        print(f"note: skipped {reason}", file=sys.stderr)
-    for label, run_dir in shown:
-        rows, test = curves[label], read_test_ppl(run_dir)
-        best = best_epoch(rows)
-        print(f"{label}: {len(rows)} epoch{'s' * (len(rows) != 1)} in {rows[-1]['elapsed_s'] / 3600:.2f} h, {figures_kind(run_dir)}; "
-              + (f"best valid {best['valid_ppl']:.2f} (epoch {best['epoch']})" if best else "no finite validation perplexity")
-              + (f", test {test:.2f}" if test else ", no test figure (not read yet, or no test split)"))
-        print(f"{'epoch':>7}{'lr':>12}{'train ppl':>12}{'valid ppl':>12}{'hours':>8}")
-        for r in rows:
-            print(f"{r['epoch']:>7}{r['lr']:>12.6g}{perplexity_cell(r['train_ppl'])}{perplexity_cell(r['valid_ppl'])}"
-                  f"{r['elapsed_s'] / 3600:>8.2f}" + (" *" if r is best else ""))
-    out = output_dir(args)
-    write_json(curves, out / "curves.json")
-    plot_curves(curves, out / "curves.png")
-    print(f"wrote {out / 'curves.png'} and {out / 'curves.json'}")
-    return 0
-
-
-def run_labels(run_dirs: list[str]) -> list[str]:
-    """A label per run: its folder's name, or the path given where two folders share a name; a run given twice
-    is an error."""
-    labels = [Path(run_dir).resolve().name for run_dir in run_dirs]
-    if len(set(labels)) < len(labels):
-        labels = [str(run_dir) for run_dir in run_dirs]
-    seen: dict[Path, str] = {}
-    for run_dir in run_dirs:
-        if Path(run_dir).resolve() in seen:
-            raise CtxlmError(f"{run_dir}: this run directory is given twice (also as {seen[Path(run_dir).resolve()]}); "
-                             "give each run once")
-        seen[Path(run_dir).resolve()] = str(run_dir)
-    return labels

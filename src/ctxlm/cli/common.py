@@ -338,3 +338,18 @@ def comma_values(option_name: str, text: str, kind) -> tuple:
         if not rule.allowed.admits(value):
             raise CtxlmError(f"{option_name} {text!r}: each value must be {rule.describe()}, got {value!r}")
     return tuple(dict.fromkeys(values))
+
+
+def run_labels(run_dirs: list[str]) -> list[str]:
+    """A label per run: its folder's name, or the path given where two folders share a name; a run given twice
+    is an error."""
+    labels = [Path(run_dir).resolve().name for run_dir in run_dirs]
+    if len(set(labels)) < len(labels):
+        labels = [str(run_dir) for run_dir in run_dirs]
+    seen: dict[Path, str] = {}
+    for run_dir in run_dirs:
+        if Path(run_dir).resolve() in seen:
+            raise CtxlmError(f"{run_dir}: this run directory is given twice (also as {seen[Path(run_dir).resolve()]}); "
+                             "give each run once")
+        seen[Path(run_dir).resolve()] = str(run_dir)
+    return labels

@@ -204,7 +204,7 @@ def report_markdown(tables: list[Table], records_dir: Path) -> str:
     claims = [key for key in held if runs[key][1].below is not None]       # a claim ("below X"), not a source figure
     repeated = sum(r.runnable for _, r in rows) - len(runs)
     summary = (f"{_many(len(rows), 'row')} in {_many(len(tables), 'table')}: {len(runs)} runnable here"
-               + (f" (and {repeated} that repeat one of them in another table)" if repeated else "")
+               + (f" (and {repeated} that repeat the run of one of them)" if repeated else "")
                + f", {len(measured)} measured, {len(held) - len(claims)} of them reproduced (within the band of the "
                + "source's figure)" + (f" and {_many(len(claims), 'claim')} holding (a row whose target is a "
                                          "claim, e.g. below our own LSTM)" if claims else "") + ".")
