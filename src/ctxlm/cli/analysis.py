@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import functools
-import json
 import sys
 from pathlib import Path
 
 from ..checks import SEED, at_least, in_range, option
 from ..errors import CtxlmError
 from ..io import atomic_write_text
+from ..jsonio import json_text
 from .common import (
     Parser,
     cache_options,
@@ -282,7 +282,7 @@ def cmd_position_weights(args) -> int:
     plot_positions(rows, run.config.model.name, out / "position_weights.png")
     if args.json:
         highest = sorted(rows, key=lambda r: -r["share"])[:5]
-        print(json.dumps({"positions": rows, "highest": [r["position"] for r in highest]}))
+        print(json_text({"positions": rows, "highest": [r["position"] for r in highest]}, indent=2))
         return 0
     print(f"{'position':>8}{'positive weight':>18}{'share':>8}")
     for r in rows:
@@ -306,7 +306,7 @@ def cmd_lesion(args) -> int:
     write_json(result, out / "lesion.json")
     plot_lesion(result, run.config.model.name, out / "lesion.png")
     if args.json:
-        print(json.dumps(result))
+        print(json_text(result, indent=2))
         return 0
     print(f"{'positions':>9}{'perplexity':>12}")
     for r in result["rows"]:
