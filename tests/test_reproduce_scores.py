@@ -139,3 +139,10 @@ def test_a_scores_json_names_no_folder_of_this_machine(tmp_path):
     assert scores.portable(result, prefixes) == {
         "run": "runs/reproduce/t/a", "file": "$CTXLM_DATA_DIR/lambada/dev.txt",
         "names": {"file": str(tmp_path / "data2" / "x")}, "n": [1, str(tmp_path / "runs" / "t" / "a.jsonl")]}
+
+
+def test_a_shown_list_is_its_values_joined():
+    table = SimpleNamespace(scores=[SimpleNamespace(name="positions", show=["highest", "fit.exponent"])])
+    record = {"scores": {"positions": {"result": {"highest": [2, 11, 3], "fit": {"exponent": -0.9123}}}}}
+    lines = scores.scores_markdown(table, [(SimpleNamespace(label="COM"), record)])
+    assert lines[-1] == "| COM | 2, 11, 3 | -0.91 |"

@@ -93,6 +93,8 @@ def lookup(result: dict, key: str):
 def _value(key: str, value) -> str:
     if value is None:
         return "–"
+    if isinstance(value, list):         # e.g. position-weights' "highest": positions, largest share first
+        return ", ".join(_value(key, v) for v in value)
     if isinstance(value, float) and key.split(".")[-1] == "accuracy":
         return f"{100 * value:.2f}%"
     return f"{value:,.2f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else str(value)
