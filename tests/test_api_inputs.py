@@ -4,6 +4,8 @@ that interleave on a dynamic variant; and a Run that says what it is."""
 import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -217,3 +219,10 @@ def test_an_unk_written_in_the_text_counts_as_unknown_as_eval_counts_it(runs, ls
     text = tmp_path / "unk.txt"
     text.write_text(f"{word} <unk> no-such-word\n")
     assert eval_file(runs["lstm"], text)["unknown"] == scored.unknown_count
+    assert lstm.continuation(word, "<unk> no-such-word " + word, pretokenized=True).unknown == [True, True, False]
+
+
+def test_every_name_of_the_public_api_resolves():
+    code = "import ctxlm; from ctxlm import API; [getattr(ctxlm, name) for name in [*API, *ctxlm.__all__]]"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)   # a fresh import
+    assert done.returncode == 0, done.stderr

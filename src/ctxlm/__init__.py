@@ -8,7 +8,7 @@ from importlib import import_module
 # name: the module that defines it
 API = {"Config": "config", "load_toml": "config", "Vocabulary": "data.vocab", "CtxlmError": "errors",
        "evaluate_sentences": "evaluation", "evaluate_stream": "evaluation", "build_model": "models", "Run": "run",
-       "load": "run", "launch": "training", "Trainer": "training.trainer", "Scored": "run",
+       "load": "run", "Trainer": "training.trainer", "Scored": "run",
        "Continued": "run", "TextRecipe": "data.text", "CacheSettings": "models.cache",
        "DynamicSetting": "evaluation.dynamic"}
 NEEDS_FAMILIES = {"Config", "load_toml"}      # a config checks model names and options against the registered families

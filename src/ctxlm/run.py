@@ -269,7 +269,7 @@ class Run:
         log_probs = self._item(self.vocab.encode(before + after), on_output=keep)[start:]
         distributions = torch.cat(kept)
         words = distributions.masked_fill(self._not_answers, -torch.inf)
-        return Continued(after, log_probs.tolist(), [t not in self.vocab for t in after],
+        return Continued(after, log_probs.tolist(), (self.vocab.encode(after) == self.vocab.unk).tolist(),
                          [self.vocab.words[i] for i in distributions.argmax(1).tolist()],
                          [self.vocab.words[i] for i in words.argmax(1).tolist()])
 
