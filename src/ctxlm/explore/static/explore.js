@@ -185,7 +185,7 @@
     parts.push(el("div", { class: "panes" }, ...panes));
     if (run.mixture_weight) {
       const w = run.mixture_weight[i];
-      parts.push(el("p", { class: "mixture" }, `mixture weight (cache/pointer share) ${w.toFixed(3)} `, bar(w)));
+      parts.push(el("p", { class: "mixture" }, `mixture weight (the cache's, pointer's or names softmax's share) ${w.toFixed(3)} `, bar(w)));
     }
     return parts;
   }
