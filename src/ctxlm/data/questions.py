@@ -1,4 +1,4 @@
-"""MSR Sentence Completion questions and their answers (SPEC §1.16, docs/holmes.md): the Kaggle CSV and
+"""MSR Sentence Completion questions and their answers (SPEC §3.3, §6.4 item 33; docs/holmes.md): the Kaggle CSV and
 Holmes.machine_format layouts, every malformed or contradicting line refused with its file and line."""
 from __future__ import annotations
 
