@@ -286,7 +286,8 @@ def test_two_reproduce_started_together_train_a_row_once(tmp_path):
     finally:
         first.send_signal(signal.SIGTERM)
         output = first.communicate(timeout=300)[0]
-    assert second.returncode == 1, second.stdout + second.stderr
+    # 1: the row left undone to the first; 0 only where the first finished the tiny row before the second ended
+    assert second.returncode == 1 or (second.returncode == 0 and "finished" in output), second.stdout + second.stderr + output
     assert f"tiny-1/lstm: training now in another process (ctxlm reproduce, process {first.pid} on " in second.stdout
     assert "failed" not in second.stdout and "started" not in second.stdout, second.stdout
     assert log.read_text().count("$ ctxlm") == 1, log.read_text()
