@@ -266,10 +266,11 @@ class Run:
                 kept.append(self.model.log_probs(out.from_position(max(0, start - seen[0])))[0].float().cpu())
             seen[0] += length
 
-        log_probs = self._item(self.vocab.encode(before + after), on_output=keep)[start:]
+        ids = self.vocab.encode(before + after)
+        log_probs = self._item(ids, on_output=keep)[start:]
         distributions = torch.cat(kept)
         words = distributions.masked_fill(self._not_answers, -torch.inf)
-        return Continued(after, log_probs.tolist(), (self.vocab.encode(after) == self.vocab.unk).tolist(),
+        return Continued(after, log_probs.tolist(), (ids[start:] == self.vocab.unk).tolist(),
                          [self.vocab.words[i] for i in distributions.argmax(1).tolist()],
                          [self.vocab.words[i] for i in words.argmax(1).tolist()])
 
