@@ -18,6 +18,12 @@ from ctxlm.errors import CtxlmError
 LICENCE_WORDS = {"gutenberg", "etext", "ebook", "licence", "small", "print", "volunteer", "section", "redistributing"}
 
 
+@pytest.fixture(autouse=True)
+def three_held_out(monkeypatch):
+    """On the two-novel sample, dataset = "holmes" means 3 validation sentences (as `prepare` below holds out)."""
+    monkeypatch.setattr(holmes, "VALID_SENTENCES", 3)
+
+
 def prepare(holmes_data, out, *extra):
     result = ctxlm("prepare", "holmes", "--data-dir", holmes_data, "--out", out, "--valid-sentences", "3", *extra)
     assert result.returncode == 0, result.stderr
@@ -155,10 +161,8 @@ def test_max_train_tokens_keeps_whole_sentences(holmes_data, tmp_path, corpus):
     assert prepare_data(lines).ids["train"].numel() - 1 == used
 
 
-def test_training_on_holmes_prepares_it_once(holmes_data, tmp_path, capsys, monkeypatch):
+def test_training_on_holmes_prepares_it_once(holmes_data, tmp_path, capsys):
     from ctxlm.training.trainer import Trainer
-
-    monkeypatch.setattr(holmes, "VALID_SENTENCES", 3)
 
     config = Config()
     config.data.dataset, config.data.batch_size, config.data.bptt = "holmes", 2, 5
@@ -173,6 +177,18 @@ def test_training_on_holmes_prepares_it_once(holmes_data, tmp_path, capsys, monk
     result = ctxlm("eval", tmp_path / "run", "--data-dir", holmes_data, "--json")      # valid only: no test split
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["valid"]["ppl"] == pytest.approx(results["valid"]["ppl"], rel=1e-9)
+
+
+def test_a_preparation_of_another_recipe_is_not_trained_on(holmes_data):
+    """dataset = "holmes" is the standard recipe: a folder held out another way is named, not used."""
+    prepare(holmes_data, holmes_data, "--valid-sentences", "4")             # into the data folder, a search root
+    with pytest.raises(CtxlmError, match=r"holmes: Holmes prepared with another recipe .* --force.*data.prepared"):
+        load_corpus("holmes", holmes_data)
+    assert "another recipe (not used)" in ctxlm("datasets", "--data-dir", holmes_data).stdout
+    other = load_corpus("prepared", prepared=str(holmes_data / "holmes")).splits["valid"]
+    assert ctxlm("prepare", "holmes", "--data-dir", holmes_data, "--valid-sentences", "3").returncode == 0   # the cache
+    assert holmes.find_prepared(holmes_data) == holmes.cache_dir() / "holmes"
+    assert load_corpus("holmes", holmes_data).splits["valid"].count(EOS) == 3 and other.count(EOS) == 4
 
 
 @pytest.mark.data

@@ -199,9 +199,11 @@ def cmd_datasets(args) -> int:
             except CtxlmError:
                 status.append(f"{key}: missing")
         if name == "holmes":
-            from ..data.holmes import find_prepared
+            from ..data.holmes import find_prepared, preparations
 
-            status.append(f"prepared: {find_prepared(args.data_dir) or 'not yet (ctxlm prepare holmes)'}")
+            others = [str(f) for f in preparations(args.data_dir) if f != find_prepared(args.data_dir)]
+            status.append(f"prepared: {find_prepared(args.data_dir) or 'not yet (ctxlm prepare holmes)'}"
+                          + (f"; another recipe (not used): {', '.join(others)}" if others else ""))
         print(f"{name:<16}{info.description}\n{'':<16}" + f"\n{'':<16}".join(status))
     return 0
 

@@ -27,13 +27,20 @@ VALID_SENTENCES = 19_000     # Tran et al. [002] §6
 SEED = 1
 
 
-def find_prepared(data_dir=None) -> Path | None:
-    """The first ROOT/holmes/ with a complete preparation of this version, in the registry's search order."""
+def preparations(data_dir=None) -> list[Path]:
+    """Every ROOT/holmes/ with a complete preparation of this version (any recipe), in the registry's search order."""
+    found = []
     for root in search_roots(data_dir):
         manifest = read_manifest(root / FOLDER) if (root / FOLDER).is_dir() else None
         if manifest is not None and manifest.get("format") == FORMAT:
-            return root / FOLDER
-    return None
+            found.append(root / FOLDER)
+    return found
+
+
+def find_prepared(data_dir=None) -> Path | None:
+    """The first preparation of the standard recipe (what `dataset = "holmes"` means), in the search order."""
+    described = _recipe([], VALID_SENTENCES, SEED).describe()
+    return next((f for f in preparations(data_dir) if read_manifest(f).get("recipe") == described), None)
 
 
 def books(data_dir=None) -> list[tuple[Path, DataFile]]:
@@ -53,14 +60,17 @@ def books(data_dir=None) -> list[tuple[Path, DataFile]]:
     return paths
 
 
-def recipe(data_dir=None, valid_sentences: int = VALID_SENTENCES, seed: int = SEED) -> Recipe:
-    """Holmes as a `prepare text` recipe; the inputs are identified by the index's checksum, not their paths."""
-    paths = books(data_dir)
-    entries = {path: entry for path, entry in paths}
+def _recipe(paths: list[tuple[Path, DataFile]], valid_sentences: int, seed: int) -> Recipe:
+    entries = dict(paths)
     info = spec("holmes")
-    return Recipe([path for path, _ in paths], spec("holmes").text,
+    return Recipe([path for path, _ in paths], info.text,
                   valid=str(valid_sentences), seed=seed, shuffle_files=True, min_count=info.min_count,
                   source={"holmes_index_sha256": info.files["index"].sha256}, check=lambda path: verify(path, entries[path]))
+
+
+def recipe(data_dir=None, valid_sentences: int = VALID_SENTENCES, seed: int = SEED) -> Recipe:
+    """Holmes as a `prepare text` recipe; the inputs are identified by the index's checksum, not their paths."""
+    return _recipe(books(data_dir), valid_sentences, seed)
 
 
 def prepare(data_dir=None, out=None, valid_sentences: int = VALID_SENTENCES, seed: int = SEED,
