@@ -180,15 +180,32 @@ def test_training_on_holmes_prepares_it_once(holmes_data, tmp_path, capsys):
 
 
 def test_a_preparation_of_another_recipe_is_not_trained_on(holmes_data):
-    """dataset = "holmes" is the standard recipe: a folder held out another way is named, not used."""
+    """dataset = "holmes" is the default recipe: a folder held out another way is named, with a command that
+    prepares the default one, and never used in its place."""
+    import shutil
+
+    cache = holmes.cache_dir() / "holmes"
     prepare(holmes_data, holmes_data, "--valid-sentences", "4")             # into the data folder, a search root
-    with pytest.raises(CtxlmError, match=r"holmes: Holmes prepared with another recipe .* --force.*data.prepared"):
+    advice = f"`ctxlm prepare holmes --data-dir {holmes_data}` to prepare it"
+    with pytest.raises(CtxlmError, match=f'^{holmes_data / "holmes"}: Holmes prepared with --valid-sentences 4 --seed 1; '
+                                         r'data.dataset = "holmes" means the default \(3, seed 1\)') as refused:
         load_corpus("holmes", holmes_data)
-    assert "another recipe (not used)" in ctxlm("datasets", "--data-dir", holmes_data).stdout
+    assert advice in str(refused.value) and f'data.prepared = "{holmes_data / "holmes"}"' in str(refused.value)
     other = load_corpus("prepared", prepared=str(holmes_data / "holmes")).splits["valid"]
     assert ctxlm("prepare", "holmes", "--data-dir", holmes_data, "--valid-sentences", "3").returncode == 0   # the cache
-    assert holmes.find_prepared(holmes_data) == holmes.cache_dir() / "holmes"
+    assert holmes.find_prepared(holmes_data) == cache
     assert load_corpus("holmes", holmes_data).splits["valid"].count(EOS) == 3 and other.count(EOS) == 4
+    listed = ctxlm("datasets", "--data-dir", holmes_data).stdout
+    assert f"prepared: {cache}; another recipe (not used): {holmes_data / 'holmes'}" in listed
+    shutil.rmtree(holmes_data / "holmes")
+    prepare(holmes_data, holmes_data)                                       # two default copies: the first is used
+    assert holmes.find_prepared(holmes_data) == holmes_data / "holmes"
+    assert "another recipe" not in ctxlm("datasets", "--data-dir", holmes_data).stdout
+    shutil.rmtree(holmes_data / "holmes")
+    assert ctxlm("prepare", "holmes", "--data-dir", holmes_data, "--valid-sentences", "3", "--seed", "2", "--force").returncode == 0
+    with pytest.raises(CtxlmError, match="--valid-sentences 3 --seed 2") as refused:   # the cache's: replaced with --force
+        load_corpus("holmes", holmes_data)
+    assert f"`ctxlm prepare holmes --data-dir {holmes_data} --force` to prepare it" in str(refused.value)
 
 
 @pytest.mark.data

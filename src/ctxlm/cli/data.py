@@ -25,9 +25,10 @@ def add_prepare(sub) -> None:
                                      "sentences, and write ROOT/holmes/ (docs/holmes.md). Running it again is a no-op.")
     h.add_argument("--out", metavar="ROOT", help="data folder to write ROOT/holmes/ into (default: the user cache, "
                    "~/.cache/ctxlm/data); give training the same folder with --data-dir or $CTXLM_DATA_DIR")
-    h.add_argument("--valid-sentences", type=option(int, at_least(1)), default=19_000,
-                   help="random sentences held out for validation (default 19,000, as Tran et al.)")
-    h.add_argument("--seed", type=option(int, SEED), default=1, help="seed of the hold-out and the book order (default 1)")
+    h.add_argument("--valid-sentences", type=option(int, at_least(1)),
+                   help="random sentences held out for validation (default 19,000, as Tran et al.; data.dataset = "
+                        "\"holmes\" trains on the default copy only)")
+    h.add_argument("--seed", type=option(int, SEED), help="seed of the hold-out and the book order (default 1)")
     h.add_argument("--force", action="store_true", help="prepare again even if a complete copy exists")
     data_dir_option(h)
     h.set_defaults(func=cmd_prepare_holmes)
@@ -199,10 +200,12 @@ def cmd_datasets(args) -> int:
             except CtxlmError:
                 status.append(f"{key}: missing")
         if name == "holmes":
-            from ..data.holmes import find_prepared, preparations
+            from ..data.holmes import is_default, preparations
 
-            others = [str(f) for f in preparations(args.data_dir) if f != find_prepared(args.data_dir)]
-            status.append(f"prepared: {find_prepared(args.data_dir) or 'not yet (ctxlm prepare holmes)'}"
+            found = preparations(args.data_dir)
+            default = [str(folder) for folder, recipe in found if is_default(recipe)]
+            others = [str(folder) for folder, recipe in found if not is_default(recipe)]
+            status.append(f"prepared: {default[0] if default else 'not yet (ctxlm prepare holmes)'}"
                           + (f"; another recipe (not used): {', '.join(others)}" if others else ""))
         print(f"{name:<16}{info.description}\n{'':<16}" + f"\n{'':<16}".join(status))
     return 0

@@ -27,20 +27,36 @@ VALID_SENTENCES = 19_000     # Tran et al. [002] §6
 SEED = 1
 
 
-def preparations(data_dir=None) -> list[Path]:
-    """Every ROOT/holmes/ with a complete preparation of this version (any recipe), in the registry's search order."""
+def preparations(data_dir=None) -> list[tuple[Path, dict]]:
+    """Every ROOT/holmes/ with a complete preparation of this version (any recipe) and its recipe, in the
+    registry's search order."""
     found = []
     for root in search_roots(data_dir):
         manifest = read_manifest(root / FOLDER) if (root / FOLDER).is_dir() else None
         if manifest is not None and manifest.get("format") == FORMAT:
-            found.append(root / FOLDER)
+            found.append((root / FOLDER, manifest.get("recipe")))
     return found
 
 
+def is_default(recipe) -> bool:
+    """Whether a manifest's recipe is the default one, which `data.dataset = "holmes"` means."""
+    return recipe == _recipe([], VALID_SENTENCES, SEED).describe()
+
+
 def find_prepared(data_dir=None) -> Path | None:
-    """The first preparation of the standard recipe (what `dataset = "holmes"` means), in the search order."""
-    described = _recipe([], VALID_SENTENCES, SEED).describe()
-    return next((f for f in preparations(data_dir) if read_manifest(f).get("recipe") == described), None)
+    """The first preparation of the default recipe, in the search order."""
+    return next((folder for folder, recipe in preparations(data_dir) if is_default(recipe)), None)
+
+
+def not_default(folder: Path, recipe, data_dir=None) -> str:
+    """Why `data.dataset = "holmes"` does not train on `folder`, prepared with another recipe, and what to do."""
+    recipe = recipe if isinstance(recipe, dict) else {}
+    held, seed = (recipe.get("valid") or {}).get("sentences", "?"), recipe.get("seed", "?")
+    command = ("ctxlm prepare holmes" + (f" --data-dir {data_dir}" if data_dir else "")
+               + (" --force" if folder == cache_dir() / FOLDER else ""))      # where prepare writes by default
+    return (f'{folder}: Holmes prepared with --valid-sentences {held} --seed {seed}; data.dataset = "holmes" means the '
+            f"default ({VALID_SENTENCES:,}, seed {SEED}): run `{command}` to prepare it, or use this copy by name "
+            f'(a run\'s config.toml too): data.dataset = "prepared" and data.prepared = "{folder}"')
 
 
 def books(data_dir=None) -> list[tuple[Path, DataFile]]:
@@ -73,13 +89,16 @@ def recipe(data_dir=None, valid_sentences: int = VALID_SENTENCES, seed: int = SE
     return _recipe(books(data_dir), valid_sentences, seed)
 
 
-def prepare(data_dir=None, out=None, valid_sentences: int = VALID_SENTENCES, seed: int = SEED,
+def prepare(data_dir=None, out=None, valid_sentences: int | None = None, seed: int | None = None,
             force: bool = False) -> tuple[Path, dict, bool]:
     """Prepare Holmes into OUT/holmes (default: the user cache); returns (folder, manifest, whether it was redone).
+    `valid_sentences` and `seed`: None for the default recipe's.
 
     A complete earlier preparation with the same recipe is kept (a no-op); one with another recipe is
     replaced only with `force`; an interrupted one is done again.
     """
+    valid_sentences = VALID_SENTENCES if valid_sentences is None else valid_sentences
+    seed = SEED if seed is None else seed
     folder = Path(out or cache_dir()) / FOLDER
     command = "ctxlm prepare holmes" + (f" --out {out}" if out else "") + (f" --valid-sentences {valid_sentences}"
                                                                           if valid_sentences != VALID_SENTENCES else "")

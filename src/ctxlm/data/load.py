@@ -150,16 +150,13 @@ def _holmes(data_dir) -> Prepared:
     """Holmes as prepared by `ctxlm prepare holmes` (data/holmes.py), preparing it first if it never was."""
     from . import holmes
 
-    folder = holmes.find_prepared(data_dir)
-    others = holmes.preparations(data_dir) if folder is None else []
-    if others:
-        raise CtxlmError(f"{others[0]}: Holmes prepared with another recipe than dataset \"holmes\" trains on "
-                         f"({holmes.VALID_SENTENCES:,} sentences held out, seed {holmes.SEED}); run `ctxlm prepare holmes "
-                         f"--force` to prepare the standard one, or train on this one with data.dataset = \"prepared\" "
-                         f"and data.prepared = \"{others[0]}\"")
+    found = holmes.preparations(data_dir)
+    folder = next((folder for folder, recipe in found if holmes.is_default(recipe)), None)
+    if folder is None and found:
+        raise CtxlmError(holmes.not_default(*found[0], data_dir))
     if folder is None:
         print("dataset 'holmes' is not prepared yet: preparing it once (`ctxlm prepare holmes`)", file=sys.stderr)
-        folder, _, _ = holmes.prepare(data_dir, valid_sentences=holmes.VALID_SENTENCES)
+        folder, _, _ = holmes.prepare(data_dir)
     return Prepared(folder, redo="run `ctxlm prepare holmes`")
 
 
