@@ -112,7 +112,8 @@ def add_analyze(sub) -> None:
 
     with_memory_block = spoken(families(lambda cls: cls.memory_block))
     feedforward = "run directory of a feed-forward or convolutional model"
-    p = sub.add_parser("analyze", help="corpus-level analyses of a trained model")
+    p = sub.add_parser("analyze", help="corpus-level analyses of a trained model",
+                       description="Corpus-level analyses of a trained model.")
     analyses = p.add_subparsers(dest="analysis", required=True, parser_class=Parser)
 
     def max_tokens(a, what="tokens"):

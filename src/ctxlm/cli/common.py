@@ -42,16 +42,17 @@ class Parser(argparse.ArgumentParser):
 
 
 # ---------------------------------------------------------------- options
-def data_dir_option(p) -> None:
-    p.add_argument("--data-dir", help="folder with the corpora (default: $CTXLM_DATA_DIR, then ~/.cache/ctxlm/data)")
+def data_dir_option(p, use: str = "") -> None:
+    p.add_argument("--data-dir", help="folder with the corpora (default: $CTXLM_DATA_DIR), searched before the user "
+                   f"cache ($XDG_CACHE_HOME/ctxlm/data, else ~/.cache/ctxlm/data){use}")
 
 
 def set_option(p, help: str | None = None) -> None:
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help=help)
 
 
-def match_params_option(p) -> None:
-    p.add_argument("--match-params", metavar="MODEL:WxK", help="pick emb/hidden sizes so the model has at most the "
+def match_params_option(p, scope: str = "") -> None:
+    p.add_argument("--match-params", metavar="MODEL:WxK", help=f"{scope}pick emb/hidden sizes so the model has at most the "
                    "parameters of MODEL with embedding W and hidden K and a softmax output, e.g. lstm:300x300 "
                    "(Daniluk's budgets); the model is counted with its own [output] layer")
 
@@ -122,10 +123,14 @@ def names_in_vocabulary(args, run, words: list[str] | None = None):
 
 def cache_options(p) -> None:
     p.add_argument("--cache", action="store_true", help="add the neural cache (Grave et al. 2017) with the settings "
-                   "`ctxlm tune-cache` recorded in the run; --cache-window/--cache-theta/--cache-lambda override them")
-    p.add_argument("--cache-window", type=rule_option("cache.window"), help="cache size: (hidden state, next word) pairs kept (default 2000)")
-    p.add_argument("--cache-theta", type=rule_option("cache.theta"), help="flatness θ of the cache distribution (default 0.3)")
-    p.add_argument("--cache-lambda", type=rule_option("cache.lambda"), help="cache interpolation weight λ in [0, 1] (default 0.1)")
+                   "`ctxlm tune-cache` recorded in the run; --cache-window/--cache-theta/--cache-lambda override them "
+                   "(a record of a tuning that helped nothing is refused unless one of them is given)")
+    p.add_argument("--cache-window", type=rule_option("cache.window"), help="cache size: (hidden state, next word) pairs "
+                   "kept (default: the run's tuned value, else 2000)")
+    p.add_argument("--cache-theta", type=rule_option("cache.theta"), help="flatness θ of the cache distribution (default: "
+                   "the run's tuned value, else 0.3)")
+    p.add_argument("--cache-lambda", type=rule_option("cache.lambda"), help="cache interpolation weight λ in [0, 1] "
+                   "(default: the run's tuned value, else 0.1)")
 
 
 # ---------------------------------------------------------------- what handlers share

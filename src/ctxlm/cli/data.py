@@ -24,13 +24,14 @@ def add_prepare(sub) -> None:
                                      "tokenise and lower-case like the MSR questions, hold out random validation "
                                      "sentences, and write ROOT/holmes/ (docs/holmes.md). Running it again is a no-op.")
     h.add_argument("--out", metavar="ROOT", help="data folder to write ROOT/holmes/ into (default: the user cache, "
-                   "~/.cache/ctxlm/data); give training the same folder with --data-dir or $CTXLM_DATA_DIR")
+                   "$XDG_CACHE_HOME/ctxlm/data, else ~/.cache/ctxlm/data); give training the same folder with "
+                   "--data-dir or $CTXLM_DATA_DIR")
     h.add_argument("--valid-sentences", type=option(int, at_least(1)),
                    help="random sentences held out for validation (default 19,000, as Tran et al.; data.dataset = "
                         "\"holmes\" trains on the default copy only)")
     h.add_argument("--seed", type=option(int, SEED), help="seed of the hold-out and the book order (default 1)")
     h.add_argument("--force", action="store_true", help="prepare again even if a complete copy exists")
-    data_dir_option(h)
+    data_dir_option(h, "; where the raw novels (gutenberg/Holmes_Training_Data) are read, never written")
     h.set_defaults(func=cmd_prepare_holmes)
 
 
@@ -55,7 +56,8 @@ def add_prepare_text(kinds) -> None:
     p.add_argument("--numbers", metavar="TOKEN", default="", help="write every number as TOKEN (PTB: N)")
     for split, required in (("valid", "validation"), ("test", "test")):
         group = p.add_mutually_exclusive_group()
-        group.add_argument(f"--{split}", nargs="+", metavar="FILE", help=f"{required} text files or folders, read like INPUT")
+        group.add_argument(f"--{split}", nargs="+", metavar="FILE", help=f"{required} text files or folders, read like INPUT"
+                           + (" (this or --valid-sentences is required)" if split == "valid" else " (optional)"))
         group.add_argument(f"--{split}-sentences", metavar="N|P%",
                            help=f"hold out N random sentences (or P percent) of INPUT for {required} (seeded, kept in corpus order)")
     p.add_argument("--seed", type=option(int, SEED), default=1, help="seed of the held-out sentences and --shuffle-files (default 1)")
@@ -179,7 +181,8 @@ def cmd_names(args) -> int:
 
 
 def add_datasets(sub) -> None:
-    p = sub.add_parser("datasets", help="list the named datasets and where their files were found")
+    p = sub.add_parser("datasets", help="list the named datasets and where their files were found",
+                       description="List the named datasets and where their files were found.")
     data_dir_option(p)
     p.set_defaults(func=cmd_datasets)
 

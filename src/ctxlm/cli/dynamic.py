@@ -33,8 +33,9 @@ STEPS = "dynamic evaluation takes gradient steps on a neural model's weights"
 def dynamic_options(p, items: str = "") -> None:
     group = p.add_argument_group("dynamic evaluation (Krause et al. 2018): each segment, once scored, is a gradient "
                                  "step that adapts the weights to the text, decaying back to the trained ones; the run "
-                                 "is never changed. The numbers: RUN/dynamic.json from `ctxlm tune-dynamic`, else "
-                                 "untuned defaults; the options below override either")
+                                 "is never changed. The numbers: RUN/dynamic.json from `ctxlm tune-dynamic` (a record of a "
+                                 "tuning that helped nothing is refused unless all four options below are given), "
+                                 "else untuned defaults; the options below override either")
     group.add_argument("--dynamic", action="store_true", help="score with dynamic evaluation "
                        f"({items or 'read as one stream'})")
     group.add_argument("--dynamic-rule", choices=["rms", "sgd"], help="rms: steps divided by the training gradients' "
@@ -124,8 +125,8 @@ def add_tune_dynamic(sub) -> None:
     p.add_argument("--rules", default="rms", help="rules to try: rms, sgd or rms,sgd (default %(default)s)")
     p.add_argument("--lrs", default="0.00002,0.00004,0.00006", help="step sizes η to try (comma-separated; the defaults "
                    "bracket the best on the ptb-lstm preset, docs/results.md: %(default)s)")
-    p.add_argument("--decays", default="0.001,0.005,0.02", help="decays λ to try (default %(default)s)")
-    p.add_argument("--segments", default="10", help="segment lengths to try (default %(default)s)")
+    p.add_argument("--decays", default="0.001,0.005,0.02", help="decays λ to try (comma-separated; default %(default)s)")
+    p.add_argument("--segments", default="10", help="segment lengths to try (comma-separated; default %(default)s)")
     p.add_argument("--tokens", type=option(int, at_least(1)), help="tune on the split's first N tokens only (default: all; "
                    "one pass per setting costs about 3 backward passes per token)")
     data_dir_option(p)

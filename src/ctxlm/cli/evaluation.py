@@ -39,12 +39,15 @@ def add_eval(sub) -> None:
                                    "Stream evaluation uses batch size 1 in chunks of 1,000 tokens unless told otherwise.")
     run_argument(p)
     what = p.add_mutually_exclusive_group()
-    what.add_argument("--split", action="append", choices=SPLITS, help="split(s) to evaluate (default valid and test)")
+    what.add_argument("--split", action="append", choices=SPLITS, help="split to evaluate; repeat for several, e.g. --split valid --split test (default: valid and test, those the "
+                      "dataset has)")
     what.add_argument("--file", help="evaluate a text file (one sentence per line, tokenised by the run's text recipe; read "
                       "as a stream, or each sentence alone for a run trained on sentences alone) instead")
     pretokenized_option(p, "--file")
-    p.add_argument("--batch-size", type=option(int, at_least(1)), help="parallel streams (default from the run: 1)")
-    p.add_argument("--chunk", type=option(int, at_least(1)), help="tokens per forward pass (default from the run: 1000)")
+    p.add_argument("--batch-size", type=option(int, at_least(1)), help="streams read side by side (default: the run's data.eval_batch_size, 1 unless set); a run read a sentence "
+                        "at a time reads data.batch_size sentences at once and ignores it")
+    p.add_argument("--chunk", type=option(int, at_least(1)), help="tokens per forward pass of stream evaluation (default: the run's data.eval_chunk, 1000 unless set); "
+                        "the result is the same for any")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                    help="fp32 (default, exact) or bf16 autocast (faster on bf16 hardware, approximate, reported as such)")
     cache_options(p)
@@ -196,8 +199,8 @@ def add_tune_cache(sub) -> None:
     p.add_argument("--split", default="valid", choices=["valid", "train"],
                    help="split to tune on (never test; default %(default)s)")
     p.add_argument("--windows", default="100,500,1000,2000", help="cache sizes to try (comma-separated; default %(default)s)")
-    p.add_argument("--thetas", default="0.05,0.1,0.2,0.3,0.5,0.7,1.0", help="θ values to try (default %(default)s)")
-    p.add_argument("--lambdas", default="0.05,0.1,0.15,0.2,0.25,0.3,0.4", help="λ values to try (default %(default)s)")
+    p.add_argument("--thetas", default="0.05,0.1,0.2,0.3,0.5,0.7,1.0", help="θ values to try (comma-separated; default %(default)s)")
+    p.add_argument("--lambdas", default="0.05,0.1,0.15,0.2,0.25,0.3,0.4", help="λ values to try (comma-separated; default %(default)s)")
     data_dir_option(p)
     p.set_defaults(func=cmd_tune_cache)
 

@@ -11,11 +11,15 @@ from .common import config_from_args, data_dir_option, match_params_option, run_
 
 
 def add_info(sub) -> None:
-    p = sub.add_parser("info", help="configuration, vocabulary size and parameter counts of a run or preset")
+    p = sub.add_parser("info", help="configuration, vocabulary size and parameter counts of a run or preset",
+                       description="The whole configuration (every default filled in), the vocabulary size and the "
+                                   "parameter counts of a run directory or a preset; a preset's combination of "
+                                   "settings is checked as `ctxlm train` checks it, before any data is read.")
     p.add_argument("target", help="run directory or TOML preset")
-    set_option(p, "for a preset: override one setting, e.g. --set model.hidden_size=650 (a run keeps its own)")
-    p.add_argument("--vocab-size", type=option(int, at_least(2)), help="for a preset: use this vocabulary size instead of reading the data")
-    match_params_option(p)
+    set_option(p, "for a preset only (refused for a run): override one setting, e.g. --set model.hidden_size=650")
+    p.add_argument("--vocab-size", type=option(int, at_least(2)), help="for a preset only: use this vocabulary size "
+                   "instead of reading the data")
+    match_params_option(p, "for a preset only: ")
     data_dir_option(p)
     p.set_defaults(func=cmd_info)
 
@@ -64,7 +68,8 @@ def cmd_info(args) -> int:
 
 
 def add_export_arpa(sub) -> None:
-    p = sub.add_parser("export-arpa", help="write an n-gram run as an ARPA file (KenLM, SRILM can read it)")
+    p = sub.add_parser("export-arpa", help="write an n-gram run as an ARPA file (KenLM, SRILM can read it)",
+                       description="Write an n-gram run as an ARPA file (KenLM, SRILM can read it).")
     run_argument(p, "run directory of a kneser-ney model")
     p.add_argument("output", help="ARPA file to write (a name ending in .gz: gzip-compressed)")
     p.set_defaults(func=cmd_export_arpa)
@@ -123,12 +128,12 @@ def add_export_onnx(sub) -> None:
                        description="Write the run's model as an ONNX graph: token ids and the state in, log-probabilities "
                                    "and the next state out, so onnxruntime streams a text in chunks as `ctxlm eval` reads "
                                    "it; the export is checked against PyTorch before it is kept. Needs the [onnx] extra "
-                                   "(pip install -e '.[onnx]'). Every neural family exports but the attentive LMs "
+                                   "(pip install 'ctxlm[onnx]'). Every neural family exports but the attentive LMs "
                                    "(attentive-lm, attentive-context) and the bidirectional RM; Kneser-Ney is refused "
                                    "too (`ctxlm export-arpa` writes it for KenLM). Details: docs/onnx.md.")
     run_argument(p, "run directory of a neural model")
     p.add_argument("output", help="ONNX file to write")
-    data_dir_option(p)      # the training text, for a run without a stored start state (docs/python.md)
+    data_dir_option(p, "; read only for a run without a stored start state (its training text, docs/python.md)")
     p.set_defaults(func=cmd_export_onnx)
 
 
@@ -159,8 +164,9 @@ def cmd_export_onnx(args) -> int:
 
 
 def add_import_arpa(sub) -> None:
-    p = sub.add_parser("import-arpa", help="make a run directory from an ARPA file, to eval and score it like any model")
-    p.add_argument("arpa", help="ARPA file")
+    p = sub.add_parser("import-arpa", help="make a run directory from an ARPA file, to eval and score it like any model",
+                       description="Make a run directory from an ARPA file, to eval and score it like any model.")
+    p.add_argument("arpa", help="ARPA file (gzip-compressed is fine)")
     p.add_argument("run_dir", help="new run directory")
     set_option(p, "the corpus `ctxlm eval RUN_DIR` scores, e.g. --set data.dataset=wikitext-2 (default ptb; "
                "any text: `ctxlm eval RUN_DIR --file TEXT`)")
@@ -177,7 +183,8 @@ def cmd_import_arpa(args) -> int:
 
 
 def add_models(sub) -> None:
-    p = sub.add_parser("models", help="list the registered models, or one model's options with their defaults")
+    p = sub.add_parser("models", help="list the registered models, or one model's options with their defaults",
+                       description="List the registered models, or one model's options with their defaults.")
     p.add_argument("name", nargs="?", help="a model name (e.g. attention): print its [model] keys, defaults and meaning")
     p.set_defaults(func=cmd_models)
 

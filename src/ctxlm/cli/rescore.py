@@ -39,7 +39,7 @@ def add_rescore(sub) -> None:
     p.add_argument("--batch-size", type=option(int, at_least(1)), default=50, help="hypotheses per forward pass (default 50)")
     pretokenized_option(p, "each hypothesis")
     data_dir_option(p)
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu", help="where the runs score (default cpu)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu", help="where the runs score (default cpu; auto: a GPU when there is one)")
     json_option(p, "print the summary as JSON")
     p.set_defaults(func=cmd_rescore)
 

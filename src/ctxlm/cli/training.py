@@ -16,10 +16,11 @@ def add_train(sub) -> None:
     p.add_argument("--config", help="TOML preset (see configs/); defaults apply where it is silent (without a preset: "
                    "the defaults with --set on top)")
     set_option(p, "override one setting, e.g. --set train.epochs=3")
-    p.add_argument("--run-dir", help="where to write the run (default runs/<preset name>); must be new or empty")
+    p.add_argument("--run-dir", help="where to write the run (default runs/<preset file name>, or runs/<model.name> without "
+                   "--config); must be new or empty")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run exactly where it stopped; "
                    "--set train.KEY=VALUE changes its [train] settings from there on (kept in its config.toml; "
-                   "docs/reliability.md lists what cannot change)")
+                   "docs/reliability.md lists what cannot change; a kneser-ney run takes --memory and model.tmp_dir too)")
     p.add_argument("--allow-changed-data", action="store_true", help="with --resume: go on although the corpus "
                    "changed since the run recorded its fingerprint (refused otherwise)")
     p.add_argument("--memory", metavar="SIZE", type=option(str, MEMORY_SIZE),
