@@ -178,7 +178,7 @@ def add_analyze(sub) -> None:
     a = analyses.add_parser("categories", help="perplexity by part of speech, frequency band, <unk> and <eos> (Daniluk "
                             "Table 4.12)", description="Perplexity of the targets of each category; part-of-speech "
                             "categories from the corpus's gold tags (Brown), mapped as docs/categories.md says.")
-    a.add_argument("runs", nargs="+", help="run directories (trained on the same dataset), compared side by side")
+    a.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (trained on the same dataset), compared side by side")
     split_option(a, "test", "the split to score")
     out_folder_option(a, "analysis")
     cache_options(a)
