@@ -17,7 +17,7 @@ def empty_memory(batch: int, window: int, dim: int, like: torch.Tensor):
 def windowed_history(memory: torch.Tensor, valid: torch.Tensor, outputs: torch.Tensor, reset: torch.Tensor | None):
     """Returns (extended [B, L+T, D], slot_valid [B, T, L], new_memory, new_valid).
 
-    Slot l of position t is extended[:, t + l] (the output l − L steps before t; slot L−1 is the
+    Slot l of position t is extended[:, t + l] (the output L − l steps before t; slot L−1 is the
     previous output); gather any projection of `extended` with `windows()`.
     """
     window = memory.size(1)

@@ -2,8 +2,8 @@
 
 Every layer has the same interface: `log_probs(hidden) -> [..., V]`, `target_log_probs(hidden, targets)`
 (exact log p(target), 0 at padding) and `loss(hidden, targets) -> (summed training loss, target count)`.
-Only training may approximate (NCE); the large-vocabulary layers (SPEC §1.20) are chosen with
-`build_output`. Vocabulary ids are ordered by training frequency (data/vocab.py), which the class-based
+Only training may approximate (NCE); the large-vocabulary layers (class-based and NCE, SPEC §1.20; the
+adaptive softmax, Grave et al. 2017, outside SPEC) are chosen with `build_output`. Vocabulary ids are ordered by training frequency (data/vocab.py), which the class-based
 and adaptive softmax rely on.
 """
 from __future__ import annotations

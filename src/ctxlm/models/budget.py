@@ -1,4 +1,4 @@
-"""Sizes that match a parameter budget, the way Daniluk's tables do ([000] §2.1 model selection).
+"""Sizes that match a parameter budget, the way Daniluk's tables do (SPEC §2.1, [000]'s model selection).
 
 Every parameter-matched row of SPEC Tables 4.8 / 4.10 keeps hidden = ratio × embedding, with the
 ratio fixed by the architecture (1 for LSTM / Attention, 2 for Key-Value, 3 for Key-Value-Predict,

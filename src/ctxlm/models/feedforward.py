@@ -43,7 +43,7 @@ class ConvolutionalOptions:
     kernel_widths: str = "3"        # convolution widths w (odd), comma-separated; several = COM: parallel branches, concatenated
     kernels: int = setting(0, at_least(0))  # kernels per branch (0 = emb_size: Pham ties the kernel count to k)
     conv_layers: int = setting(1, at_least(1))  # convolution layers stacked in each branch (ML-CNN: 2 or 4)
-    batch_norm: bool = True         # batch norm right after each convolution, the 1×1 one too (SPEC §6.5 REC 41)
+    batch_norm: bool = True         # batch norm right after each convolution (SPEC §6.5 REC 41); after the 1×1 one too, as the authors' code has it (docs/feedforward.md)
     carry: bool = False             # gate each branch's map against the embeddings, as the authors' code does (docs/feedforward.md)
     mapping_per_branch: bool = False  # several widths: each branch its own mapping layer, outputs concatenated (authors' COM)
     channel_major: bool = False     # read maps back as the authors' code does (channel-major): 1×1 layer and carry mix positions
@@ -149,7 +149,8 @@ class FeedForwardLM(LanguageModel):
     def _branch(self, emb_size: int, kernels: int, width: int, depth: int, batch_norm: bool,
                 conv_dropout: float) -> nn.Sequential:
         """[dropout] conv(width) → [BN] → ReLU → [[dropout] 1×1 conv → [BN] → ReLU], `depth` times; keeps n positions.
-        Batch norm follows every convolution, the 1×1 one included (SPEC §1.4, §6.5 REC 41);
+        Batch norm follows every convolution (SPEC §1.4, REC 41: conv → BN → ReLU), the 1×1 one too, a choice
+        from the authors' code (SPEC §1.4 counts the 1×1 layer as k² + k, without BN; docs/feedforward.md);
         with `channel_major`, every ReLU is preceded by the authors' channel-major read-back (a permutation,
         so it commutes with the ReLU; putting it first leaves the ReLU last, where `carry` expects it)."""
         convolutions = []
@@ -170,7 +171,7 @@ class FeedForwardLM(LanguageModel):
                    **asdict(options))
 
     def reset_parameters(self, init_range: float, embedding_init: float = 0.0) -> None:
-        """Pham §2.4: every weight U(−r, r); batch norm starts as the identity (scale 1, shift 0).
+        """SPEC §2.4 ([003]): every weight U(−r, r); batch norm starts as the identity (scale 1, shift 0).
         init_range = 0 keeps PyTorch's defaults (position embeddings N(0, 1), as word embeddings)."""
         if init_range > 0:
             for parameter in self.parameters():

@@ -191,7 +191,7 @@ class RecurrentMemoryLM(LanguageModel):
 
     RM:  h_t = LSTM stack(x_t); h^m_t = MB(h_t, x_{t−n+1..t}); p(w_{t+1}) = softmax(W h^m_t + b)   (REC 31)
     RMR: the same, then a one-layer top LSTM reads h^m_t and the softmax reads its output; its input is
-         h^m_t alone (REC 30: Figure 2's "concatenation" is read as the n history words stacked into M_i).
+         h^m_t alone (REC 30; Figure 2's "concatenation" is unexplained, and REC 30's variant [h^m_t; x_t] is not built).
     `layers` LSTM layers run below the block; dropout acts after every LSTM layer (the sentence-completion
     recipe: 0.3). The eight variants: name rm / rmr × temporal true / false × composition gated / linear.
     State: the LSTMs' (h, c), then the last n − 1 input ids and their validity.

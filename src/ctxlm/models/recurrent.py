@@ -43,7 +43,8 @@ class RecurrentLM(LanguageModel):
     top output).
     Regularisation of SPEC §4.8 (Torres Table 6.1): `input_dropout` and `output_dropout` are locked
     (one mask per sequence for the whole chunk), `state_dropout` drops hidden-to-hidden weights
-    (DropConnect, Merity et al. 2017), which keeps the fused recurrence; L2 is `train.weight_decay`.
+    (DropConnect, Merity et al. 2017), which keeps the fused recurrence; L2 is `train.weight_decay`. (A choice:
+    SPEC §6.6 REC 52 reads "state dropout" as variational dropout on the state between steps; docs/pointer.md.)
     """
 
     Options = RecurrentOptions
@@ -101,9 +102,9 @@ class RecurrentLM(LanguageModel):
 
 
 def uniform_init(model: nn.Module, init_range: float, forget_bias: float | None) -> None:
-    """[000] §2.1: every parameter U(−r, r); each nn.LSTM's forget-gate bias = forget_bias (b_ih = fb, b_hh = 0).
+    """SPEC §2.1 ([000]): every parameter U(−r, r); each nn.LSTM's forget-gate bias = forget_bias (b_ih = fb, b_hh = 0).
 
-    init_range = 0 keeps PyTorch's own initialisation (embedding N(0, 1), LSTM and Linear U(±1/√fan_in))
+    init_range = 0 keeps PyTorch's own initialisation (embedding N(0, 1), LSTM U(±1/√hidden_size), Linear U(±1/√fan_in))
     and only sets the forget-gate bias. nn.LSTM's two bias vectors per gate (b_ih + b_hh, where SPEC has one b)
     are each drawn, so their sum spans ±2r (docs/architecture.md, "Model options").
     """
