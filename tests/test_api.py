@@ -81,7 +81,7 @@ def test_a_text_longer_than_the_chunk_is_read_alone_in_chunks(run):
 
 def test_the_next_word_distribution_sums_to_one_and_is_what_scoring_gives(run):
     if not run.model.left_to_right:
-        with pytest.raises(CtxlmError):
+        with pytest.raises(CtxlmError, match="before and after"):
             run.next_word_log_probs("the cat")
         return
     for context in ("", "the cat sat on a", "the cat\nsat on a mat and the small red bird flew over the big house"):
@@ -134,6 +134,23 @@ def test_dynamic_through_the_api_is_evaluate_dynamic_and_leaves_the_weights(fold
     assert [x for s in zero for x in s.log_probs] == pytest.approx([x for s in run.score(texts_of(ids[1:])) for x in s.log_probs], abs=1e-5)
     with pytest.raises(CtxlmError, match="trained weights"):
         adapted.generate("the")
+
+
+def test_with_cache_scores_as_the_cache_around_the_model(folder, tmp_path):  # noqa: F811
+    """Run.with_cache(settings) reads a document as evaluate_stream reads NeuralCache(model, settings); without
+    settings it takes those RUN/cache.json records."""
+    from ctxlm.models.cache import CacheSettings, NeuralCache
+
+    config = config_of("lstm", folder)
+    run = Run(tmp_path, config, VOCAB, ready(config))
+    ids = torch.cat([torch.tensor([VOCAB.eos]), sentences(10, 5)])
+    settings = CacheSettings(window=20, theta=0.5, lam=0.4)
+    total = sum(s.total for s in run.with_cache(settings).score(texts_of(ids[1:]), document=True))
+    expected = evaluate_stream(NeuralCache(run.model, settings), ids, 1, 7)["nll"]
+    assert -total == pytest.approx(expected, rel=1e-9)
+    assert -total != pytest.approx(evaluate_stream(run.model, ids, 1, 7)["nll"], rel=1e-4)      # the cache counts
+    (tmp_path / "cache.json").write_text(json.dumps({"best": {"window": 20, "theta": 0.5, "lambda": 0.4}}))
+    assert run.with_cache().model.settings == settings
 
 
 def test_the_cache_needs_a_next_word_distribution(run):

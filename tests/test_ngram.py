@@ -11,9 +11,29 @@ from conftest import DATA_DIR, ctxlm, needs_data, tiny_config
 from ctxlm.data.vocab import Vocabulary
 from ctxlm.evaluation import evaluate_stream
 from ctxlm.models.arpa import read_arpa, write_arpa
-from ctxlm.models.ngram import KneserNeyLM, discounts_from_counts
+from ctxlm.models.ngram import KneserNeyLM
 
 EOS, BOS = 0, "<s>"
+
+
+def oracle_discounts(adjusted_counts) -> tuple[float, float, float]:
+    """Chen & Goodman's D_1, D_2, D_3+ written out from the count of counts t_k; KenLM's fallback (0.5, 1, 1.5)
+    where a t_k is 0 or a D_k leaves (0, k)."""
+    t1, t2, t3, t4 = (sum(1 for a in adjusted_counts if a == k) for k in (1, 2, 3, 4))
+    if 0 in (t1, t2, t3, t4):
+        return 0.5, 1.0, 1.5
+    y = t1 / (t1 + 2 * t2)
+    d = (1 - 2 * y * t2 / t1, 2 - 3 * y * t3 / t2, 3 - 4 * y * t4 / t3)
+    return d if 0 < d[0] < 1 and 0 < d[1] < 2 and 0 < d[2] < 3 else (0.5, 1.0, 1.5)
+
+
+def test_discounts_are_chen_and_goodmans():
+    """A count of counts t = (10, 4, 2, 1): Y = 10/18, D_1 = 1 − 2Y·4/10, D_2 = 2 − 3Y·2/4, D_3+ = 3 − 4Y·1/2."""
+    from ctxlm.models.ngram_math import discounts_from_count_of_counts
+
+    y = 10 / 18
+    assert discounts_from_count_of_counts([10, 4, 2, 1]) == (pytest.approx((1 - 0.8 * y, 2 - 1.5 * y, 3 - 2 * y), rel=1e-15), False)
+    assert discounts_from_count_of_counts([10, 4, 0, 1]) == ((0.5, 1.0, 1.5), True)
 
 
 def oracle_kneser_ney(sentences, order, vocab_size):
@@ -35,7 +55,7 @@ def oracle_kneser_ney(sentences, order, vocab_size):
         for gram in counts[n + 1]:
             if gram[1:][0] != BOS:
                 adjusted[n][gram[1:]] += 1
-    discounts = [None] + [discounts_from_counts(np.array(list(adjusted[n].values())))[0] for n in range(1, order + 1)]
+    discounts = [None] + [oracle_discounts(adjusted[n].values()) for n in range(1, order + 1)]
 
     def d(n, a):
         return 0.0 if a == 0 else discounts[n][min(a, 3) - 1]
