@@ -13,9 +13,14 @@ from ctxlm.models import build_model
 
 
 def test_worked_example_from_pham_table_2_1():
+    """Eleven words given the probabilities of Pham's Table 2.1 have perplexity 210.4: a fixed distribution
+    giving word i its table value (the rest of the mass on word 0), read by the stream evaluator."""
     probabilities = [0.1, 0.002, 0.05, 0.00001, 0.2, 0.00001, 0.05, 0.02, 0.001, 0.0007, 0.2]
-    ppl = math.exp(-sum(math.log(p) for p in probabilities) / len(probabilities))
-    assert ppl == pytest.approx(210.4, abs=0.05)
+    values = sorted(set(probabilities))
+    table = [1 - sum(values)] + values
+    targets = [1 + values.index(p) for p in probabilities]
+    result = evaluate_stream(FixedDistribution(table), torch.tensor([0] + targets), 1, 4)
+    assert result["tokens"] == 11 and result["ppl"] == pytest.approx(210.4, abs=0.05)
 
 
 def test_evaluator_counts_every_target_once_for_any_batch_and_chunk():
