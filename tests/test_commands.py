@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -94,8 +95,13 @@ def test_filter_logits_top_k_and_top_p():
 
 
 def test_info_reports_both_parameter_counts(trained):
+    """Daniluk's 1-layer LSTM, w = k = 300, V = 10,000: embedding 3,000,000 + LSTM 4·(2·300² + 2·300) = 722,400 +
+    softmax 3,010,000 = 6,732,400 (θ_W+M); 3,732,400 without the word embeddings (θ_M)."""
     done = subprocess.run(CLI + ["info", str(trained)], capture_output=True, text=True)
     assert done.returncode == 0 and "θ_W+M" in done.stdout and "θ_M" in done.stdout
+    done = subprocess.run(CLI + ["info", "configs/daniluk/ptb-lstm.toml", "--vocab-size", "10000"], capture_output=True,
+                          text=True, cwd=Path(__file__).resolve().parent.parent)
+    assert "parameters (θ_W+M)        6,732,400" in done.stdout and "without word embeddings (θ_M) 3,732,400" in done.stdout
 
 
 def test_curves_prints_each_epoch_stars_the_best_and_rejects_bad_records(tmp_path, corpus):
