@@ -77,6 +77,7 @@ def books(data_dir=None) -> list[tuple[Path, DataFile]]:
 
 
 def _recipe(paths: list[tuple[Path, DataFile]], valid_sentences: int, seed: int) -> Recipe:
+    """The recipe of these novels (none: only to describe it, as a manifest records it)."""
     entries = dict(paths)
     info = spec("holmes")
     return Recipe([path for path, _ in paths], info.text,
