@@ -39,15 +39,16 @@ def add_eval(sub) -> None:
                                    "Stream evaluation uses batch size 1 in chunks of 1,000 tokens unless told otherwise.")
     run_argument(p)
     what = p.add_mutually_exclusive_group()
-    what.add_argument("--split", action="append", choices=SPLITS, help="split to evaluate; repeat for several, e.g. --split valid --split test (default: valid and test, those the "
-                      "dataset has)")
+    what.add_argument("--split", action="append", choices=SPLITS, help="split to evaluate; repeat for several, e.g. "
+                      "--split valid --split test (default: valid and test, those the dataset has)")
     what.add_argument("--file", help="evaluate a text file (one sentence per line, tokenised by the run's text recipe; read "
                       "as a stream, or each sentence alone for a run trained on sentences alone) instead")
     pretokenized_option(p, "--file")
-    p.add_argument("--batch-size", type=option(int, at_least(1)), help="streams read side by side (default: the run's data.eval_batch_size, 1 unless set); a run read a sentence "
-                        "at a time reads data.batch_size sentences at once and ignores it")
-    p.add_argument("--chunk", type=option(int, at_least(1)), help="tokens per forward pass of stream evaluation (default: the run's data.eval_chunk, 1000 unless set); "
-                        "the result is the same for any")
+    p.add_argument("--batch-size", type=option(int, at_least(1)), help="streams read side by side (default: the run's "
+                   "data.eval_batch_size, 1 unless set); a run read a sentence at a time reads data.batch_size "
+                   "sentences at once and ignores it")
+    p.add_argument("--chunk", type=option(int, at_least(1)), help="tokens per forward pass of stream evaluation "
+                   "(default: the run's data.eval_chunk, 1000 unless set); the result is the same for any")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                    help="fp32 (default, exact) or bf16 autocast (faster on bf16 hardware, approximate, reported as such)")
     cache_options(p)

@@ -34,15 +34,16 @@ def add_harness(sub) -> None:
     p.add_argument("--only-include-path", action="store_true", help="look for the tasks in --include-path only, not "
                    "among the harness's own (indexing its 14,000 tasks takes most of a minute)")
     p.add_argument("--limit", type=option(int, at_least(1)), help="only the first N documents of each task")
-    p.add_argument("--num-fewshot", type=rule_option("harness.num_fewshot"), help="few-shot examples per prompt (default: the task's, else 0; a task whose YAML sets num_fewshot: 0 keeps 0, "
-                        "as lm-eval does)")
+    p.add_argument("--num-fewshot", type=rule_option("harness.num_fewshot"), help="few-shot examples per prompt (default: "
+                   "the task's, else 0; a task whose YAML sets num_fewshot: 0 keeps 0, as lm-eval does)")
     p.add_argument("--greedy", choices=["token", "word"], default="token",
                    help="acc counts a continuation when each of its tokens is the likeliest token (token, the harness's "
                         "definition, default) or the likeliest word, <unk>, <eos> and punctuation passed over "
                         "(word, `ctxlm lambada`'s accuracy)")
     p.add_argument("--bootstrap-iters", type=option(int, at_least(0)), default=1000,
                    help="bootstrap samples for the standard errors (default 1000; 0: none)")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu", help="where the model scores (default cpu; auto: a GPU when there is one)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu",
+                   help="where the model scores (default cpu; auto: a GPU when there is one)")
     pretokenized_option(p, "each request")
     out_file_option(p, "harness.json", "the harness's results, JSON")
     p.add_argument("--cache", action="store_true", help="add the neural cache with the settings `ctxlm tune-cache` "
