@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from conftest import WORDS, tiny_config, write_corpus
+from conftest import WORDS, batched, tiny_config, write_corpus
 from ctxlm import cli
 from ctxlm.analysis.attention import explain
 from ctxlm.explore.scoring import MAX_SLOTS, MAX_TOKENS, load_runs, score_run, tokenize
@@ -110,6 +110,21 @@ def test_top_k_sorted_sums_to_at_most_one_and_ranks_the_actual_word(server):
             assert p_actual == pytest.approx(math.exp(scored["log_probs"][i]), abs=2e-6)
     _, none = request(server, "POST", "/api/score", {"text": TEXT, "top_k": 0})
     assert all(r["top"] is None and r["rank"] is None for r in none["runs"])
+
+
+def test_a_sentence_run_reads_each_sentence_alone_as_ctxlm_score(tmp_path, monkeypatch, capsys):
+    """Lines read separately: a run trained on sentences alone, cut after `data.sentence_ends`, reads each sentence
+    of a line from its start state in the page as `ctxlm score` does (Salton on WikiText-2)."""
+    config = batched(tiny_config(write_corpus(tmp_path), name="attentive-lm", layers=1, dropout=0.0), "sentence")
+    config.data.sentence_ends = "on mat"
+    Trainer(config, tmp_path / "run", log=lambda *a: None).fit()
+    scored = score_run(load_runs([tmp_path / "run"])["run"].run, tokenize(TEXT), top_k=0, stream=False)
+    rows = ctxlm_score(tmp_path / "run", TEXT, False, monkeypatch, capsys)
+    expected = [x for row in rows for x in row["log_probs"]]
+    assert max(abs(a - b) for a, b in zip(scored["log_probs"], expected, strict=True)) < 2e-6
+    on = tokenize(TEXT)[1].index("on")                  # "the zebra sat on": the word after "on" starts afresh
+    after_on = len(tokenize(TEXT)[0]) + 1 + on + 1
+    assert scored["attention"][after_on] == [[None, 1.0]]            # only the zero slot: nothing before it
 
 
 def test_attention_as_the_analysis_reads_it(server, run_dirs):

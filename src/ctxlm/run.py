@@ -14,7 +14,7 @@ import itertools
 import numbers
 import os
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -329,11 +329,16 @@ class Run:
         sentences alone (cut after any `data.sentence_ends` token, as `ctxlm eval` and training cut them)."""
         if self.dynamic is not None:
             return [self._item(s) for s in sentences]             # each from the trained weights
-        ends = sentence_end_ids(self.vocab, self.config) if self.config.data.batching == "sentence" else ()
-        cut = [split_sentences(s, self.vocab.eos, ends) for s in sentences]
+        cut = [self.pieces_read_alone(s) for s in sentences]
         scores = iter(score_sentences(self.model, [piece for pieces in cut for piece in pieces], self.vocab.eos, batch_size,
                                       self.config.data.eval_chunk))
         return [torch.cat([next(scores) for _ in pieces]) for pieces in cut]
+
+    def pieces_read_alone(self, ids: torch.Tensor) -> Sequence[torch.Tensor]:
+        """The pieces of a text (ids ending in `<eos>`) that are each read from the start state: its lines, cut after
+        any `data.sentence_ends` token for a run trained on sentences alone."""
+        ends = sentence_end_ids(self.vocab, self.config) if self.config.data.batching == "sentence" else ()
+        return split_sentences(ids, self.vocab.eos, ends)
 
     def _scored(self, line: str, tokens: list[str], log_probs: torch.Tensor) -> Scored:
         unk = self.vocab.unk                                      # a word it lacks, or `<unk>` written in the text

@@ -106,7 +106,8 @@ def _round_down(p: float) -> float:
 
 @torch.no_grad()
 def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True) -> dict:
-    """Score `lines` as one stream (`<eos>` first, state carried; or each line fresh if not `stream`) in chunks.
+    """Score `lines` as one stream (`<eos>` first, state carried; or, if not `stream`, each line fresh, as `ctxlm score`
+    reads it: a sentence run's sentences each fresh) in chunks.
 
     Per token: log p (natural log), whether it is unknown (scored as `<unk>`), and with `top_k` > 0
     the k likeliest next words with probabilities and the rank of the actual word. Models that
@@ -119,12 +120,14 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
     model, vocab = run.model, run.vocab
     tokens = [w for words in lines for w in words + [EOS]]
     blocks = [vocab.encode(words + [EOS]) for words in lines]
+    if not stream and run.dynamic is None:      # read alone as `ctxlm score` reads them: a sentence run's sentences
+        blocks = [piece for block in blocks for piece in run.pieces_read_alone(block)]
     result = {"log_probs": [], "top": [] if top_k else None, "rank": [] if top_k else None,
               "attention": [] if model.exposes_attention else None,
               "extra_slot": extra_slot(model) if model.exposes_attention else None,
               "mixture_weight": [] if model.mixes_distributions else None}
     read = [0]                                  # tokens of the text scored so far
-    starts = list(itertools.accumulate([len(words) + 1 for words in lines], initial=0))   # each line's first token
+    starts = list(itertools.accumulate(map(len, blocks), initial=0))   # each block's first token
 
     def inspect(out):
         """Top-k and ranks from each chunk's full distributions, its attention and mixture weights."""
@@ -137,7 +140,7 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
             result["top"] += [[[vocab.words[i], _round_down(safe_exp(lp))] for lp, i in zip(row_lp, row_i)]
                               for row_lp, row_i in zip(best.values.tolist(), best.indices.tolist())]
         if model.exposes_attention:
-            floor = -1 if stream else starts[bisect.bisect_right(starts, start) - 1] - 1   # a fresh line sees back to its <eos>
+            floor = -1 if stream else starts[bisect.bisect_right(starts, start) - 1] - 1   # a fresh block sees back to the token before it
             result["attention"] += _attention(out.attention[0], model.attention_distances(out)[0], start, floor)
         if model.mixes_distributions:
             result["mixture_weight"] += [round(x, 4) for x in model.mixture_weight(out)[0].tolist()]
