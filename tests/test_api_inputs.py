@@ -59,10 +59,11 @@ def test_a_string_is_cut_at_line_breaks_only_as_eval_file_cuts_a_file(runs, lstm
 
 def test_a_path_is_read_as_eval_file_reads_it(runs, lstm, tmp_path):
     path = tmp_path / "text.txt"
-    path.write_text("\ufeffthe cat sat\n\na dog ran to the mat\n", encoding="utf-8")
+    path.write_text("\ufeffthe cat sat\n\na dog ran to the mat\n\ufeffon a mat\n", encoding="utf-8")   # files joined
     assert -document_total(lstm, path) == pytest.approx(eval_file(runs["lstm"], path)["nll"], rel=1e-12, abs=0)
     assert [s.tokens for s in lstm.score(path)] == [s.tokens for s in lstm.score(path.read_text(encoding="utf-8"))]
     assert lstm.score(path)[0].tokens == ["the", "cat", "sat", "<eos>"]             # the byte-order mark dropped
+    assert lstm.score(path)[-1].tokens == ["\ufeffon", "a", "mat", "<eos>"]         # only the first, as eval --file
     with open(path, encoding="utf-8") as lines:                                     # and from open()'s first line
         assert [s.log_probs for s in lstm.score(lines)] == [s.log_probs for s in lstm.score(path)]
 

@@ -52,7 +52,7 @@ def raw_request(server, method, path, body=b"", headers=None):
 
 LINES = ["the cat sat on the mat\n\nbig red zebra house",      # a blank line: a lone <eos>
          "\nthe cat sat\r\n\r\non a mat\r\n",                    # CRLF, a leading blank line, a final line break
-         "\ufeffthe dog ran\n\n\n"]                               # a byte-order mark, blank lines at the end
+         "\ufeffthe dog ran\n\ufeffon a mat\n\n\n"]                # byte-order marks (only the first is dropped), blank lines at the end
 
 
 @pytest.mark.parametrize("stream", [True, False])

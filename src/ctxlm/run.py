@@ -242,10 +242,12 @@ class Run:
 
     def _texts(self, texts, pretokenized: bool, name: str) -> Iterator[tuple[str, list[str]]]:
         """Each text (`read_texts`) with its tokens; one cut from a str or a file without any is dropped (as
-        `ctxlm eval --file` drops such a sentence), a line without any is a lone `<eos>`."""
+        `ctxlm eval --file` drops such a sentence), a line without any is a lone `<eos>`. Only the first text's
+        byte-order mark is dropped (by `read_texts`), as `eval --file` reads a file."""
         recipe = None if check_flag(pretokenized, f"{name}: pretokenized") else self.text_recipe()
+        split = str.split if recipe is None else recipe.tokens
         for text, cut in read_texts(texts, recipe.sentences if recipe else "lines", name):
-            words = self.words(text, pretokenized)
+            words = split(text)
             if words or not cut:
                 yield text, words
 

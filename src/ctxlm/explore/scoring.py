@@ -83,8 +83,10 @@ def check_text(text) -> list[str]:
 def tokenize(text, run: Run | None = None, pretokenized: bool = False) -> list[list[str]]:
     """The lines of words `ctxlm score` reads (an `<eos>` goes after each: a blank line is a lone `<eos>`), tokenised
     by the run's text recipe (docs/prepare.md), or split on whitespace (`pretokenized`, or no run). A text over
-    MAX_TOKENS is refused as soon as the lines tokenised so far pass it, before the rest is tokenised."""
-    split = str.split if run is None else (lambda line: run.words(line, pretokenized))
+    MAX_TOKENS is refused as soon as the lines tokenised so far pass it, before the rest is tokenised. Only the text's
+    first byte-order mark is dropped (`cut_text`), as `score` drops only its input's."""
+    recipe = None if run is None or pretokenized else run.text_recipe()
+    split = str.split if recipe is None else recipe.tokens
     lines = check_text(text)
     read, count = [], 0
     for number, line in enumerate(lines, 1):
