@@ -1,6 +1,8 @@
 """`ctxlm rescore` (docs/rescoring.md): word errors, a worked example whose choices and WER are worked out by hand
 (a unigram ARPA model, so every LM score is exact), the grid choosing the one good (α, β) of a constructed
 development list, mixtures, and one-line errors for bad files and options."""
+import copy
+import dataclasses
 import json
 import math
 
@@ -9,7 +11,8 @@ import pytest
 from conftest import ctxlm, one_line_error
 from ctxlm.errors import CtxlmError
 from ctxlm.rescore.nbest import Hypothesis, read_nbest, word_errors
-from ctxlm.rescore.rerank import tune
+from ctxlm.rescore.rerank import check_runs, tune
+from ctxlm.run import load
 
 # p(w) of the unigram model; ln p(the) − ln p(a) = ln 2 ≈ 0.693, ln p(sat) ≈ −2.303, ln p(mat) ≈ −2.996
 UNIGRAM = {"</s>": 0.15, "<unk>": 0.05, "the": 0.2, "cat": 0.1, "sat": 0.1, "a": 0.1, "dog": 0.1, "ran": 0.1,
@@ -154,6 +157,19 @@ def test_mixture(world):
     summary = json.loads(tuned.stdout)
     # dev references: 2 "the", 1 "a" -> the likelihood is highest with a mixture leaning to the first run
     assert 0 <= summary["mix_weight"] < 0.5 and summary["mix_weight_chosen_on"].endswith("dev_refs.txt")
+
+
+def test_a_mixture_refuses_a_run_that_cuts_its_texts_after_sentence_ends(runs):
+    """Such a run reads a hypothesis whole alone (sentence_log_probs) but cut in its per-token reading, so a mixture
+    at λ = 0 would not be the run alone."""
+    run = load(runs["lstm"])
+    check_runs([run, run])
+    config = copy.deepcopy(run.config)
+    config.data.batching, config.data.sentence_ends = "sentence", ". ?"
+    with pytest.raises(CtxlmError, match=r"data.sentence_ends \(\. \?\).* rescore with it alone"):
+        check_runs([run, dataclasses.replace(run, config=config)])
+    config.data.sentence_ends = ""                      # sentences are lines: read whole both ways
+    check_runs([run, dataclasses.replace(run, config=config)])
 
 
 def test_bad_input_gives_one_line(world):
