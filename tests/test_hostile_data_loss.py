@@ -2,6 +2,7 @@
 discards progress (each compares the inputs byte for byte, or the weights with an uninterrupted run's)."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import DATA_DIR, digests, needs_data, one_line_error, same_weights, tiny_config, toml
 from conftest import ctxlm as run_ctxlm
-from conftest import digests, one_line_error, same_weights, tiny_config, toml
 from ctxlm.training import checkpoint
 from ctxlm.training.trainer import Trainer
 
@@ -34,6 +35,13 @@ CLOBBER = {
     "lambada --out onto the passages": lambda w: ["lambada", w / "lstm", w / "passages.txt", "--out", w / "passages.txt"],
     "curves --out into the run": lambda w: ["curves", w / "lstm", "--out", w / "lstm"],
     "import-arpa into the ARPA file": lambda w: ["import-arpa", w / "m.arpa", w / "m.arpa"],
+    # a run's training text is read for its start state (where none is stored) or dynamic evaluation's mean squares
+    "lambada --out onto the run's training text": lambda w: ["lambada", w / "lstm", w / "passages.txt", "--out",
+                                                            w / "corpus" / "train.txt"],
+    "export-onnx onto the run's training text": lambda w: ["export-onnx", w / "lstm", w / "corpus" / "train.txt"],
+    "rescore --out onto a run's text": lambda w: ["rescore", w / "ngram", w / "m.arpa", "--mix", w / "lstm",
+                                                                  "--mix-weight", "0.5", "--lm-weight", "1", "--out",
+                                                                  w / "corpus" / "valid.txt"],
 }
 
 
@@ -45,6 +53,33 @@ def test_an_output_that_is_an_input_is_refused_and_the_inputs_stay(world, case):
     line = one_line_error(run_ctxlm(*CLOBBER[case](world)))
     assert "input of this command" in line or "which this command reads" in line, line
     assert digests(world) == before
+
+
+@needs_data("msr_sentence_completion/testing_data.csv", "msr_sentence_completion/test_answer.csv")
+def test_an_output_onto_a_default_input_found_in_the_data_folder_is_refused(world):
+    """`complete` without --questions reads the data folder's MSR files: they are inputs as given files are."""
+    shutil.copytree(Path(DATA_DIR) / "msr_sentence_completion", world / "data" / "msr_sentence_completion")
+    before = digests(world)
+    line = one_line_error(run_ctxlm("complete", world / "lstm", "--data-dir", world / "data", "--out",
+                                    world / "data" / "msr_sentence_completion" / "test_answer.csv"))
+    assert "input of this command" in line, line
+    assert digests(world) == before
+
+
+def test_a_read_only_output_file_is_refused_as_cp_refuses_it(world, monkeypatch, capsys):
+    """(The tests run as root, for whom every file is writable: os.access is made to say what it says to a user.)"""
+    (world / "kept.txt").write_text("kept\n")
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **k: False if Path(path).name == "kept.txt" else real_access(path, mode, **k))
+    from ctxlm import cli
+    from ctxlm.errors import CtxlmError
+    from ctxlm.io import atomic_write_text
+    assert cli.main(["names", str(world / "corpus" / "train.txt"), "--out", str(world / "kept.txt"), "--min-count", "1"]) == 2
+    assert capsys.readouterr().err == f"ctxlm: error: --out {world / 'kept.txt'}: the file is read-only; make it writable or " \
+                                      "choose another --out\n"
+    with pytest.raises(CtxlmError, match="kept.txt: the file is read-only; nothing was written"):
+        atomic_write_text(world / "kept.txt", "new")
+    assert (world / "kept.txt").read_text() == "kept\n"
 
 
 def test_writing_over_an_unrelated_existing_output_stays_allowed(world):

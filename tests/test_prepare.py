@@ -207,6 +207,20 @@ def test_a_refused_preparation_is_not_taken_for_an_interrupted_one(text, tmp_pat
         prepare_data(prepared_config(tmp_path / "old"))
 
 
+def test_the_leftovers_of_a_folder_whose_name_begins_the_same_are_never_touched(text, tmp_path):
+    """`prep.lower`'s complete copy, left aside by a killed replacement, is neither taken nor deleted by `prep`'s
+    preparations (its own leftovers are named `.prep.lower.PID.replaced`, which `.prep.*.replaced` would match)."""
+    split = (text["train"], "--valid", text["valid"], "--out")
+    prepare(*split, tmp_path / "prep.lower")
+    (tmp_path / "prep.lower").rename(tmp_path / ".prep.lower.999999.replaced")
+    (tmp_path / ".prep.lower.999999.building").mkdir()
+    prepare(*split, tmp_path / "prep")              # missing: prepared anew, not taken from prep.lower's copy
+    prepare(*split, tmp_path / "prep")              # complete: a no-op that clears prep's own leftovers only
+    assert sorted(p.name for p in tmp_path.glob(".prep*")) == [".prep.lower.999999.building", ".prep.lower.999999.replaced"]
+    assert "already prepared" in prepare(*split, tmp_path / "prep.lower").stdout        # put back, then cleared
+    assert not list(tmp_path.glob(".prep*"))
+
+
 # A child process that prepares and kills itself (SIGKILL: no handler, no clean-up runs) at one point of the write.
 KILLER = """
 import os, signal, sys

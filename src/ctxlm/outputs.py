@@ -33,8 +33,9 @@ OUTPUTS = {
     "curves": ("out", ("runs",)),
     "train": ("run_dir", ("config",)),
 }
-# the commands that read the text a run names in its config (a split to analyse or explain), not only the run
-READ_RUN_DATA = {"analyze", "attention"}
+# the commands that may read the text a run names in its config, not only the run: a split to analyse or explain,
+# or the training text a start state (evaluation/start.py) or dynamic evaluation's mean squares are estimated from
+READ_RUN_DATA = {"analyze", "attention", "complete", "lambada", "harness", "rescore", "export-onnx"}
 # the commands whose output is one file (the others write a folder), with any second output file and the name
 # it takes when not given: in the first one's folder, or the current one when the first is a device or FIFO
 FILES = {"export-arpa": {}, "export-onnx": {}, "complete": {}, "lambada": {}, "harness": {}, "names": {},
@@ -80,7 +81,7 @@ def check_outputs(args) -> None:
     for name in reads:
         value = getattr(args, name, None)
         inputs += value if isinstance(value, list) else [value]
-        if name in ("run", "runs") and args.command in READ_RUN_DATA:       # a run's own text files are read too
+        if name in ("run", "runs", "mix") and args.command in READ_RUN_DATA:       # a run's own text files are read too
             inputs += [f for run in (value if isinstance(value, list) else [value]) if run for f in run_data_files(run)]
     option = "--run-dir" if args.command == "train" else "--out" if attribute == "out" else attribute.upper()
     inputs = [p for p in inputs if p is not None and str(p) != "-"]
@@ -162,6 +163,8 @@ def check_writable_file(output, option: str) -> None:
             raise CtxlmError(f"{option} {output}: cannot be written (no permission); choose another {option}")
         return
     out = _resolved(out) if out.is_symlink() else out          # a link to a file: its target is replaced
+    if out.is_file() and not os.access(out, os.W_OK):
+        raise CtxlmError(f"{option} {output}: the file is read-only; make it writable or choose another {option}")
     folder = next(parent for parent in out.absolute().parents if parent.exists())
     if not folder.is_dir():
         raise CtxlmError(f"{option} {output}: {folder} is a file, not a folder; choose another {option}")

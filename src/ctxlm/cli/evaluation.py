@@ -8,6 +8,7 @@ from ..checks import at_least, edge_note, grid_edges, in_range, option
 from ..errors import CtxlmError
 from ..io import atomic_write_text, warn
 from ..jsonio import json_text
+from ..outputs import check_output
 from .common import (
     SPLITS,
     cache_options,
@@ -280,7 +281,9 @@ def cmd_lambada(args) -> int:
     from ..io import Progress
     from ..run import load
 
-    args.file = args.file or str(locate("lambada", "test", args.data_dir))
+    if args.file is None:
+        args.file = str(locate("lambada", "test", args.data_dir))
+        check_output(args.out, "--out", [args.file])         # the default passages, as a given file is checked
     passages = read_lambada(args.file)
     run = with_dynamic(load(args.run, data_dir=args.data_dir), args)
     model, _ = with_cache(run, args)
@@ -351,6 +354,7 @@ def cmd_complete(args) -> int:
     if questions_file is None:          # the registry's Kaggle CSV and its answers
         questions_file = locate("msr-completion", "questions", args.data_dir)
         answers_file = answers_file or locate("msr-completion", "answers", args.data_dir)
+        check_output(args.out, "--out", [questions_file, answers_file])    # as given files are checked
     questions = read_msr_completion(questions_file, answers_file)
     other = read_answers(args.against, questions) if args.against else None
     run = with_dynamic(load(args.run, pick_device(args.device, "--device"), data_dir=args.data_dir), args)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -67,7 +68,7 @@ def restore(folder: Path) -> None:
 
     if folder.exists():
         return
-    for aside in sorted(folder.parent.glob(f".{folder.name}.*.replaced")):
+    for aside in _siblings(folder, "replaced"):
         try:
             with FileLock(str(aside / LOCK), timeout=0):     # held while its replacement is still under way
                 os.rename(aside, folder)
@@ -78,13 +79,24 @@ def restore(folder: Path) -> None:
 
 def clear_leftovers(folder: Path) -> None:
     """Delete what killed replacements of `folder` left beside it (called with the folder's lock held)."""
-    for left in folder.parent.glob(f".{folder.name}.*"):
-        if left.is_dir() and left.name.endswith((".building", ".replaced")):
+    for left in _siblings(folder, "building", "replaced"):
+        if left.is_dir():
             shutil.rmtree(left, ignore_errors=True)
 
 
 def _sibling(folder: Path, suffix: str) -> Path:
     return folder.with_name(f".{folder.name}.{suffix}")
+
+
+def _siblings(folder: Path, *kinds: str) -> list[Path]:
+    """The `_sibling`s of `folder` of these kinds (".NAME.PID.building"), sorted: by exact name, never a pattern, so
+    neither another folder whose name begins the same (`ptb.lower` beside `ptb`) nor glob characters in the name
+    reach another folder's."""
+    name = re.compile(re.escape(f".{folder.name}.") + r"\d+\.(?:" + "|".join(kinds) + ")")
+    try:
+        return sorted(p for p in folder.parent.iterdir() if name.fullmatch(p.name))
+    except OSError:                     # no parent folder yet: nothing beside it
+        return []
 
 
 def _format(folder: Path) -> str:

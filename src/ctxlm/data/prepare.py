@@ -73,7 +73,7 @@ def prepare(recipe: Recipe, folder: Path, force: bool = False, command: str = ""
     """
     from filelock import FileLock, Timeout
 
-    folder = Path(folder)
+    folder = Path(os.path.abspath(folder))      # named, so that `--out .` has siblings
     if folder.is_symlink():            # a link stays a link: the folder it leads to is prepared (or replaced)
         folder = Path(os.path.realpath(folder))
     recipe.text.check()
