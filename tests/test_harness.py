@@ -2,6 +2,8 @@
 passages; its accuracy and perplexity equal `ctxlm lambada`'s (greedy=word) or the likeliest-token rule
 (greedy=token); rolling log-likelihood is `ctxlm eval --file`'s reading; generation is refused; the commands'
 bad input gives one line. Tests needing lm-eval skip only where it is not installed."""
+import copy
+import dataclasses
 import importlib
 import json
 import math
@@ -177,6 +179,31 @@ def test_requests_map_to_words(runs):
     rolling = model.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)])[0]
     tokens = 3 + 1 + 1 + 3 + 1                                       # every line's <eos>, the empty line's too
     assert math.exp(-rolling / tokens) == pytest.approx(run.perplexity(["the cat sat", "", "a dog ran"], document=True), rel=1e-9)
+
+
+@needs_lm_eval
+def test_rolling_reads_a_sentence_run_as_eval_file_reads_it(runs, tmp_path):
+    """A run trained on sentences alone: `eval --file` reads each sentence alone (evaluation/perplexity.py
+    `evaluate_file`), and so does the rolling log-likelihood; with the cache, one document."""
+    from lm_eval.api.instance import Instance
+
+    from ctxlm.evaluation.perplexity import evaluate_file
+    from ctxlm.harness.model import CtxlmLM
+
+    run = load(runs["lstm"], start=False)                  # a sentence run keeps the zero state (evaluation/start.py)
+    config = copy.deepcopy(run.config)
+    config.data.batching = "sentence"
+    sentences = dataclasses.replace(run, config=config)
+    text = "the cat sat on a mat\n\nthe dog ran to a big red house\n"
+    (tmp_path / "text.txt").write_text(text)
+    read = evaluate_file(run.model, run.vocab, tmp_path / "text.txt", chunk=run.config.data.eval_chunk, config=config)
+    rolling = CtxlmLM(sentences, progress=False).loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)])[0]
+    assert rolling == pytest.approx(-read["nll"], rel=1e-9)
+    streamed = sum(s.total for s in sentences.iter_score(text, document=True))
+    assert abs(rolling - streamed) > 1e-3                                # the two readings differ on this run
+    cached = CtxlmLM(sentences, cache=True, progress=False)
+    assert cached.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)])[0] == pytest.approx(
+        sum(s.total for s in cached.run.iter_score(text, document=True)), rel=1e-12)
 
 
 @needs_lm_eval

@@ -5,7 +5,7 @@ The harness hands a model strings. ctxlm's models are word-level: each line of a
 is tokenised by the run's text recipe (docs/prepare.md; split on whitespace with `pretokenized=True`), a line break
 is `<eos>` (`ctxlm.run.pair_words`), and a word outside the vocabulary is scored as `<unk>`. `loglikelihood` reads the context and continuation as one stream after `<eos>` with nothing
 appended, as `ctxlm lambada` reads a passage (`Run.continuation`); `loglikelihood_rolling` reads a document as
-`ctxlm eval --file` reads a file (`Run.score(..., document=True)`). Generation tasks are refused.
+`ctxlm eval --file` reads a file (`Run.score(..., document=True)`; a run trained on sentences alone reads each alone). Generation tasks are refused.
 
 Importing this module needs `lm-eval` (the `harness` extra); the CLI imports it only for `ctxlm harness`.
 """
@@ -59,6 +59,9 @@ class CtxlmLM(LM):
         run = run.with_dynamic() if _flag(dynamic, "dynamic") else run
         self.run = run.with_cache() if _flag(cache, "cache") else run
         self.greedy, self.progress, self.pretokenized = greedy, progress, _flag(pretokenized, "pretokenized")
+        # as `ctxlm eval --file` reads a file: a run trained on sentences alone reads each alone, unless a cache or
+        # dynamic evaluation spans them
+        self.document = run.config.data.batching != "sentence" or cache or dynamic
         self._device = device
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
@@ -76,7 +79,7 @@ class CtxlmLM(LM):
         results = []
         for request in self._requests(requests, "ctxlm loglikelihood_rolling", disable_tqdm):
             text = request.args[0]          # a str is cut as `ctxlm eval --file` cuts a file holding it (its recipe's rule)
-            total = sum(scored.total for scored in self.run.iter_score(text, document=True, pretokenized=self.pretokenized))
+            total = sum(scored.total for scored in self.run.iter_score(text, self.document, pretokenized=self.pretokenized))
             self.cache_hook.add_partial("loglikelihood_rolling", (text,), total)
             results.append(total)
         return results
