@@ -56,8 +56,9 @@ class CtxlmLM(LM):
         if not run.model.left_to_right:
             raise CtxlmError(f"model {run.config.model.name!r} of {run.path} predicts each word from the words before and "
                              "after it: it has no next-word probabilities for the harness to read")
-        run = run.with_dynamic() if _flag(dynamic, "dynamic") else run
-        self.run = run.with_cache() if _flag(cache, "cache") else run
+        cache, dynamic = _flag(cache, "cache"), _flag(dynamic, "dynamic")
+        run = run.with_dynamic() if dynamic else run
+        self.run = run.with_cache() if cache else run
         self.greedy, self.progress, self.pretokenized = greedy, progress, _flag(pretokenized, "pretokenized")
         # as `ctxlm eval --file` reads a file: a run trained on sentences alone reads each alone, unless a cache or
         # dynamic evaluation spans them
