@@ -11,7 +11,6 @@ from conftest import ctxlm
 from ctxlm.data.text import TextRecipe
 from ctxlm.explore.scoring import Served, load_runs
 from ctxlm.explore.server import ExploreServer
-from ctxlm.run import Run
 from test_explore import request, train_runs
 
 
@@ -109,8 +108,8 @@ def test_other_methods_get_a_json_405_naming_the_allowed_ones(server, method):
 def test_a_text_over_the_limit_is_refused_before_the_rest_is_tokenised(run_dirs, monkeypatch):
     lstm = load_runs(run_dirs[:1])["lstm"].run
     moses = dataclasses.replace(lstm, recipe=TextRecipe(tokenize="moses"))
-    tokenised, words = [], Run.words
-    monkeypatch.setattr(Run, "words", lambda self, line, pretokenized=False: tokenised.append(line) or words(self, line, pretokenized))
+    tokenised, tokens = [], TextRecipe.tokens
+    monkeypatch.setattr(TextRecipe, "tokens", lambda self, line: tokenised.append(line) or tokens(self, line))
     with serving({"moses": Served(moses)}) as server:
         status, answer = request(server, "POST", "/api/score", {"text": "The cat sat.\n" * 30_000})
     assert (status, answer["status"]) == (413, 413)
