@@ -72,13 +72,9 @@ def test_a_read_only_output_file_is_refused_as_cp_refuses_it(world, monkeypatch,
     real_access = os.access
     monkeypatch.setattr(os, "access", lambda path, mode, **k: False if Path(path).name == "kept.txt" else real_access(path, mode, **k))
     from ctxlm import cli
-    from ctxlm.errors import CtxlmError
-    from ctxlm.io import atomic_write_text
     assert cli.main(["names", str(world / "corpus" / "train.txt"), "--out", str(world / "kept.txt"), "--min-count", "1"]) == 2
     assert capsys.readouterr().err == f"ctxlm: error: --out {world / 'kept.txt'}: the file is read-only; make it writable or " \
                                       "choose another --out\n"
-    with pytest.raises(CtxlmError, match="kept.txt: the file is read-only; nothing was written"):
-        atomic_write_text(world / "kept.txt", "new")
     assert (world / "kept.txt").read_text() == "kept\n"
 
 
