@@ -165,11 +165,13 @@ def test_a_mixture_refuses_a_run_that_cuts_its_texts_after_sentence_ends(runs):
     run = load(runs["lstm"])
     check_runs([run, run])
     config = copy.deepcopy(run.config)
-    config.data.batching, config.data.sentence_ends = "sentence", ". ?"
-    with pytest.raises(CtxlmError, match=r"data.sentence_ends \(\. \?\).* rescore with it alone"):
+    word = next(w for w in run.vocab.index if w.isalpha())
+    config.data.batching, config.data.sentence_ends = "sentence", f"{word} never-a-word"
+    with pytest.raises(CtxlmError, match=rf"data.sentence_ends \({word} never-a-word\).* rescore with it alone"):
         check_runs([run, dataclasses.replace(run, config=config)])
-    config.data.sentence_ends = ""                      # sentences are lines: read whole both ways
-    check_runs([run, dataclasses.replace(run, config=config)])
+    for ends in ("", "never-a-word"):                   # sentences are lines (no end in the vocabulary): read whole both ways
+        config.data.sentence_ends = ends
+        check_runs([run, dataclasses.replace(run, config=config)])
 
 
 def test_bad_input_gives_one_line(world):

@@ -336,11 +336,16 @@ class Run:
                                       self.config.data.eval_chunk))
         return [torch.cat([next(scores) for _ in pieces]) for pieces in cut]
 
+    @property
+    def sentence_ends(self) -> tuple[int, ...]:
+        """The ids of the `data.sentence_ends` tokens in the vocabulary, after which a run trained on sentences
+        alone cuts a text (none for any other run)."""
+        return sentence_end_ids(self.vocab, self.config) if self.config.data.batching == "sentence" else ()
+
     def pieces_read_alone(self, ids: torch.Tensor) -> Sequence[torch.Tensor]:
         """The pieces of a text (ids ending in `<eos>`) that are each read from the start state: its lines, cut after
         any `data.sentence_ends` token for a run trained on sentences alone."""
-        ends = sentence_end_ids(self.vocab, self.config) if self.config.data.batching == "sentence" else ()
-        return split_sentences(ids, self.vocab.eos, ends)
+        return split_sentences(ids, self.vocab.eos, self.sentence_ends)
 
     def _scored(self, line: str, tokens: list[str], log_probs: torch.Tensor) -> Scored:
         unk = self.vocab.unk                                      # a word it lacks, or `<unk>` written in the text

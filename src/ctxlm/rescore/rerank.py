@@ -44,7 +44,7 @@ def check_runs(runs: list[Run], pretokenized: bool = False) -> None:
             if not run.model.left_to_right:
                 raise CtxlmError(f"--mix: {run.path} ({run.config.model.name}) scores whole sentences only, so it has no "
                                  "per-token probabilities to mix; rescore with it alone")
-            if run.config.data.batching == "sentence" and run.config.data.sentence_ends.split():
+            if run.sentence_ends:
                 raise CtxlmError(f"--mix: {run.path} reads a text cut after its data.sentence_ends "
                                  f"({run.config.data.sentence_ends}), where it alone scores each hypothesis whole "
                                  "(`Run.sentence_log_probs`), so the mixture at λ = 0 would not be the run; rescore with it alone")
