@@ -97,7 +97,7 @@ def test_gutenberg_reader_strips_licence_and_tokenises(tmp_path):
 
 def test_a_download_logs_plain_lines_and_keeps_only_a_verified_file(tmp_path, monkeypatch, capsys):
     """In a log (stderr not a terminal) a download's progress is plain lines, never a \\r; a file whose checksum
-    is wrong is deleted, never left in place."""
+    is wrong is deleted, never left in place, and so is one interrupted half-way (Ctrl-C)."""
     import hashlib
     import io
     import urllib.request
@@ -119,6 +119,17 @@ def test_a_download_logs_plain_lines_and_keeps_only_a_verified_file(tmp_path, mo
     wrong = registry.DataFile("x", ("b.txt",), "0" * 64, "https://example.org/b.txt")
     with pytest.raises(CtxlmError, match="checksum mismatch"):
         registry.fetch(wrong, tmp_path / "b.txt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
+
+    class Interrupted(Response):                       # Ctrl-C half-way through the download
+        def read(self, size=-1):
+            if self.tell() > len(content) // 2:
+                raise KeyboardInterrupt
+            return super().read(size)
+
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: Interrupted(content))
+    with pytest.raises(KeyboardInterrupt):
+        registry.fetch(entry, tmp_path / "c.txt")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
 
 

@@ -182,6 +182,13 @@ def test_resume_with_an_unreadable_state_uses_prev_and_keeps_the_bad_file_aside(
     assert result.returncode == 0, result.stderr
     assert "continuing from trainer_state.prev.pt" in result.stdout
     assert (run / "trainer_state.unreadable.pt").stat().st_size == 1000
+    _interrupted(tmp_path, corpus, "again")             # a folder that kept one aside already: both are kept
+    run = tmp_path / "again"
+    (run / "trainer_state.unreadable.pt").write_bytes(b"kept earlier")
+    (run / "trainer_state.pt").write_bytes(b"cut short")
+    result = run_ctxlm("train", "--resume", run)
+    assert result.returncode == 0 and "moved it to trainer_state.unreadable-2.pt" in result.stdout, result.stderr
+    assert [(run / f"trainer_state.unreadable{n}.pt").read_bytes() for n in ("", "-2")] == [b"kept earlier", b"cut short"]
 
 
 def test_resume_never_restarts_a_finished_run_without_state(world):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -192,20 +193,20 @@ def verify(path: Path, entry: DataFile) -> None:
 
 
 def fetch(entry: DataFile, target: Path) -> Path:
-    """Download to a temporary name with progress (a bar on a terminal, plain lines in a log), verify, then
-    rename into place."""
+    """Download to a temporary file of its own beside `target` with progress (a bar on a terminal, plain lines in a
+    log), verify, then rename into place; an interrupted or wrong download (Ctrl-C too) leaves nothing behind."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".part")
-    with urllib.request.urlopen(entry.url, timeout=30) as response, open(partial, "wb") as out:
-        total = int(response.headers.get("Content-Length") or 0) or None
-        with Progress(total, f"downloading {target.name}", unit="bytes") as progress:
-            for block in iter(lambda: response.read(1 << 16), b""):
-                out.write(block)
-                progress.update(len(block))
+    handle, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+    partial = Path(name)
     try:
+        with os.fdopen(handle, "wb") as out, urllib.request.urlopen(entry.url, timeout=30) as response:
+            total = int(response.headers.get("Content-Length") or 0) or None
+            with Progress(total, f"downloading {target.name}", unit="bytes") as progress:
+                for block in iter(lambda: response.read(1 << 16), b""):
+                    out.write(block)
+                    progress.update(len(block))
         verify(partial, entry)
-    except CtxlmError:
+        os.replace(partial, target)
+    finally:
         partial.unlink(missing_ok=True)
-        raise
-    os.replace(partial, target)
     return target

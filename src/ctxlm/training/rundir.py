@@ -289,6 +289,21 @@ def content(run_dir: str | Path, resume: bool = False) -> list[Path]:
     return held
 
 
+def set_aside(state: Path) -> Path:
+    """Move an unreadable trainer state to trainer_state.unreadable.pt, or .unreadable-2.pt and on when one is kept
+    there already (each is kept)."""
+    number = 1
+    while True:
+        aside = state.with_name(f"trainer_state.unreadable{'' if number == 1 else f'-{number}'}.pt")
+        try:
+            os.link(state, aside)                       # fails, never replaces, where a file of that name is
+        except FileExistsError:
+            number += 1
+            continue
+        state.unlink()
+        return aside
+
+
 def resume_state(run_dir: RunDir, log) -> dict | None:
     """The trainer state to continue from, None when the run was killed before its first checkpoint."""
     current, previous = run_dir.state, run_dir.previous_state
@@ -299,8 +314,7 @@ def resume_state(run_dir: RunDir, log) -> dict | None:
             if not previous.exists():
                 raise
             state = checkpoint.load_state(previous)      # unusable too: says so, naming both
-            aside = current.with_name("trainer_state.unreadable.pt")
-            os.replace(current, aside)                  # kept for a look; never linked over the good .prev.pt
+            aside = set_aside(current)                  # kept for a look; never linked over the good .prev.pt
             log(f"{current} is unreadable ({getattr(exc, 'reason', str(exc))}); moved it to {aside.name} and "
                 f"continuing from {previous.name} (epoch {state['epoch']}, batch {state['position']})")
             return state
