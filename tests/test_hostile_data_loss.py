@@ -66,6 +66,21 @@ def test_an_output_onto_a_default_input_found_in_the_data_folder_is_refused(worl
     assert digests(world) == before
 
 
+def test_an_output_onto_a_named_datasets_file_is_refused(world):
+    """A run trained on a named corpus (data.dataset = "ptb") reads its files from the data folder, the training text
+    for its start state: they are inputs as the files a run names are."""
+    (world / "data" / "ptb").mkdir(parents=True)
+    (world / "data" / "ptb" / "ptb.train.txt").write_text("the cat sat\n")
+    shutil.copytree(world / "lstm", world / "named")
+    (world / "named" / "config.toml").write_text((world / "named" / "config.toml").read_text()
+                                                 .replace('dataset = "files"', 'dataset = "ptb"'))
+    before = digests(world)
+    line = one_line_error(run_ctxlm("lambada", world / "named", world / "passages.txt", "--data-dir", world / "data",
+                                    "--out", world / "data" / "ptb" / "ptb.train.txt"))
+    assert f"that is {world / 'data' / 'ptb' / 'ptb.train.txt'}, an input of this command" in line, line
+    assert digests(world) == before
+
+
 def test_a_read_only_output_file_is_refused_as_cp_refuses_it(world, monkeypatch, capsys):
     """(The tests run as root, for whom every file is writable: os.access is made to say what it says to a user.)"""
     (world / "kept.txt").write_text("kept\n")

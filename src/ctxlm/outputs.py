@@ -63,10 +63,11 @@ def written_names(args) -> list[str]:
     return [name.format(**vars(args)) for name in WRITTEN.get(key, ())]
 
 
-def check_outputs(args) -> None:
+def check_outputs(args, dataset_files=lambda name, data_dir: []) -> None:
     """Before any work: refuse the output of `args.command` if it is, or lies inside, a path the command reads, or
     cannot be written as the file or folder the command writes; fill in a second output file left at its default;
-    and refuse a --data-dir that is no folder (it would silently fall back to $CTXLM_DATA_DIR)."""
+    and refuse a --data-dir that is no folder (it would silently fall back to $CTXLM_DATA_DIR). `dataset_files(name,
+    data_dir)`: the files of a named dataset (data.registry's), which a run trained on it reads."""
     data_dir = getattr(args, "data_dir", None)
     if data_dir and not Path(data_dir).is_dir():
         raise CtxlmError(f"--data-dir {data_dir}: no such folder; give the folder holding the corpora "
@@ -82,7 +83,8 @@ def check_outputs(args) -> None:
         value = getattr(args, name, None)
         inputs += value if isinstance(value, list) else [value]
         if name in ("run", "runs", "mix") and args.command in READ_RUN_DATA:       # a run's own text files are read too
-            inputs += [f for run in (value if isinstance(value, list) else [value]) if run for f in run_data_files(run)]
+            inputs += [f for run in (value if isinstance(value, list) else [value]) if run
+                       for f in run_data_files(run, lambda name: dataset_files(name, data_dir))]
     option = "--run-dir" if args.command == "train" else "--out" if attribute == "out" else attribute.upper()
     inputs = [p for p in inputs if p is not None and str(p) != "-"]
     check_output(output, option, inputs)
@@ -109,15 +111,18 @@ def check_outputs(args) -> None:
         check_writable_file(getattr(args, other), second)
 
 
-def run_data_files(run_dir) -> list[str]:
+def run_data_files(run_dir, dataset_files=lambda name: []) -> list:
     """The files and prepared folder a run's config names (data.train, valid, test, prepared), as its config.toml
-    holds them; none where it has no readable config (the command says what is wrong)."""
+    holds them, or its named dataset's files (`dataset_files(name)`); none where it has no readable config (the
+    command says what is wrong)."""
     config = Path(run_dir) / "config.toml"
     try:
         data = tomllib.loads(config.read_text(encoding="utf-8")).get("data", {}) if config.is_file() else {}
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return []
-    return [data[key] for key in ("train", "valid", "test", "prepared") if isinstance(data.get(key), str) and data[key]]
+    named = data.get("dataset", "ptb")
+    files = [data[key] for key in ("train", "valid", "test", "prepared") if isinstance(data.get(key), str) and data[key]]
+    return files + (dataset_files(named) if isinstance(named, str) and named not in ("files", "prepared") else [])
 
 
 def check_output(output, option: str, inputs) -> Path:

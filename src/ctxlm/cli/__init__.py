@@ -39,6 +39,13 @@ def _terminate(signum, frame):
     raise Terminated()
 
 
+def _dataset_files(name: str, data_dir) -> list:
+    """A named corpus's files (imported here: only a command that loads a run asks, and it imports torch anyway)."""
+    from ..data.registry import dataset_files
+
+    return dataset_files(name, data_dir)
+
+
 def main(argv=None) -> int:
     from ..allocator import keep_freed_memory
 
@@ -50,7 +57,7 @@ def main(argv=None) -> int:
         from .common import check_switched
 
         args = build_parser().parse_args(argv)
-        check_outputs(args)
+        check_outputs(args, _dataset_files)
         check_switched(args)
         return args.func(args)
     except BrokenPipeError:                 # the reader has gone (`ctxlm score RUN | head`): stop quietly, as a pipe's writer does

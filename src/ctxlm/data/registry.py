@@ -151,6 +151,14 @@ def _candidates(root: Path, entry: DataFile) -> list[Path]:
     return out
 
 
+def dataset_files(dataset: str, data_dir: str | Path | None = None) -> list[Path]:
+    """The files of a named dataset found where `locate` looks (none for a name not registered)."""
+    if dataset not in DATASETS:
+        return []
+    return [path for root in search_roots(data_dir) for entry in DATASETS[dataset].files.values()
+            for path in _candidates(root, entry) if path.is_file()]
+
+
 def locate(dataset: str, key: str, data_dir: str | Path | None = None, download: bool = True) -> Path:
     """Find one file of a dataset, verify its checksum, download it if allowed and possible."""
     info = spec(dataset)
