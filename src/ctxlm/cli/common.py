@@ -75,11 +75,11 @@ def split_option(p, default: str, help: str) -> None:
 
 def out_folder_option(p, default: str, holding: str = "") -> None:
     """--out for a command that writes several files into a folder (made if need be)."""
-    p.add_argument("--out", default=default, help=f"output folder{holding} (default ./{default})")
+    p.add_argument("--out", metavar="FOLDER", default=default, help=f"output folder{holding}, made if need be (default ./{default})")
 
 
 def out_file_option(p, default: str, what: str) -> None:
-    p.add_argument("--out", default=default, help=f"{what} (default ./{default})")
+    p.add_argument("--out", metavar="FILE", default=default, help=f"{what} (default ./{default})")
 
 
 def json_option(p, help: str) -> None:

@@ -44,7 +44,7 @@ def add_prepare_text(kinds) -> None:
                                      "and test, and write FOLDER (docs/prepare.md). Train on it with "
                                      "--set data.dataset=prepared --set data.prepared=FOLDER.")
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="training text: files or folders of them")
-    p.add_argument("--out", metavar="FOLDER", required=True, help="the folder to write (made if missing)")
+    p.add_argument("--out", metavar="FOLDER", required=True, help="the folder to write, made if need be")
     p.add_argument("--sentences", choices=SENTENCES, default="lines",
                    help="lines: one sentence per line (default); gutenberg: Project Gutenberg books, licence dropped, "
                         "paragraphs cut into sentences")

@@ -98,7 +98,7 @@ def add_lambada_task(sub) -> None:
                                    "without its last word; target: the last word; metrics perplexity and acc). Run it "
                                    "with `ctxlm harness RUN --tasks NAME --include-path OUT` or lm-eval's --include_path.")
     p.add_argument("file", help="passages in LAMBADA's format, e.g. $CTXLM_DATA_DIR/lambada/lambada_development_plain_text.txt")
-    p.add_argument("--out", required=True, help="folder for the task's two files (made if need be)")
+    p.add_argument("--out", metavar="FOLDER", required=True, help="folder for the task's two files, made if need be")
     p.add_argument("--name", default="lambada_local", help="the task's name (default lambada_local)")
     p.set_defaults(func=cmd_lambada_task)
 

@@ -32,9 +32,9 @@ def add_rescore(sub) -> None:
                    "on the --dev references)")
     p.add_argument("--costs", action="store_true", help="the files' scores are costs, lower is better (as Kaldi "
                    "writes them): they are negated")
-    p.add_argument("--out", default="rescored.jsonl", help="the reranked lists, one JSON line per hypothesis, best first "
+    p.add_argument("--out", metavar="FILE", default="rescored.jsonl", help="the reranked lists, one JSON line per hypothesis, best first "
                    "(default ./rescored.jsonl)")
-    p.add_argument("--one-best", help="each utterance's chosen hypothesis, 'UTTERANCE-ID WORD ...' "
+    p.add_argument("--one-best", metavar="FILE", help="each utterance's chosen hypothesis, 'UTTERANCE-ID WORD ...' "
                    "(default one_best.txt in --out's folder)")
     p.add_argument("--batch-size", type=option(int, at_least(1)), default=50, help="hypotheses per forward pass (default 50)")
     pretokenized_option(p, "each hypothesis")
