@@ -192,13 +192,17 @@ def test_rolling_reads_a_sentence_run_as_eval_file_reads_it(runs, tmp_path):
 
     run = load(runs["lstm"], start=False)                  # a sentence run keeps the zero state (evaluation/start.py)
     config = copy.deepcopy(run.config)
-    config.data.batching = "sentence"
+    config.data.batching, config.data.sentence_ends = "sentence", "sat"     # lines, cut after "sat" too
+    assert "sat" in run.vocab.index
     sentences = dataclasses.replace(run, config=config)
     text = "the cat sat on a mat\n\nthe dog ran to a big red house\n"
     (tmp_path / "text.txt").write_text(text)
     read = evaluate_file(run.model, run.vocab, tmp_path / "text.txt", chunk=run.config.data.eval_chunk, config=config)
     rolling = CtxlmLM(sentences, progress=False).loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)])[0]
     assert rolling == pytest.approx(-read["nll"], rel=1e-9)
+    lines = dataclasses.replace(run, config=dataclasses.replace(config, data=dataclasses.replace(config.data, sentence_ends="")))
+    uncut = CtxlmLM(lines, progress=False).loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)])[0]
+    assert abs(rolling - uncut) > 1e-3                                   # the cut after "sat" is read
     streamed = sum(s.total for s in sentences.iter_score(text, document=True))
     assert abs(rolling - streamed) > 1e-3                                # the two readings differ on this run
     cached = CtxlmLM(sentences, cache=True, progress=False)
