@@ -285,6 +285,12 @@ def test_eval_file_reads_a_sentence_runs_text_as_it_reads_its_splits(tmp_path):
     file = json.loads(ctxlm("eval", tmp_path / "run", "--file", corpus["valid"], "--json").stdout)[corpus["valid"]]
     assert (file["nll"], file["tokens"]) == (split["nll"], split["tokens"])
     assert file["ppl"] == pytest.approx(load(tmp_path / "run").perplexity(Path(corpus["valid"])), rel=1e-6)
+    words = Path(corpus["valid"]).read_text().split()
+    long_line = " ".join(words[i % len(words)] for i in range(2_100))      # past MAX_SENTENCE: both cut it at 2,048
+    (tmp_path / "long.txt").write_text(f"{long_line}\n{' '.join(words[:5])}\n")
+    file = json.loads(ctxlm("eval", tmp_path / "run", "--file", tmp_path / "long.txt", "--json").stdout)[str(tmp_path / "long.txt")]
+    scored = load(tmp_path / "run").score(Path(tmp_path / "long.txt"))
+    assert -sum(s.total for s in scored) == pytest.approx(file["nll"], abs=1e-3)      # read whole: 5.8e-3 apart
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

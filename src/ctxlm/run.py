@@ -23,8 +23,8 @@ import torch
 from .arguments import check_batch_size, check_device, check_flag, check_ids, check_instance, run_folder, seeded
 from .checks import safe_exp, shown
 from .config import Config
-from .data.batching import split_sentences
-from .data.load import sentence_end_ids
+from .data.batching import cap_sentences, split_sentences
+from .data.load import MAX_SENTENCE, sentence_end_ids
 from .data.text import APPROXIMATE, WHITESPACE, TextRecipe, file_tokens, note_once
 from .data.vocab import EOS, Vocabulary
 from .errors import CtxlmError
@@ -343,9 +343,11 @@ class Run:
         return sentence_end_ids(self.vocab, self.config) if self.config.data.batching == "sentence" else ()
 
     def pieces_read_alone(self, ids: torch.Tensor) -> Sequence[torch.Tensor]:
-        """The pieces of a text (ids ending in `<eos>`) that are each read from the start state: its lines, cut after
-        any `data.sentence_ends` token for a run trained on sentences alone."""
-        return split_sentences(ids, self.vocab.eos, self.sentence_ends)
+        """The pieces of a text (ids ending in `<eos>`) that are each read from the start state: its lines; for a run
+        trained on sentences alone, cut after any `data.sentence_ends` token and into pieces of at most 2,048 tokens
+        (`MAX_SENTENCE`), as `ctxlm eval` and training cut them."""
+        pieces = split_sentences(ids, self.vocab.eos, self.sentence_ends)
+        return cap_sentences(pieces, MAX_SENTENCE)[0] if self.config.data.batching == "sentence" else pieces
 
     def _scored(self, line: str, tokens: list[str], log_probs: torch.Tensor) -> Scored:
         unk = self.vocab.unk                                      # a word it lacks, or `<unk>` written in the text
