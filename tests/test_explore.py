@@ -125,6 +125,8 @@ def test_a_sentence_run_reads_each_sentence_alone_as_ctxlm_score(tmp_path, monke
     on = tokenize(TEXT)[1].index("on")                  # "the zebra sat on": the word after "on" starts afresh
     after_on = len(tokenize(TEXT)[0]) + 1 + on + 1
     assert scored["attention"][after_on] == [[None, 1.0]]            # only the zero slot: nothing before it
+    # the next word attends to the `<eos>` the piece was read after, not to "on": a slot of its start state
+    assert {source for source, _ in scored["attention"][after_on + 1]} <= {None, "start", after_on}
 
 
 def test_attention_as_the_analysis_reads_it(server, run_dirs):

@@ -130,6 +130,9 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
               "mixture_weight": [] if model.mixes_distributions else None}
     read = [0]                                  # tokens of the text scored so far
     starts = list(itertools.accumulate(map(len, blocks), initial=0))   # each block's first token
+    # a fresh block sees back to the `<eos>` before it; a piece cut mid-line is read after an `<eos>` not in the text,
+    # so that slot counts as its start state's
+    floors = [b - 1 if b == 0 or tokens[b - 1] == EOS else b for b in starts]
 
     def inspect(out):
         """Top-k and ranks from each chunk's full distributions, its attention and mixture weights."""
@@ -142,7 +145,7 @@ def score_run(run, lines: list[list[str]], top_k: int = 10, stream: bool = True)
             result["top"] += [[[vocab.words[i], _round_down(safe_exp(lp))] for lp, i in zip(row_lp, row_i)]
                               for row_lp, row_i in zip(best.values.tolist(), best.indices.tolist())]
         if model.exposes_attention:
-            floor = -1 if stream else starts[bisect.bisect_right(starts, start) - 1] - 1   # a fresh block sees back to the token before it
+            floor = -1 if stream else floors[bisect.bisect_right(starts, start) - 1]
             result["attention"] += _attention(out.attention[0], model.attention_distances(out)[0], start, floor)
         if model.mixes_distributions:
             result["mixture_weight"] += [round(x, 4) for x in model.mixture_weight(out)[0].tolist()]
