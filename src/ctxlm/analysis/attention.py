@@ -5,8 +5,8 @@ from pathlib import Path
 
 import torch
 
-from ..data.batching import IGNORE, SentenceBatches, StreamBatches, split_sentences
-from ..data.load import sentence_end_ids, sentences_of
+from ..data.batching import IGNORE, SentenceBatches, StreamBatches
+from ..data.load import sentences_of
 from ..data.vocab import EOS
 from ..errors import CtxlmError
 from ..io import pyplot, save_figure
@@ -25,8 +25,8 @@ def explain(run, words: list[str], top: int = 5, first: int = 1, count: int | No
     text (1-based; prediction len(words) + 1 is the <eos> after it; count None: to the end), the model reading
     the text, as one text read alone, from the run's start state (`run.model.start`; the zero state where it has
     none) only up to the last of them: the work grows with the text up to there, the rows with `count` alone.
-    A run trained on sentences reads each sentence (a line, cut after any token of data.sentence_ends) from
-    <eos> and the zero state, as it was trained.
+    A run trained on sentences reads each sentence (a line, cut after any token of data.sentence_ends and into
+    pieces of at most 2,048 tokens: `Run.pieces_read_alone`) from <eos> and the zero state, as it was trained.
 
     Rows: those predictions ("inputs" the word read, "targets" the word to predict, "first" the number of the
     first, "words" the text's length); columns: distance −1 (<h0> the attentive LM's zero slot, <sentinel> a pointer's
@@ -38,8 +38,7 @@ def explain(run, words: list[str], top: int = 5, first: int = 1, count: int | No
     sentences = run.config.data.batching == "sentence"
     inputs = [EOS] + words
     # a sentence run reads each sentence anew from <eos>, cut as training and `ctxlm eval` cut them (sentences_of)
-    ends = sentence_end_ids(vocab, run.config) if sentences else ()
-    for start in split_sentences(vocab.encode(targets), vocab.eos, ends).starts.tolist():
+    for start in run.pieces_read_alone(vocab.encode(targets)).starts.tolist():
         inputs[start] = EOS
     if not 1 <= first <= len(targets):
         raise CtxlmError(f"--start {first}: the text has {len(words)} words; give --start from 1 to {len(targets)} "
