@@ -204,6 +204,14 @@ HOLMES_BOOKS = {
 }
 
 
+def holmes_sentences(path: Path) -> list[list[str]]:
+    """A novel's sentences as `ctxlm prepare holmes` tokenises them (its registered recipe), each ending in `<eos>`."""
+    from ctxlm.data.registry import spec
+    from ctxlm.data.text import sentences
+
+    return [words + ["<eos>"] for words in sentences(path, spec("holmes").text)]
+
+
 def write_holmes(root: Path) -> str:
     """The two novels as DATA_DIR/gutenberg/Holmes_Training_Data/*.TXT.gz with their index; returns the index's sha256."""
     import gzip

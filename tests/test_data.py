@@ -7,15 +7,18 @@ import torch
 
 from conftest import DATA_DIR, ctxlm, needs_data, one_line_error, tiny_config
 from ctxlm.config import Config, apply_overrides
-from ctxlm.data.corpus import lines_to_tokens, read_text
+from ctxlm.data.corpus import iter_tokens, read_text
 from ctxlm.data.load import load_corpus, prepare_data, text_recipe
 from ctxlm.data.registry import locate
 from ctxlm.data.vocab import EOS, UNK, Vocabulary
 from ctxlm.errors import CtxlmError
 
 
-def test_lines_get_eos_and_empty_lines_count():
-    assert lines_to_tokens(" a b \n \nc\n") == ["a", "b", EOS, EOS, "c", EOS]
+def test_lines_get_eos_and_empty_lines_count(tmp_path):
+    (tmp_path / "t.txt").write_text(" a b \n \nc\n", encoding="utf-8")
+    (tmp_path / "unended.txt").write_text("a\n\nc", encoding="utf-8")
+    assert list(iter_tokens(tmp_path / "t.txt")) == ["a", "b", EOS, EOS, "c", EOS]
+    assert list(iter_tokens(tmp_path / "unended.txt")) == ["a", EOS, EOS, "c", EOS]     # a last line without "\n" too
 
 
 def test_vocabulary_orders_by_count_and_maps_rare_words_to_unk(tmp_path):
@@ -83,13 +86,13 @@ def test_task_sets_are_located_and_read():
 
 
 def test_gutenberg_reader_strips_licence_and_tokenises(tmp_path):
-    from ctxlm.data.corpus import read_gutenberg
+    from conftest import holmes_sentences
 
     text = ("The Project Gutenberg Etext of X\r\nlicence words here\r\n*END*THE SMALL PRINT! for PUBLIC DOMAIN ETEXTS*Ver.04.29.93*END*\r\n"
             "It was a dark night. \"Don't go!\" she cried.\r\n\r\nThe end\r\n"
             "End of the Project Gutenberg Etext of X\r\nmore licence\r\n")
     (tmp_path / "book.txt").write_bytes(text.encode("latin-1"))
-    assert read_gutenberg(tmp_path / "book.txt") == [      # tokens as the MSR questions have them (docs/holmes.md)
+    assert holmes_sentences(tmp_path / "book.txt") == [      # tokens as the MSR questions have them (docs/holmes.md)
         ["it", "was", "a", "dark", "night", ".", EOS],
         ["don't", "go", "!", "she", "cried", ".", EOS],
         ["the", "end", EOS]]

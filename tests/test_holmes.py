@@ -6,16 +6,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import DATA_DIR, ctxlm, needs_data, one_line_error
+from conftest import DATA_DIR, ctxlm, holmes_sentences, needs_data, one_line_error
 from ctxlm.config import Config
 from ctxlm.data import holmes
-from ctxlm.data.corpus import gutenberg_body, msr_tokens, read_gutenberg, split_sentences_text
+from ctxlm.data.corpus import gutenberg_body, msr_tokens, split_sentences_text
 from ctxlm.data.load import load_corpus
 from ctxlm.data.prepared import Prepared
 from ctxlm.data.vocab import EOS, Vocabulary
 from ctxlm.errors import CtxlmError
 
 LICENCE_WORDS = {"gutenberg", "etext", "ebook", "licence", "small", "print", "volunteer", "section", "redistributing"}
+
+
+def default_preparation(data_dir: Path) -> Path | None:
+    """The folder `data.dataset = "holmes"` trains on: the first preparation of the default recipe."""
+    return next((folder for folder, recipe in holmes.preparations(data_dir) if holmes.is_default(recipe)), None)
 
 
 @pytest.fixture(autouse=True)
@@ -45,15 +50,15 @@ def sentences(folder: Path, split: str) -> list[tuple[str, ...]]:
 
 def test_the_sample_is_stripped_split_and_tokenised_like_the_questions(holmes_data):
     books = sorted((holmes_data / "gutenberg" / "Holmes_Training_Data").iterdir())
-    first = read_gutenberg(books[0])
+    first = holmes_sentences(books[0])
     assert first[:2] == [["chapter", "i", EOS], ["mr.", "holmes", "sat", "by", "the", "fire", ".", EOS]]
     assert ["dr.", "j.", "h.", "watson", "smiled", ".", EOS] in first      # titles and initials keep their period
     assert ["was", "it", "holmes'", "fault", "?", EOS] in first
     assert ["don't", "go", "!", "she", "cried", ",", "and", "watson", "waited", "quite", "still", "till", "the", "clock",
             "struck", "nine", ".", EOS] in first                            # quotes, dashes, underscores dropped
-    second = read_gutenberg(books[1])
+    second = holmes_sentences(books[1])
     assert second[-1] == ["the", "moor", "was", "silent", "again", ".", EOS]
-    words = {w for book in books for sentence in read_gutenberg(book) for w in sentence}
+    words = {w for book in books for sentence in holmes_sentences(book) for w in sentence}
     assert not words & LICENCE_WORDS
     assert "small print" not in gutenberg_body(books[0]).lower()
 
@@ -73,7 +78,7 @@ def test_prepare_writes_int_arrays_that_round_trip(holmes_data, tmp_path):
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["sentences"] == {"train": 9, "valid": 3} and manifest["inputs"] == 2
     books = sorted((holmes_data / "gutenberg" / "Holmes_Training_Data").iterdir())
-    expected = sorted(tuple(s) for book in books for s in read_gutenberg(book))
+    expected = sorted(tuple(s) for book in books for s in holmes_sentences(book))
     train, valid = sentences(folder, "train"), sentences(folder, "valid")
     assert sorted(train + valid) == expected                  # nothing lost, nothing added
     assert len(valid) == 3 and sum(map(len, train)) == manifest["tokens"]["train"]
@@ -171,7 +176,7 @@ def test_training_on_holmes_prepares_it_once(holmes_data, tmp_path, capsys):
     results = Trainer(config, tmp_path / "run", holmes_data, log=lambda *a: None).fit()   # prepared into the cache
     assert "preparing it once" in capsys.readouterr().err
     assert results["valid"]["tokens"] > 0 and "test" not in results
-    assert holmes.find_prepared(holmes_data) is not None
+    assert default_preparation(holmes_data) is not None
     Trainer(config, tmp_path / "run2", holmes_data, log=lambda *a: None).fit()
     assert "preparing" not in capsys.readouterr().err
     result = ctxlm("eval", tmp_path / "run", "--data-dir", holmes_data, "--json")      # valid only: no test split
@@ -193,13 +198,13 @@ def test_a_preparation_of_another_recipe_is_not_trained_on(holmes_data):
     assert advice in str(refused.value) and f'data.prepared = "{holmes_data / "holmes"}"' in str(refused.value)
     other = load_corpus("prepared", prepared=str(holmes_data / "holmes")).splits["valid"]
     assert ctxlm("prepare", "holmes", "--data-dir", holmes_data, "--valid-sentences", "3").returncode == 0   # the cache
-    assert holmes.find_prepared(holmes_data) == cache
+    assert default_preparation(holmes_data) == cache
     assert load_corpus("holmes", holmes_data).splits["valid"].count(EOS) == 3 and other.count(EOS) == 4
     listed = ctxlm("datasets", "--data-dir", holmes_data).stdout
     assert f"prepared: {cache}; another recipe (not used): {holmes_data / 'holmes'}" in listed
     shutil.rmtree(holmes_data / "holmes")
     prepare(holmes_data, holmes_data)                                       # two default copies: the first is used
-    assert holmes.find_prepared(holmes_data) == holmes_data / "holmes"
+    assert default_preparation(holmes_data) == holmes_data / "holmes"
     assert "another recipe" not in ctxlm("datasets", "--data-dir", holmes_data).stdout
     shutil.rmtree(holmes_data / "holmes")
     assert ctxlm("prepare", "holmes", "--data-dir", holmes_data, "--valid-sentences", "3", "--seed", "2", "--force").returncode == 0

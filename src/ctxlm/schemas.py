@@ -62,7 +62,6 @@ def nullable(schema: dict) -> dict:
 
 
 NUMBER = {"type": "number", "description": "a finite number"}
-ANY_NUMBER = {"anyOf": [{"type": "null"}, NUMBER], "description": "a finite number or null"}
 SHA256 = text("64 hexadecimal digits (a sha256)", pattern="^[0-9a-f]{64}$")
 
 

@@ -137,15 +137,6 @@ def _without_bom(text: str) -> str:
     return text[1:] if text.startswith("\ufeff") else text      # a byte-order mark is not part of the first word
 
 
-def lines_to_tokens(text: str) -> list[str]:
-    """Whitespace tokens of every line, each line followed by `<eos>` (empty lines give a lone `<eos>`)."""
-    tokens: list[str] = []
-    for line in text.split("\n")[:-1] if text.endswith("\n") else text.split("\n"):
-        tokens.extend(line.split())
-        tokens.append(EOS)
-    return tokens
-
-
 def iter_lines(path: str | Path, allow_empty: bool = False) -> Iterator[str]:
     """The lines of a UTF-8 text file without their "\\n", read as a stream (gzip transparent, "-" = standard input).
 
@@ -224,7 +215,7 @@ def _raw_lines(handle, name: str) -> Iterator[bytes]:
 
 
 def iter_tokens(path: str | Path) -> Iterator[str]:
-    """Whitespace tokens of every line, each line followed by `<eos>`, streamed (as `lines_to_tokens`)."""
+    """Whitespace tokens of every line, each line followed by `<eos>` (an empty line gives a lone `<eos>`), streamed."""
     for line in iter_lines(path):
         yield from line.split()
         yield EOS
@@ -359,13 +350,3 @@ def msr_tokens(text: str, lower: bool = True) -> list[str]:
     """Tokens of a sentence, split the way the MSR Sentence Completion questions are (SPEC §3.3), lower-cased
     unless told not to."""
     return _MSR_TOKEN.findall(text.lower() if lower else text)
-
-
-def read_gutenberg(path: str | Path) -> list[list[str]]:
-    """A Gutenberg book as lowercased, tokenised sentences (`msr_tokens`); licence header and footer stripped."""
-    sentences = []
-    for sentence in gutenberg_sentences(path):
-        tokens = msr_tokens(sentence)
-        if tokens:
-            sentences.append(tokens + [EOS])
-    return sentences

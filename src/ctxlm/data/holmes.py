@@ -43,11 +43,6 @@ def is_default(recipe) -> bool:
     return recipe == _recipe([], VALID_SENTENCES, SEED).describe()
 
 
-def find_prepared(data_dir=None) -> Path | None:
-    """The first preparation of the default recipe, in the search order."""
-    return next((folder for folder, recipe in preparations(data_dir) if is_default(recipe)), None)
-
-
 def not_default(folder: Path, recipe, data_dir=None) -> str:
     """Why `data.dataset = "holmes"` does not train on `folder`, prepared with another recipe, and what to do."""
     recipe = recipe if isinstance(recipe, dict) else {}
